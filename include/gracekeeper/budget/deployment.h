@@ -1,0 +1,104 @@
+// The projection of a Deployment that the budget engine works on: only the
+// fields that matter for graceful termination. Built from a Deployment object
+// (decoded JSON) by `project_deployment`, which reports wrong types with the
+// field path instead of guessing.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <expected>
+#include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gracekeeper/budget/types.h"
+
+namespace gracekeeper::budget {
+
+inline constexpr const char* kAnnotationEnabled = "gracekeeper.dev/enabled";
+inline constexpr const char* kAnnotationPolicy = "gracekeeper.dev/policy";
+inline constexpr const char* kAnnotationDrainSeconds = "gracekeeper.dev/drain-seconds";
+inline constexpr const char* kAnnotationContainers = "gracekeeper.dev/containers";
+inline constexpr const char* kAnnotationApplied = "gracekeeper.dev/applied";
+
+// Kubernetes defaults that apply when a manifest leaves a field out.
+inline constexpr std::int64_t kDefaultGraceSeconds = 30;
+inline constexpr std::int64_t kDefaultReplicas = 1;
+
+struct Probe {
+  enum class Kind { None, HttpGet, TcpSocket, Exec, Grpc };
+  Kind kind = Kind::None;
+  // What the probe hits, for comparing liveness with readiness:
+  // "http:8080/healthz", "tcp:8080", "grpc:9090/", "exec:cat /tmp/ready".
+  std::string target;
+};
+
+struct PreStopHook {
+  enum class Kind { None, Sleep, ExecSleep, Exec, HttpGet, TcpSocket };
+  Kind kind = Kind::None;
+  // Known duration: the native sleep action or exec ["sleep", "N"] (also via sh -c "sleep N").
+  std::optional<std::int64_t> seconds;
+  // Written by gracekeeper (per the applied annotation offline, per managedFields
+  // in the cluster). Only an owned hook is ever updated under `existing: Keep`.
+  bool owned = false;
+};
+
+struct Container {
+  std::string name;
+  bool has_ports = false;
+  std::vector<std::string> command;
+  std::vector<std::string> args;
+  PreStopHook pre_stop;
+  Probe readiness;
+  Probe liveness;
+};
+
+struct Strategy {
+  enum class Type { RollingUpdate, Recreate };
+  Type type = Type::RollingUpdate;
+  // Kubernetes defaults both to 25% when absent.
+  IntOrPercent max_surge{25, true};
+  IntOrPercent max_unavailable{25, true};
+  bool operator==(const Strategy&) const = default;
+};
+
+// What gracekeeper recorded in `gracekeeper.dev/applied` the last time it changed this Deployment.
+struct AppliedRecord {
+  std::string policy;
+  std::int64_t pre_stop_seconds = 0;
+  std::int64_t grace_seconds = 0;
+  bool grace_owned = false;  // gracekeeper raised the grace to grace_seconds
+  double propagation_seconds = 0;
+  std::vector<std::string> containers;  // the containers that received gracekeeper's wait
+  std::optional<std::chrono::system_clock::time_point> time;
+};
+
+struct Deployment {
+  std::string name;
+  std::string namespace_;
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+  std::map<std::string, std::string> pod_labels;
+  std::int64_t replicas = kDefaultReplicas;
+  Strategy strategy;
+  std::int64_t grace_seconds = kDefaultGraceSeconds;
+  bool grace_set = false;  // false when the manifest relied on the 30 s default
+  std::vector<Container> containers;
+  std::optional<AppliedRecord> applied;  // absent or unreadable annotation: nullopt
+};
+
+// Builds the projection. Errors name the field path and what was expected
+// (`spec.template.spec.terminationGracePeriodSeconds: expected an integer >= 0, got "abc"`).
+std::expected<Deployment, FieldErrors> project_deployment(const Json& object);
+
+bool is_deployment(const Json& object);
+
+// `gracekeeper.dev/enabled: "true"`.
+bool opted_in(const Deployment&);
+
+// "namespace/name", or "name" without a namespace.
+std::string key(const Deployment&);
+
+}  // namespace gracekeeper::budget

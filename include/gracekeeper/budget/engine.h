@@ -1,0 +1,107 @@
+// The budget engine: (policy, propagation, deployment, server capabilities)
+// -> (desired termination settings, findings). Pure: no I/O, no clock unless
+// one is passed in. `gracekeeper plan`/`check` and the operator run this same code.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gracekeeper/budget/deployment.h"
+#include "gracekeeper/budget/policy.h"
+
+namespace gracekeeper::budget {
+
+enum class Severity { Info, Warning, Error };
+std::string to_string(Severity);
+
+// One reported check (API.md "Checks that are reported").
+struct Finding {
+  std::string code;  // BudgetExceeded, NoPreStopWait, ...
+  Severity severity = Severity::Info;
+  std::string container;  // empty when the finding is about the whole Deployment
+  std::string message;
+};
+
+struct Capabilities {
+  // The API server has the native `sleep` preStop action (Kubernetes >= 1.30).
+  bool native_sleep = true;
+};
+
+struct Context {
+  const PolicySpec* policy = nullptr;  // required
+  std::string policy_name;             // recorded in the applied annotation
+  double propagation_seconds = 0;      // the measured (or static) quantile
+  Capabilities capabilities;
+  // Whether a Service selects the pods; nullopt when unknown (offline without
+  // Services in the input): then a container with ports counts as serving.
+  std::optional<bool> behind_service;
+  // Now, for churn control. nullopt (offline) disables the min-interval rule.
+  std::optional<std::chrono::system_clock::time_point> now;
+};
+
+// The numbers of API.md's formula.
+struct Budget {
+  double propagation_seconds = 0;
+  std::int64_t lb_delay_seconds = 0;
+  std::int64_t unclamped_pre_stop_seconds = 0;  // ceil(safetyFactor * propagation + lbDelay)
+  std::int64_t pre_stop_seconds = 0;            // clamped to [minSeconds, maxSeconds]
+  bool clamped = false;
+  std::int64_t drain_seconds = 0;
+  std::int64_t sidecar_drain_seconds = 0;
+  std::int64_t reserve_seconds = 0;
+  std::int64_t grace_seconds = 0;  // preStop + drain + sidecars + reserve
+};
+
+struct ContainerPlan {
+  std::string name;
+  enum class Action { Keep, SetSleep, SetExecSleep };
+  Action action = Action::Keep;
+  std::int64_t pre_stop_seconds = 0;  // the wait this container will have (or is counted as having)
+  bool user_hook_kept = false;
+  bool gracekeeper_hook = false;  // after the plan, the hook is gracekeeper's (set now or before)
+};
+
+// One field that changes, for the `plan` summary and `Tuned` events.
+struct Change {
+  std::string field;  // "terminationGracePeriodSeconds", "strategy", "containers[checkout].preStop"
+  std::string from;
+  std::string to;
+};
+
+struct Plan {
+  Budget budget;
+  // Desired values; equal to the current ones when nothing changes.
+  std::int64_t grace_seconds = 0;
+  // gracekeeper set the grace (now or earlier); a grace the user chose is never lowered.
+  bool grace_owned = false;
+  Strategy strategy;
+  bool manage_strategy = false;  // whether gracekeeper owns spec.strategy for this Deployment
+  std::vector<ContainerPlan> containers;
+  std::vector<Change> changes;
+  // The current settings break the budget (grace too short or wait missing/too short):
+  // churn control never delays a repair.
+  bool budget_broken = false;
+  // A change was due but churn control (minIntervalSeconds) held it back.
+  bool deferred = false;
+  // Annotation errors: the Deployment must be left as it was.
+  FieldErrors invalid;
+  std::vector<Finding> findings;
+
+  bool changed() const { return !changes.empty(); }
+};
+
+// Computes the budget alone (API.md "The budget").
+Budget compute_budget(const PolicySpec&, double propagation_seconds, std::int64_t drain_seconds);
+
+// Plans the change for one Deployment. Findings describe the Deployment as it
+// is now (what `check` reports), plus what planning decided (BudgetClamped,
+// ExistingPreStopKept).
+Plan plan(const Deployment&, const Context&);
+
+// Only the findings on the current state, for `check`.
+std::vector<Finding> check(const Deployment&, const Context&);
+
+}  // namespace gracekeeper::budget

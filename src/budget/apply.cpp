@@ -1,0 +1,77 @@
+#include "gracekeeper/budget/apply.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+namespace gracekeeper::budget {
+namespace {
+
+Json int_or_percent_json(const IntOrPercent& value) {
+  if (value.percent) return value.to_string();
+  return value.value;
+}
+
+Json pre_stop_json(const ContainerPlan& cp) {
+  if (cp.action == ContainerPlan::Action::SetSleep) {
+    return Json{{"sleep", Json{{"seconds", cp.pre_stop_seconds}}}};
+  }
+  return Json{
+      {"exec", Json{{"command", Json::array({"sleep", std::to_string(cp.pre_stop_seconds)})}}}};
+}
+
+// The containers list entry with this name (names are unique within a pod).
+Json* find_container(Json& containers, const std::string& name) {
+  for (auto& container : containers) {
+    if (container.is_object() && container.value("name", "") == name) return &container;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string applied_annotation(const Plan& plan, const std::string& policy_name,
+                               std::chrono::system_clock::time_point time) {
+  std::int64_t wait = 0;
+  Json containers = Json::array();
+  for (const auto& cp : plan.containers) {
+    // Only the hooks gracekeeper wrote: they are how it recognises its own later.
+    if (!cp.gracekeeper_hook) continue;
+    wait = std::max(wait, cp.pre_stop_seconds);
+    containers.push_back(cp.name);
+  }
+  Json record{{"policy", policy_name},
+              {"preStop", wait},
+              {"grace", plan.grace_seconds},
+              {"graceOwned", plan.grace_owned},
+              {"propagation", plan.budget.propagation_seconds},
+              {"containers", std::move(containers)},
+              {"time", fmt::format("{:%Y-%m-%dT%H:%M:%SZ}",
+                                   std::chrono::floor<std::chrono::seconds>(time))}};
+  return record.dump();
+}
+
+void apply_plan(Json& deployment, const Plan& plan, const std::string& policy_name,
+                std::chrono::system_clock::time_point time) {
+  if (!plan.changed()) return;
+  // ordered_json keeps an object's members in a vector: inserting a key can move
+  // its siblings, so no reference is held across an insertion below.
+  if (plan.manage_strategy) {
+    deployment["spec"]["strategy"] =
+        Json{{"type", "RollingUpdate"},
+             {"rollingUpdate",
+              Json{{"maxSurge", int_or_percent_json(plan.strategy.max_surge)},
+                   {"maxUnavailable", int_or_percent_json(plan.strategy.max_unavailable)}}}};
+  }
+  deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = plan.grace_seconds;
+  for (const auto& cp : plan.containers) {
+    if (cp.action == ContainerPlan::Action::Keep) continue;
+    Json& containers = deployment["spec"]["template"]["spec"]["containers"];
+    if (Json* container = find_container(containers, cp.name)) {
+      (*container)["lifecycle"]["preStop"] = pre_stop_json(cp);
+    }
+  }
+  deployment["metadata"]["annotations"][kAnnotationApplied] =
+      applied_annotation(plan, policy_name, time);
+}
+
+}  // namespace gracekeeper::budget

@@ -1,0 +1,449 @@
+#include "gracekeeper/budget/deployment.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace gracekeeper::budget {
+namespace {
+
+std::string describe(const Json& value) {
+  std::string text = value.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  switch (value.type()) {
+    case Json::value_t::string:
+      return "string " + text;
+    case Json::value_t::boolean:
+      return "boolean " + text;
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::object:
+      return "a mapping";
+    case Json::value_t::array:
+      return "a list";
+    default:
+      return "number " + text;
+  }
+}
+
+// Reads typed fields out of a decoded object, collecting one error per bad
+// field (with its path) instead of stopping at the first.
+class Reader {
+ public:
+  explicit Reader(FieldErrors& errors) : errors_(errors) {}
+
+  void fail(const std::string& path, std::string message) {
+    errors_.push_back({path, std::move(message)});
+  }
+
+  // The object at `key`, or nullptr when absent/null. Wrong type: error + nullptr.
+  const Json* object(const Json& parent, const char* key, const std::string& path) {
+    auto it = parent.find(key);
+    if (it == parent.end() || it->is_null()) return nullptr;
+    if (!it->is_object()) {
+      fail(path, "expected a mapping, got " + describe(*it));
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  const Json* array(const Json& parent, const char* key, const std::string& path) {
+    auto it = parent.find(key);
+    if (it == parent.end() || it->is_null()) return nullptr;
+    if (!it->is_array()) {
+      fail(path, "expected a list, got " + describe(*it));
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  std::optional<std::string> string(const Json& parent, const char* key, const std::string& path) {
+    auto it = parent.find(key);
+    if (it == parent.end() || it->is_null()) return std::nullopt;
+    if (!it->is_string()) {
+      fail(path, "expected a string, got " + describe(*it));
+      return std::nullopt;
+    }
+    return it->get<std::string>();
+  }
+
+  std::optional<std::int64_t> integer(const Json& parent, const char* key, const std::string& path,
+                                      std::int64_t min, std::int64_t max) {
+    auto it = parent.find(key);
+    if (it == parent.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number_integer()) {
+      fail(path,
+           fmt::format("expected an integer between {} and {}, got {}", min, max, describe(*it)));
+      return std::nullopt;
+    }
+    // Unsigned values above int64 never reach here as signed: check both.
+    if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
+      fail(path,
+           fmt::format("expected an integer between {} and {}, got {}", min, max, it->dump()));
+      return std::nullopt;
+    }
+    const auto value = it->get<std::int64_t>();
+    if (value < min || value > max) {
+      fail(path, fmt::format("expected an integer between {} and {}, got {}", min, max, value));
+      return std::nullopt;
+    }
+    return value;
+  }
+
+  std::vector<std::string> strings(const Json& parent, const char* key, const std::string& path) {
+    std::vector<std::string> out;
+    const Json* list = array(parent, key, path);
+    if (list == nullptr) return out;
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const Json& item = (*list)[i];
+      if (!item.is_string()) {
+        fail(fmt::format("{}[{}]", path, i), "expected a string, got " + describe(item));
+        continue;
+      }
+      out.push_back(item.get<std::string>());
+    }
+    return out;
+  }
+
+  std::map<std::string, std::string> string_map(const Json& parent, const char* key,
+                                                const std::string& path) {
+    std::map<std::string, std::string> out;
+    const Json* map = object(parent, key, path);
+    if (map == nullptr) return out;
+    for (const auto& [name, value] : map->items()) {
+      if (!value.is_string()) {
+        std::string hint = value.is_boolean() || value.is_number()
+                               ? fmt::format(" (quote it: \"{}\")", value.dump())
+                               : "";
+        fail(fmt::format("{}[{}]", path, name), "expected a string, got " + describe(value) + hint);
+        continue;
+      }
+      out.emplace(name, value.get<std::string>());
+    }
+    return out;
+  }
+
+  std::optional<IntOrPercent> int_or_percent(const Json& parent, const char* key,
+                                             const std::string& path) {
+    auto it = parent.find(key);
+    if (it == parent.end() || it->is_null()) return std::nullopt;
+    constexpr std::int64_t kMax = std::numeric_limits<std::int32_t>::max();
+    if (it->is_number_integer()) {
+      if (it->is_number_unsigned()
+              ? it->get<std::uint64_t>() > kMax
+              : (it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > kMax)) {
+        fail(path, fmt::format("expected a count between 0 and {} or a percentage, got {}", kMax,
+                               it->dump()));
+        return std::nullopt;
+      }
+      return IntOrPercent{it->get<std::int64_t>(), false};
+    }
+    if (it->is_string()) {
+      const auto& text = it->get_ref<const std::string&>();
+      std::int64_t value = 0;
+      if (text.size() >= 2 && text.back() == '%') {
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size() - 1, value);
+        if (ec == std::errc() && end == text.data() + text.size() - 1 && value >= 0 &&
+            value <= kMax) {
+          return IntOrPercent{value, true};
+        }
+      }
+    }
+    fail(path, "expected a count (e.g. 1) or a percentage (e.g. \"25%\"), got " + describe(*it));
+    return std::nullopt;
+  }
+
+ private:
+  FieldErrors& errors_;
+};
+
+std::optional<std::int64_t> parse_sleep_seconds(const std::string& text) {
+  std::string_view digits = text;
+  if (!digits.empty() && digits.back() == 's') digits.remove_suffix(1);
+  std::int64_t value = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty() || value < 0) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::string basename(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// exec ["sleep", "N"], ["/bin/sleep", "N"] or ["sh", "-c", "sleep N"]: a wait of known length.
+std::optional<std::int64_t> exec_sleep_seconds(const std::vector<std::string>& command) {
+  if (command.size() == 2 && basename(command[0]) == "sleep") {
+    return parse_sleep_seconds(command[1]);
+  }
+  if (command.size() == 3 && command[1] == "-c") {
+    const std::string shell = basename(command[0]);
+    if (shell == "sh" || shell == "bash" || shell == "ash" || shell == "dash") {
+      const std::string& script = command[2];
+      if (script.rfind("sleep ", 0) == 0) return parse_sleep_seconds(script.substr(6));
+    }
+  }
+  return std::nullopt;
+}
+
+std::string port_text(const Json& handler) {
+  auto it = handler.find("port");
+  if (it == handler.end()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+Probe read_probe(Reader& reader, const Json& container, const char* key, const std::string& path) {
+  Probe probe;
+  const Json* spec = reader.object(container, key, path);
+  if (spec == nullptr) return probe;
+  if (const Json* http = reader.object(*spec, "httpGet", path + ".httpGet")) {
+    probe.kind = Probe::Kind::HttpGet;
+    probe.target = "http:" + port_text(*http) +
+                   reader.string(*http, "path", path + ".httpGet.path").value_or("/");
+  } else if (const Json* tcp = reader.object(*spec, "tcpSocket", path + ".tcpSocket")) {
+    probe.kind = Probe::Kind::TcpSocket;
+    probe.target = "tcp:" + port_text(*tcp);
+  } else if (const Json* grpc = reader.object(*spec, "grpc", path + ".grpc")) {
+    probe.kind = Probe::Kind::Grpc;
+    probe.target = "grpc:" + port_text(*grpc) + "/" +
+                   reader.string(*grpc, "service", path + ".grpc.service").value_or("");
+  } else if (const Json* exec = reader.object(*spec, "exec", path + ".exec")) {
+    probe.kind = Probe::Kind::Exec;
+    probe.target = "exec:";
+    for (const auto& arg : reader.strings(*exec, "command", path + ".exec.command")) {
+      probe.target += arg + " ";
+    }
+  }
+  return probe;
+}
+
+PreStopHook read_pre_stop(Reader& reader, const Json& container, const std::string& path) {
+  PreStopHook hook;
+  const Json* lifecycle = reader.object(container, "lifecycle", path + ".lifecycle");
+  if (lifecycle == nullptr) return hook;
+  const std::string hook_path = path + ".lifecycle.preStop";
+  const Json* pre_stop = reader.object(*lifecycle, "preStop", hook_path);
+  if (pre_stop == nullptr) return hook;
+  if (const Json* sleep = reader.object(*pre_stop, "sleep", hook_path + ".sleep")) {
+    hook.kind = PreStopHook::Kind::Sleep;
+    hook.seconds = reader.integer(*sleep, "seconds", hook_path + ".sleep.seconds", 0,
+                                  std::numeric_limits<std::int64_t>::max());
+    if (!hook.seconds) reader.fail(hook_path + ".sleep.seconds", "required: the sleep duration");
+  } else if (const Json* exec = reader.object(*pre_stop, "exec", hook_path + ".exec")) {
+    auto command = reader.strings(*exec, "command", hook_path + ".exec.command");
+    hook.seconds = exec_sleep_seconds(command);
+    hook.kind = hook.seconds ? PreStopHook::Kind::ExecSleep : PreStopHook::Kind::Exec;
+  } else if (pre_stop->contains("httpGet")) {
+    hook.kind = PreStopHook::Kind::HttpGet;
+  } else if (pre_stop->contains("tcpSocket")) {
+    hook.kind = PreStopHook::Kind::TcpSocket;
+  } else if (!pre_stop->empty()) {
+    reader.fail(hook_path, "expected one of sleep, exec, httpGet or tcpSocket");
+  }
+  return hook;
+}
+
+Container read_container(Reader& reader, const Json& item, const std::string& path) {
+  Container container;
+  if (!item.is_object()) {
+    reader.fail(path, "expected a container (a mapping), got " + describe(item));
+    return container;
+  }
+  container.name = reader.string(item, "name", path + ".name").value_or("");
+  if (container.name.empty() && !item.contains("name")) {
+    reader.fail(path + ".name", "required: every container needs a name");
+  }
+  if (const Json* ports = reader.array(item, "ports", path + ".ports")) {
+    container.has_ports = !ports->empty();
+  }
+  container.command = reader.strings(item, "command", path + ".command");
+  container.args = reader.strings(item, "args", path + ".args");
+  container.pre_stop = read_pre_stop(reader, item, path);
+  container.readiness = read_probe(reader, item, "readinessProbe", path + ".readinessProbe");
+  container.liveness = read_probe(reader, item, "livenessProbe", path + ".livenessProbe");
+  return container;
+}
+
+std::optional<std::chrono::system_clock::time_point> parse_time(const std::string& text) {
+  // RFC 3339 in UTC as written by applied_annotation: 2026-11-30T14:05:00Z.
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c", &year, &month, &day, &hour, &minute,
+                  &second, &tail) != 7 ||
+      tail != 'Z') {
+    return std::nullopt;
+  }
+  using namespace std::chrono;
+  const year_month_day date{std::chrono::year{year},
+                            std::chrono::month{static_cast<unsigned>(month)},
+                            std::chrono::day{static_cast<unsigned>(day)}};
+  if (!date.ok()) return std::nullopt;
+  return sys_days{date} + hours{hour} + minutes{minute} + seconds{second};
+}
+
+// The applied annotation is ours; an unreadable one is treated as absent
+// (then nothing counts as owned, which only makes gracekeeper more careful).
+std::optional<AppliedRecord> parse_applied(const std::string& text) {
+  Json value = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!value.is_object()) return std::nullopt;
+  AppliedRecord record;
+  auto number = [&](const char* key) -> std::optional<double> {
+    auto it = value.find(key);
+    if (it == value.end() || !it->is_number()) return std::nullopt;
+    return it->get<double>();
+  };
+  auto pre_stop = number("preStop");
+  auto grace = number("grace");
+  if (!pre_stop || !grace || *pre_stop < 0 || *grace < 0 || *pre_stop > 1e9 || *grace > 1e12) {
+    return std::nullopt;
+  }
+  record.pre_stop_seconds = static_cast<std::int64_t>(*pre_stop);
+  record.grace_seconds = static_cast<std::int64_t>(*grace);
+  record.propagation_seconds = number("propagation").value_or(0);
+  if (auto it = value.find("graceOwned"); it != value.end() && it->is_boolean()) {
+    record.grace_owned = it->get<bool>();
+  }
+  if (auto it = value.find("policy"); it != value.end() && it->is_string()) {
+    record.policy = it->get<std::string>();
+  }
+  if (auto it = value.find("containers"); it != value.end() && it->is_array()) {
+    for (const auto& name : *it) {
+      if (name.is_string()) record.containers.push_back(name.get<std::string>());
+    }
+  }
+  if (auto it = value.find("time"); it != value.end() && it->is_string()) {
+    record.time = parse_time(it->get<std::string>());
+  }
+  return record;
+}
+
+void mark_owned_hooks(Deployment& deployment) {
+  if (!deployment.applied) return;
+  const auto& record = *deployment.applied;
+  for (auto& container : deployment.containers) {
+    const auto& hook = container.pre_stop;
+    const bool listed = std::find(record.containers.begin(), record.containers.end(),
+                                  container.name) != record.containers.end();
+    const bool sleeps =
+        hook.kind == PreStopHook::Kind::Sleep || hook.kind == PreStopHook::Kind::ExecSleep;
+    container.pre_stop.owned = listed && sleeps && hook.seconds == record.pre_stop_seconds;
+  }
+}
+
+}  // namespace
+
+bool is_deployment(const Json& object) {
+  if (!object.is_object()) return false;
+  auto kind = object.find("kind");
+  auto api_version = object.find("apiVersion");
+  return kind != object.end() && *kind == "Deployment" && api_version != object.end() &&
+         api_version->is_string() && api_version->get<std::string>().starts_with("apps/");
+}
+
+bool opted_in(const Deployment& deployment) {
+  auto it = deployment.annotations.find(kAnnotationEnabled);
+  return it != deployment.annotations.end() && it->second == "true";
+}
+
+std::string key(const Deployment& deployment) {
+  return deployment.namespace_.empty() ? deployment.name
+                                       : deployment.namespace_ + "/" + deployment.name;
+}
+
+std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
+  FieldErrors errors;
+  Reader reader(errors);
+  Deployment out;
+
+  if (!object.is_object()) {
+    return std::unexpected(FieldErrors{{"", "expected a Deployment object (a mapping)"}});
+  }
+  if (const Json* metadata = reader.object(object, "metadata", "metadata")) {
+    out.name = reader.string(*metadata, "name", "metadata.name").value_or("");
+    out.namespace_ = reader.string(*metadata, "namespace", "metadata.namespace").value_or("");
+    out.labels = reader.string_map(*metadata, "labels", "metadata.labels");
+    out.annotations = reader.string_map(*metadata, "annotations", "metadata.annotations");
+  }
+  if (out.name.empty()) {
+    reader.fail("metadata.name", "required: a Deployment needs a name");
+  }
+
+  const Json* spec = reader.object(object, "spec", "spec");
+  if (spec == nullptr) {
+    if (!object.contains("spec")) reader.fail("spec", "required: a Deployment needs a spec");
+    return std::unexpected(std::move(errors));
+  }
+  out.replicas =
+      reader
+          .integer(*spec, "replicas", "spec.replicas", 0, std::numeric_limits<std::int32_t>::max())
+          .value_or(kDefaultReplicas);
+
+  if (const Json* strategy = reader.object(*spec, "strategy", "spec.strategy")) {
+    const auto type =
+        reader.string(*strategy, "type", "spec.strategy.type").value_or("RollingUpdate");
+    if (type == "Recreate") {
+      out.strategy.type = Strategy::Type::Recreate;
+    } else if (type != "RollingUpdate") {
+      reader.fail("spec.strategy.type",
+                  fmt::format("expected RollingUpdate or Recreate, got \"{}\"", type));
+    }
+    if (const Json* rolling =
+            reader.object(*strategy, "rollingUpdate", "spec.strategy.rollingUpdate")) {
+      if (auto surge =
+              reader.int_or_percent(*rolling, "maxSurge", "spec.strategy.rollingUpdate.maxSurge")) {
+        out.strategy.max_surge = *surge;
+      }
+      if (auto unavailable = reader.int_or_percent(*rolling, "maxUnavailable",
+                                                   "spec.strategy.rollingUpdate.maxUnavailable")) {
+        out.strategy.max_unavailable = *unavailable;
+      }
+    }
+  }
+
+  const Json* pod_template = reader.object(*spec, "template", "spec.template");
+  const Json* pod_spec =
+      pod_template ? reader.object(*pod_template, "spec", "spec.template.spec") : nullptr;
+  if (pod_template == nullptr && !spec->contains("template")) {
+    reader.fail("spec.template", "required: a Deployment needs a pod template");
+  } else if (pod_template != nullptr && pod_spec == nullptr && !pod_template->contains("spec")) {
+    reader.fail("spec.template.spec", "required: the pod template needs a spec with containers");
+  }
+  if (pod_template != nullptr) {
+    if (const Json* pod_metadata =
+            reader.object(*pod_template, "metadata", "spec.template.metadata")) {
+      out.pod_labels = reader.string_map(*pod_metadata, "labels", "spec.template.metadata.labels");
+    }
+  }
+  if (pod_spec != nullptr) {
+    if (auto grace = reader.integer(*pod_spec, "terminationGracePeriodSeconds",
+                                    "spec.template.spec.terminationGracePeriodSeconds", 0,
+                                    std::numeric_limits<std::int64_t>::max())) {
+      out.grace_seconds = *grace;
+      out.grace_set = true;
+    }
+    const Json* containers = reader.array(*pod_spec, "containers", "spec.template.spec.containers");
+    if (containers == nullptr || containers->empty()) {
+      if (containers != nullptr || !pod_spec->contains("containers")) {
+        reader.fail("spec.template.spec.containers", "required: at least one container");
+      }
+    } else {
+      for (std::size_t i = 0; i < containers->size(); ++i) {
+        out.containers.push_back(read_container(
+            reader, (*containers)[i], fmt::format("spec.template.spec.containers[{}]", i)));
+      }
+    }
+  }
+
+  if (!errors.empty()) return std::unexpected(std::move(errors));
+  if (auto it = out.annotations.find(kAnnotationApplied); it != out.annotations.end()) {
+    out.applied = parse_applied(it->second);
+  }
+  mark_owned_hooks(out);
+  return out;
+}
+
+}  // namespace gracekeeper::budget

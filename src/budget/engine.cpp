@@ -1,0 +1,438 @@
+#include "gracekeeper/budget/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <set>
+
+namespace gracekeeper::budget {
+namespace {
+
+constexpr std::int64_t kMaxDrainAnnotation = 86400;
+// Far above any sane wait, far below int64 overflow when added to the other terms.
+constexpr double kUnclampedCap = 1e9;
+
+std::string seconds(std::int64_t value) {
+  return fmt::format("{}s", value);
+}
+
+std::string annotation_path(const char* annotation) {
+  return fmt::format("metadata.annotations[{}]", annotation);
+}
+
+std::string trim(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return "";
+  const auto last = text.find_last_not_of(" \t");
+  return std::string(text.substr(first, last - first + 1));
+}
+
+// What the annotations ask for, or errors naming the annotation and its value.
+struct Overrides {
+  std::optional<std::int64_t> drain_seconds;
+  std::vector<std::size_t> targets;  // indices into Deployment::containers
+};
+
+Overrides read_overrides(const Deployment& deployment, FieldErrors& errors) {
+  Overrides out;
+  if (auto it = deployment.annotations.find(kAnnotationDrainSeconds);
+      it != deployment.annotations.end()) {
+    const std::string& text = it->second;
+    std::int64_t value = -1;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || value < 0 ||
+        value > kMaxDrainAnnotation) {
+      errors.push_back({annotation_path(kAnnotationDrainSeconds),
+                        fmt::format("expected a whole number of seconds from 0 to {}, got \"{}\"",
+                                    kMaxDrainAnnotation, text)});
+    } else {
+      out.drain_seconds = value;
+    }
+  }
+
+  if (auto it = deployment.annotations.find(kAnnotationContainers);
+      it != deployment.annotations.end()) {
+    std::string_view rest = it->second;
+    std::set<std::size_t> chosen;
+    while (true) {
+      const auto comma = rest.find(',');
+      const std::string name = trim(rest.substr(0, comma));
+      auto found = std::find_if(deployment.containers.begin(), deployment.containers.end(),
+                                [&](const Container& c) { return c.name == name; });
+      if (found == deployment.containers.end()) {
+        std::string known;
+        for (const auto& c : deployment.containers) known += (known.empty() ? "" : ", ") + c.name;
+        errors.push_back({annotation_path(kAnnotationContainers),
+                          fmt::format("no container named \"{}\" in \"{}\" (containers: {})", name,
+                                      it->second, known)});
+      } else {
+        chosen.insert(static_cast<std::size_t>(found - deployment.containers.begin()));
+      }
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    out.targets.assign(chosen.begin(), chosen.end());
+    return out;
+  }
+
+  // Default: every container that declares a port, else all of them.
+  for (std::size_t i = 0; i < deployment.containers.size(); ++i) {
+    if (deployment.containers[i].has_ports) out.targets.push_back(i);
+  }
+  if (out.targets.empty()) {
+    for (std::size_t i = 0; i < deployment.containers.size(); ++i) out.targets.push_back(i);
+  }
+  return out;
+}
+
+std::string describe(const PreStopHook& hook) {
+  switch (hook.kind) {
+    case PreStopHook::Kind::None:
+      return "none";
+    case PreStopHook::Kind::Sleep:
+      return fmt::format("sleep {}s", hook.seconds.value_or(0));
+    case PreStopHook::Kind::ExecSleep:
+      return fmt::format("exec sleep {}", hook.seconds.value_or(0));
+    case PreStopHook::Kind::Exec:
+      return "exec";
+    case PreStopHook::Kind::HttpGet:
+      return "httpGet";
+    case PreStopHook::Kind::TcpSocket:
+      return "tcpSocket";
+  }
+  return "unknown";
+}
+
+std::string describe(const Strategy& strategy) {
+  if (strategy.type == Strategy::Type::Recreate) return "Recreate";
+  return fmt::format("RollingUpdate maxSurge={} maxUnavailable={}", strategy.max_surge.to_string(),
+                     strategy.max_unavailable.to_string());
+}
+
+// The wait a container's current hook gives, as the budget counts it: a
+// user hook of unknown length counts as the computed preStop (API.md).
+std::int64_t counted_wait(const PreStopHook& hook, std::int64_t budget_pre_stop) {
+  if (hook.kind == PreStopHook::Kind::None) return 0;
+  if (hook.seconds) return *hook.seconds;
+  return budget_pre_stop;
+}
+
+bool is_shell(const std::string& program) {
+  const auto slash = program.rfind('/');
+  const std::string name = slash == std::string::npos ? program : program.substr(slash + 1);
+  return name == "sh" || name == "bash" || name == "ash" || name == "dash" || name == "zsh";
+}
+
+// `sh -c "java -jar app.jar"`: the shell is PID 1 and does not forward SIGTERM.
+// Scripts that end in `exec ...` replace the shell and are fine.
+bool shell_form_without_exec(const Container& container) {
+  std::vector<std::string> argv = container.command;
+  argv.insert(argv.end(), container.args.begin(), container.args.end());
+  if (argv.size() < 3 || !is_shell(argv[0]) || argv[1] != "-c") return false;
+  const std::string& script = argv[2];
+  return script.rfind("exec ", 0) != 0 && script.find("; exec ") == std::string::npos &&
+         script.find("&& exec ") == std::string::npos &&
+         script.find("\nexec ") == std::string::npos;
+}
+
+class Planner {
+ public:
+  Planner(const Deployment& deployment, const Context& context)
+      : d_(deployment), ctx_(context), policy_(*context.policy) {}
+
+  Plan run() {
+    Overrides overrides = read_overrides(d_, plan_.invalid);
+    plan_.grace_seconds = d_.grace_seconds;
+    plan_.strategy = d_.strategy;
+    if (!plan_.invalid.empty()) {
+      for (const auto& error : plan_.invalid) {
+        add("InvalidAnnotation", Severity::Error, "",
+            error.format() + "; the Deployment is left as it is");
+      }
+      return std::move(plan_);
+    }
+    targets_ = std::move(overrides.targets);
+    plan_.budget = compute_budget(policy_, ctx_.propagation_seconds,
+                                  overrides.drain_seconds.value_or(policy_.drain_seconds));
+    check_current_state();
+    plan_containers();
+    plan_grace();
+    plan_strategy();
+    apply_churn_control();
+    return std::move(plan_);
+  }
+
+ private:
+  void add(std::string code, Severity severity, std::string container, std::string message) {
+    plan_.findings.push_back({std::move(code), severity, std::move(container), std::move(message)});
+  }
+
+  bool is_target(std::size_t index) const {
+    return std::find(targets_.begin(), targets_.end(), index) != targets_.end();
+  }
+
+  bool serving(const Container& container) const {
+    if (ctx_.behind_service) return *ctx_.behind_service;
+    return container.has_ports;
+  }
+
+  // Findings about the Deployment as it is now.
+  void check_current_state() {
+    const Budget& b = plan_.budget;
+    std::int64_t current_wait = 0;
+    for (std::size_t i = 0; i < d_.containers.size(); ++i) {
+      const Container& c = d_.containers[i];
+      if (!is_target(i)) continue;
+      const std::int64_t wait = counted_wait(c.pre_stop, b.pre_stop_seconds);
+      current_wait = std::max(current_wait, wait);
+      if (c.pre_stop.kind == PreStopHook::Kind::None) {
+        if (serving(c)) {
+          add("NoPreStopWait", Severity::Error, c.name,
+              fmt::format("no preStop wait: the app can close its port while endpoints still "
+                          "route to it; needs a wait of {}s",
+                          b.pre_stop_seconds));
+          plan_.budget_broken = true;
+        }
+      } else if (c.pre_stop.seconds && *c.pre_stop.seconds < b.pre_stop_seconds) {
+        add("PreStopTooShort", Severity::Warning, c.name,
+            fmt::format("preStop waits {}s, less than the {}s endpoint propagation needs",
+                        *c.pre_stop.seconds, b.pre_stop_seconds));
+        if (c.pre_stop.owned) plan_.budget_broken = true;
+      }
+      if (c.pre_stop.kind == PreStopHook::Kind::ExecSleep && ctx_.capabilities.native_sleep) {
+        add("ExecSleepNeedsBinary", Severity::Warning, c.name,
+            "preStop runs the sleep binary (absent from distroless images) where the API server "
+            "offers the native sleep action");
+      }
+    }
+    const std::int64_t needed =
+        current_wait + b.drain_seconds + b.sidecar_drain_seconds + b.reserve_seconds;
+    if (needed > d_.grace_seconds) {
+      add("BudgetExceeded", Severity::Error, "",
+          fmt::format("preStop {}s + drain {}s + sidecars {}s + reserve {}s = {}s > "
+                      "terminationGracePeriodSeconds {}s{}: SIGKILL cuts requests off mid-drain",
+                      current_wait, b.drain_seconds, b.sidecar_drain_seconds, b.reserve_seconds,
+                      needed, d_.grace_seconds, d_.grace_set ? "" : " (the default)"));
+      plan_.budget_broken = true;
+    }
+    if (b.clamped) {
+      add("BudgetClamped", Severity::Warning, "",
+          fmt::format("measured propagation needs a {}s wait but preStop.maxSeconds is {}s: "
+                      "endpoint propagation in this cluster is slower than the policy allows",
+                      b.unclamped_pre_stop_seconds, b.pre_stop_seconds));
+    }
+    check_strategy();
+    check_containers();
+    if (ctx_.behind_service && !*ctx_.behind_service) {
+      add("NotBehindService", Severity::Info, "",
+          "no Service selects these pods: graceful shutdown matters, a preStop wait does not");
+    }
+  }
+
+  void check_strategy() {
+    const Strategy& s = d_.strategy;
+    if (s.type == Strategy::Type::Recreate) {
+      add("RecreateStrategy", Severity::Warning, "",
+          "Recreate stops every pod before starting new ones: all capacity is gone during a "
+          "rollout (reported, not converted)");
+    } else if (!s.max_unavailable.is_zero()) {
+      add("CapacityDropOnRollout", Severity::Error, "",
+          fmt::format("RollingUpdate with maxUnavailable {} ({} of {} replicas now) removes "
+                      "serving pods before replacements are ready; use maxUnavailable 0",
+                      s.max_unavailable.to_string(),
+                      s.max_unavailable.resolve(d_.replicas, /*round_up=*/false), d_.replicas));
+      plan_.budget_broken = true;
+    }
+    if (d_.replicas == 1) {
+      const bool surges = s.type == Strategy::Type::RollingUpdate &&
+                          s.max_surge.resolve(d_.replicas, /*round_up=*/true) >= 1;
+      add("SingleReplica", Severity::Info, "",
+          surges ? "one replica: each rollout and node drain leaves a single target"
+                 : "one replica: a rollout briefly has no ready target unless maxSurge >= 1");
+    }
+  }
+
+  void check_containers() {
+    for (const Container& c : d_.containers) {
+      if (shell_form_without_exec(c)) {
+        add("ShellFormEntrypoint", Severity::Warning, c.name,
+            "command runs a shell with -c and no exec: the shell is PID 1 and SIGTERM never "
+            "reaches the app; end the script with `exec ...`");
+      }
+      if (c.readiness.kind == Probe::Kind::TcpSocket) {
+        add("TCPReadinessProbe", Severity::Warning, c.name,
+            "readiness by tcpSocket cannot report draining: the port stays open until exit");
+      }
+      if (c.readiness.kind != Probe::Kind::None && c.liveness.kind != Probe::Kind::None &&
+          c.readiness.target == c.liveness.target) {
+        add("SameLivenessReadiness", Severity::Warning, c.name,
+            fmt::format("liveness and readiness probe the same endpoint ({}): a dependency outage "
+                        "becomes a restart storm",
+                        c.readiness.target));
+      }
+      if (c.has_ports && c.readiness.kind == Probe::Kind::None) {
+        add("NoReadinessProbe", Severity::Warning, c.name,
+            "serving container without a readiness probe: traffic arrives before it is ready");
+      }
+    }
+  }
+
+  // The preStop each target container should have.
+  void plan_containers() {
+    const Budget& b = plan_.budget;
+    const bool native =
+        policy_.pre_stop.action == PreStopAction::Sleep ||
+        (policy_.pre_stop.action == PreStopAction::Auto && ctx_.capabilities.native_sleep);
+    const auto set_action =
+        native ? ContainerPlan::Action::SetSleep : ContainerPlan::Action::SetExecSleep;
+    const auto desired_kind = native ? PreStopHook::Kind::Sleep : PreStopHook::Kind::ExecSleep;
+    const std::int64_t threshold = policy_.changes.decrease_threshold_seconds;
+
+    for (std::size_t i = 0; i < d_.containers.size(); ++i) {
+      if (!is_target(i)) continue;
+      const Container& c = d_.containers[i];
+      ContainerPlan cp{c.name, ContainerPlan::Action::Keep, b.pre_stop_seconds, false};
+      const PreStopHook& hook = c.pre_stop;
+      const bool user_hook = hook.kind != PreStopHook::Kind::None && !hook.owned;
+
+      if (hook.kind == PreStopHook::Kind::None && ctx_.behind_service == false) {
+        cp.pre_stop_seconds = 0;  // nothing routes to these pods: no wait to add
+      } else if (user_hook && policy_.pre_stop.existing == ExistingHook::Keep) {
+        cp.pre_stop_seconds = counted_wait(hook, b.pre_stop_seconds);
+        cp.user_hook_kept = true;
+        add("ExistingPreStopKept", Severity::Info, c.name,
+            hook.seconds ? fmt::format("the preStop hook ({}) was written by hand and is kept",
+                                       describe(hook))
+                         : fmt::format("the preStop hook ({}) was written by hand and is kept; its "
+                                       "duration is unknown, so the budget counts it as {}s",
+                                       describe(hook), b.pre_stop_seconds));
+      } else if (hook.owned && hook.kind == desired_kind && hook.seconds &&
+                 *hook.seconds >= b.pre_stop_seconds &&
+                 *hook.seconds - b.pre_stop_seconds < std::max<std::int64_t>(threshold, 1)) {
+        // Ours and long enough; lowering by less than the threshold is not worth a restart.
+        cp.pre_stop_seconds = *hook.seconds;
+        cp.gracekeeper_hook = true;
+      } else {
+        cp.action = set_action;
+        cp.gracekeeper_hook = true;
+        plan_.changes.push_back({fmt::format("containers[{}].preStop", c.name), describe(hook),
+                                 describe(PreStopHook{desired_kind, b.pre_stop_seconds, true})});
+      }
+      plan_.containers.push_back(std::move(cp));
+    }
+  }
+
+  void plan_grace() {
+    const Budget& b = plan_.budget;
+    std::int64_t wait = 0;
+    for (const auto& cp : plan_.containers) wait = std::max(wait, cp.pre_stop_seconds);
+    const std::int64_t required =
+        wait + b.drain_seconds + b.sidecar_drain_seconds + b.reserve_seconds;
+    const bool ours = d_.applied && d_.applied->grace_owned &&
+                      d_.applied->grace_seconds == d_.grace_seconds && d_.grace_set;
+    const std::int64_t threshold = policy_.changes.decrease_threshold_seconds;
+
+    std::int64_t desired = d_.grace_seconds;
+    if (d_.grace_seconds < required) {
+      desired = required;
+    } else if (ours && d_.grace_seconds - required >= std::max<std::int64_t>(threshold, 1)) {
+      desired = required;  // our own earlier value, now larger than needed
+    }
+    if (desired != d_.grace_seconds || (!d_.grace_set && !plan_.changes.empty())) {
+      plan_.changes.push_back({"terminationGracePeriodSeconds",
+                               seconds(d_.grace_seconds) + (d_.grace_set ? "" : " (default)"),
+                               seconds(desired)});
+    }
+    plan_.grace_seconds = desired;
+    plan_.grace_owned = desired != d_.grace_seconds || ours;
+  }
+
+  void plan_strategy() {
+    if (!policy_.rollout.manage || d_.strategy.type == Strategy::Type::Recreate) return;
+    plan_.manage_strategy = true;
+    const Strategy& s = d_.strategy;
+    const bool keeps_capacity =
+        s.max_unavailable.is_zero() && s.max_surge.resolve(d_.replicas, /*round_up=*/true) >= 1;
+    if (keeps_capacity) return;
+    Strategy desired{Strategy::Type::RollingUpdate, policy_.rollout.max_surge,
+                     IntOrPercent{0, false}};
+    plan_.changes.push_back({"strategy", describe(s), describe(desired)});
+    plan_.strategy = desired;
+  }
+
+  // At most one template change per minIntervalSeconds, unless the budget is broken.
+  void apply_churn_control() {
+    if (plan_.changes.empty() || plan_.budget_broken || !ctx_.now || !d_.applied ||
+        !d_.applied->time) {
+      return;
+    }
+    const auto since = *ctx_.now - *d_.applied->time;
+    if (since >= std::chrono::seconds(policy_.changes.min_interval_seconds)) return;
+    plan_.deferred = true;
+    plan_.changes.clear();
+    plan_.grace_seconds = d_.grace_seconds;
+    plan_.grace_owned = d_.applied && d_.applied->grace_owned;
+    plan_.strategy = d_.strategy;
+    for (auto& cp : plan_.containers) cp.action = ContainerPlan::Action::Keep;
+  }
+
+  const Deployment& d_;
+  const Context& ctx_;
+  const PolicySpec& policy_;
+  std::vector<std::size_t> targets_;
+  Plan plan_;
+};
+
+}  // namespace
+
+std::string to_string(Severity severity) {
+  switch (severity) {
+    case Severity::Info:
+      return "info";
+    case Severity::Warning:
+      return "warning";
+    case Severity::Error:
+      return "error";
+  }
+  return "unknown";
+}
+
+Budget compute_budget(const PolicySpec& policy, double propagation_seconds,
+                      std::int64_t drain_seconds) {
+  Budget b;
+  // A source that produced nonsense must never shorten the wait.
+  if (std::isnan(propagation_seconds) || propagation_seconds < 0) {
+    propagation_seconds = policy.propagation.static_seconds;
+  }
+  b.propagation_seconds = propagation_seconds;
+  if (const auto& lb = policy.propagation.external_load_balancer) {
+    b.lb_delay_seconds =
+        static_cast<std::int64_t>(lb->health_check_interval_seconds) * lb->unhealthy_threshold;
+  }
+  // The epsilon keeps 1.1 * 10 = 11.000000000000002 from becoming 12.
+  double raw = std::ceil(policy.propagation.safety_factor * propagation_seconds +
+                         static_cast<double>(b.lb_delay_seconds) - 1e-9);
+  raw = std::min(std::max(raw, 0.0), kUnclampedCap);
+  b.unclamped_pre_stop_seconds = static_cast<std::int64_t>(raw);
+  b.pre_stop_seconds = std::clamp<std::int64_t>(
+      b.unclamped_pre_stop_seconds, policy.pre_stop.min_seconds, policy.pre_stop.max_seconds);
+  b.clamped = b.unclamped_pre_stop_seconds > policy.pre_stop.max_seconds;
+  b.drain_seconds = drain_seconds;
+  b.sidecar_drain_seconds = policy.sidecar_drain_seconds;
+  b.reserve_seconds = policy.reserve_seconds;
+  b.grace_seconds =
+      b.pre_stop_seconds + b.drain_seconds + b.sidecar_drain_seconds + b.reserve_seconds;
+  return b;
+}
+
+Plan plan(const Deployment& deployment, const Context& context) {
+  return Planner(deployment, context).run();
+}
+
+std::vector<Finding> check(const Deployment& deployment, const Context& context) {
+  return plan(deployment, context).findings;
+}
+
+}  // namespace gracekeeper::budget

@@ -1,0 +1,421 @@
+#include "gracekeeper/budget/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "gracekeeper/budget/apply.h"
+
+namespace gracekeeper::budget {
+namespace {
+
+// The articles' Deployment: 3 replicas, grace 30, no preStop, default rolling update.
+Json article_deployment() {
+  return Json::parse(R"({
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "checkout", "namespace": "shop-prod",
+                 "annotations": {"gracekeeper.dev/enabled": "true",
+                                 "gracekeeper.dev/drain-seconds": "30"}},
+    "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "checkout"}},
+      "template": {"metadata": {"labels": {"app": "checkout"}},
+        "spec": {"terminationGracePeriodSeconds": 30,
+          "containers": [{"name": "checkout", "image": "checkout:1.4.2",
+            "ports": [{"containerPort": 8080}],
+            "readinessProbe": {"httpGet": {"path": "/actuator/health/readiness", "port": 8080}},
+            "livenessProbe": {"httpGet": {"path": "/actuator/health/liveness", "port": 8080}}}]}}}})");
+}
+
+Deployment project(const Json& object) {
+  auto d = project_deployment(object);
+  EXPECT_TRUE(d.has_value()) << (d ? "" : d.error().front().format());
+  return d ? *d : Deployment{};
+}
+
+Context context_for(const PolicySpec& policy, double propagation) {
+  Context ctx;
+  ctx.policy = &policy;
+  ctx.policy_name = "shop-prod/default";
+  ctx.propagation_seconds = propagation;
+  return ctx;
+}
+
+std::vector<std::string> codes(const std::vector<Finding>& findings, Severity severity) {
+  std::vector<std::string> out;
+  for (const auto& f : findings) {
+    if (f.severity == severity) out.push_back(f.code);
+  }
+  return out;
+}
+
+bool has(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+const auto kTime = std::chrono::sys_days{std::chrono::year{2026} / 11 / 30};
+
+TEST(ComputeBudget, FollowsTheFormula) {
+  PolicySpec policy;  // safety 1.5, min 5, max 60, reserve 10
+  auto b = compute_budget(policy, 4.0, 30);
+  EXPECT_EQ(b.pre_stop_seconds, 6);
+  EXPECT_EQ(b.grace_seconds, 6 + 30 + 0 + 10);
+  EXPECT_FALSE(b.clamped);
+}
+
+TEST(ComputeBudget, AddsLoadBalancerDelayAndClamps) {
+  PolicySpec policy;
+  policy.propagation.external_load_balancer = ExternalLoadBalancer{10, 2};
+  auto b = compute_budget(policy, 2.0, 30);
+  EXPECT_EQ(b.lb_delay_seconds, 20);
+  EXPECT_EQ(b.pre_stop_seconds, 23);
+  b = compute_budget(policy, 40.0, 30);
+  EXPECT_EQ(b.unclamped_pre_stop_seconds, 80);
+  EXPECT_EQ(b.pre_stop_seconds, 60);
+  EXPECT_TRUE(b.clamped);
+}
+
+TEST(ComputeBudget, RaisesToMinimumAndAvoidsFloatingPointCreep) {
+  PolicySpec policy;
+  EXPECT_EQ(compute_budget(policy, 0.5, 0).pre_stop_seconds, 5);
+  policy.propagation.safety_factor = 1.1;
+  policy.pre_stop.min_seconds = 0;
+  EXPECT_EQ(compute_budget(policy, 10.0, 0).pre_stop_seconds, 11);  // not 12
+}
+
+TEST(ComputeBudget, NonsensePropagationFallsBackToStaticNeverShorter) {
+  PolicySpec policy;
+  policy.propagation.static_seconds = 10;
+  EXPECT_EQ(compute_budget(policy, std::nan(""), 0).pre_stop_seconds, 15);
+  EXPECT_EQ(compute_budget(policy, -3, 0).pre_stop_seconds, 15);
+  auto huge = compute_budget(policy, 1e308, 0);
+  EXPECT_EQ(huge.pre_stop_seconds, 60);
+  EXPECT_TRUE(huge.clamped);
+  auto inf = compute_budget(policy, INFINITY, 0);
+  EXPECT_EQ(inf.pre_stop_seconds, 60);
+}
+
+TEST(Plan, ArticleSituationIsReportedAndFixed) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  auto d = project(article_deployment());
+  auto result = plan(d, ctx);
+  auto errors = codes(result.findings, Severity::Error);
+  EXPECT_TRUE(has(errors, "BudgetExceeded"));
+  EXPECT_TRUE(has(errors, "NoPreStopWait"));
+  EXPECT_TRUE(has(errors, "CapacityDropOnRollout"));
+  EXPECT_TRUE(result.budget_broken);
+
+  ASSERT_EQ(result.containers.size(), 1u);
+  EXPECT_EQ(result.containers[0].action, ContainerPlan::Action::SetSleep);
+  EXPECT_EQ(result.containers[0].pre_stop_seconds, 15);
+  EXPECT_EQ(result.grace_seconds, 15 + 30 + 10);
+  EXPECT_EQ(result.strategy.max_unavailable, (IntOrPercent{0, false}));
+  EXPECT_EQ(result.strategy.max_surge, (IntOrPercent{1, false}));
+
+  Json object = article_deployment();
+  apply_plan(object, result, ctx.policy_name, kTime);
+  auto& container = object["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(container["lifecycle"]["preStop"]["sleep"]["seconds"], 15);
+  EXPECT_EQ(object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 55);
+  EXPECT_EQ(object["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+
+  // The planned object passes, and planning again changes nothing.
+  auto again = plan(project(object), ctx);
+  EXPECT_TRUE(codes(again.findings, Severity::Error).empty());
+  EXPECT_FALSE(again.changed());
+}
+
+TEST(Plan, ExecSleepWithoutNativeSleepAction) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  ctx.capabilities.native_sleep = false;
+  auto result = plan(project(article_deployment()), ctx);
+  EXPECT_EQ(result.containers[0].action, ContainerPlan::Action::SetExecSleep);
+  Json object = article_deployment();
+  apply_plan(object, result, ctx.policy_name, kTime);
+  EXPECT_EQ(object["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"],
+            Json::parse(R"({"exec": {"command": ["sleep", "15"]}})"));
+}
+
+TEST(Plan, ExecSleepOnNativeServerIsReported) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["containers"][0]["lifecycle"] =
+      Json::parse(R"({"preStop": {"exec": {"command": ["/bin/sleep", "20"]}}})");
+  auto result = plan(project(object), ctx);
+  EXPECT_TRUE(has(codes(result.findings, Severity::Warning), "ExecSleepNeedsBinary"));
+  EXPECT_TRUE(has(codes(result.findings, Severity::Info), "ExistingPreStopKept"));
+  EXPECT_EQ(result.containers[0].pre_stop_seconds, 20);
+  EXPECT_EQ(result.grace_seconds, 20 + 30 + 10);  // the user's longer wait is budgeted
+}
+
+TEST(Plan, UserHookOfUnknownLengthIsKeptAndCountedAsPreStop) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["containers"][0]["lifecycle"] =
+      Json::parse(R"({"preStop": {"httpGet": {"path": "/drain", "port": 8080}}})");
+  auto result = plan(project(object), ctx);
+  EXPECT_EQ(result.containers[0].action, ContainerPlan::Action::Keep);
+  EXPECT_TRUE(result.containers[0].user_hook_kept);
+  EXPECT_EQ(result.grace_seconds, 55);
+  apply_plan(object, result, ctx.policy_name, kTime);
+  EXPECT_TRUE(object["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"].contains(
+      "httpGet"));
+
+  policy.pre_stop.existing = ExistingHook::Replace;
+  auto replaced = plan(project(object), ctx);
+  EXPECT_EQ(replaced.containers[0].action, ContainerPlan::Action::SetSleep);
+}
+
+TEST(Plan, LargerUserGraceIsKept) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 300;
+  auto result = plan(project(object), ctx);
+  EXPECT_EQ(result.grace_seconds, 300);
+  EXPECT_FALSE(has(codes(result.findings, Severity::Error), "BudgetExceeded"));
+}
+
+TEST(Plan, RecreateIsReportedNotConverted) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["strategy"] = Json::parse(R"({"type": "Recreate"})");
+  auto result = plan(project(object), ctx);
+  EXPECT_TRUE(has(codes(result.findings, Severity::Warning), "RecreateStrategy"));
+  EXPECT_FALSE(result.manage_strategy);
+  apply_plan(object, result, ctx.policy_name, kTime);
+  EXPECT_EQ(object["spec"]["strategy"], Json::parse(R"({"type": "Recreate"})"));
+}
+
+TEST(Plan, InvalidAnnotationsLeaveTheDeploymentAsItWas) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  for (auto [annotation, value, expected] :
+       {std::tuple{"gracekeeper.dev/drain-seconds", "30s", "got \"30s\""},
+        std::tuple{"gracekeeper.dev/drain-seconds", "-1", "got \"-1\""},
+        std::tuple{"gracekeeper.dev/drain-seconds", "99999999999999999999", "from 0 to 86400"},
+        std::tuple{"gracekeeper.dev/containers", "checkout,sidecar",
+                   "no container named \"sidecar\""}}) {
+    Json object = article_deployment();
+    object["metadata"]["annotations"][annotation] = value;
+    auto result = plan(project(object), ctx);
+    EXPECT_FALSE(result.changed()) << annotation << "=" << value;
+    ASSERT_EQ(result.invalid.size(), 1u);
+    EXPECT_NE(result.invalid[0].path.find(annotation), std::string::npos);
+    EXPECT_NE(result.invalid[0].message.find(expected), std::string::npos)
+        << result.invalid[0].message;
+    EXPECT_TRUE(has(codes(result.findings, Severity::Error), "InvalidAnnotation"));
+  }
+}
+
+TEST(Plan, ContainersAnnotationChoosesTargets) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["containers"].push_back(
+      Json::parse(R"({"name": "envoy", "image": "envoy", "ports": [{"containerPort": 9901}]})"));
+  auto both = plan(project(object), ctx);
+  EXPECT_EQ(both.containers.size(), 2u);
+  object["metadata"]["annotations"]["gracekeeper.dev/containers"] = " checkout ";
+  auto one = plan(project(object), ctx);
+  ASSERT_EQ(one.containers.size(), 1u);
+  EXPECT_EQ(one.containers[0].name, "checkout");
+}
+
+TEST(Plan, ProbeAndEntrypointChecks) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  auto& c = object["spec"]["template"]["spec"]["containers"][0];
+  c["command"] = Json::parse(R"(["sh", "-c", "java -jar /app.jar"])");
+  c["readinessProbe"] = Json::parse(R"({"tcpSocket": {"port": 8080}})");
+  c["livenessProbe"] = Json::parse(R"({"tcpSocket": {"port": 8080}})");
+  object["spec"]["replicas"] = 1;
+  auto result = plan(project(object), ctx);
+  auto warnings = codes(result.findings, Severity::Warning);
+  EXPECT_TRUE(has(warnings, "ShellFormEntrypoint"));
+  EXPECT_TRUE(has(warnings, "TCPReadinessProbe"));
+  EXPECT_TRUE(has(warnings, "SameLivenessReadiness"));
+  EXPECT_TRUE(has(codes(result.findings, Severity::Info), "SingleReplica"));
+
+  c["command"] = Json::parse(R"(["sh", "-c", "exec java -jar /app.jar"])");
+  c.erase("readinessProbe");
+  auto fixed = plan(project(object), ctx);
+  warnings = codes(fixed.findings, Severity::Warning);
+  EXPECT_FALSE(has(warnings, "ShellFormEntrypoint"));
+  EXPECT_TRUE(has(warnings, "NoReadinessProbe"));
+}
+
+TEST(Plan, NotBehindServiceNeedsNoWait) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  ctx.behind_service = false;
+  auto result = plan(project(article_deployment()), ctx);
+  EXPECT_TRUE(has(codes(result.findings, Severity::Info), "NotBehindService"));
+  EXPECT_FALSE(has(codes(result.findings, Severity::Error), "NoPreStopWait"));
+  EXPECT_EQ(result.containers[0].action, ContainerPlan::Action::Keep);
+}
+
+TEST(Plan, SmallDecreaseIsNotWorthARestartButALargeOneIs) {
+  PolicySpec policy;  // decreaseThresholdSeconds 2
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  apply_plan(object, plan(project(object), ctx), ctx.policy_name, kTime);  // wait 15
+
+  ctx.propagation_seconds = 9.0;  // 13.5 -> 14: only 1 s lower
+  EXPECT_FALSE(plan(project(object), ctx).changed());
+  ctx.propagation_seconds = 6.0;  // 9: 6 s lower
+  auto lower = plan(project(object), ctx);
+  ASSERT_TRUE(lower.changed());
+  EXPECT_EQ(lower.containers[0].pre_stop_seconds, 9);
+  EXPECT_EQ(lower.grace_seconds, 9 + 30 + 10);  // our own grace follows it down
+  ctx.propagation_seconds = 11.0;               // 17: longer, always applied
+  EXPECT_EQ(plan(project(object), ctx).containers[0].pre_stop_seconds, 17);
+}
+
+TEST(Plan, ChurnControlDefersChangesButNeverARepair) {
+  PolicySpec policy;  // minIntervalSeconds 3600
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  apply_plan(object, plan(project(object), ctx), ctx.policy_name, kTime);
+
+  ctx.now = kTime + std::chrono::minutes(10);
+  ctx.propagation_seconds = 4.0;  // a lower wait would be nice, but not within the hour
+  auto deferred = plan(project(object), ctx);
+  EXPECT_TRUE(deferred.deferred);
+  EXPECT_FALSE(deferred.changed());
+
+  ctx.now = kTime + std::chrono::minutes(61);
+  EXPECT_TRUE(plan(project(object), ctx).changed());
+
+  ctx.now = kTime + std::chrono::minutes(10);
+  ctx.propagation_seconds = 20.0;  // the wait is now too short: repair at once
+  auto repair = plan(project(object), ctx);
+  EXPECT_TRUE(repair.budget_broken);
+  EXPECT_TRUE(repair.changed());
+}
+
+TEST(Plan, PercentMaxSurgeIsWrittenAsString) {
+  PolicySpec policy;
+  policy.rollout.max_surge = IntOrPercent{25, true};
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  apply_plan(object, plan(project(object), ctx), ctx.policy_name, kTime);
+  EXPECT_EQ(object["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+}
+
+// Property tests: random Deployments and policies; the invariants of API.md hold for every one.
+struct Generated {
+  PolicySpec policy;
+  Json object;
+  double propagation = 0;
+  bool native = true;
+};
+
+Generated generate(std::mt19937_64& rng) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Generated g;
+  g.policy.pre_stop.min_seconds = pick(0, 30);
+  g.policy.pre_stop.max_seconds = pick(std::max(1, g.policy.pre_stop.min_seconds), 120);
+  g.policy.propagation.safety_factor = 1.0 + pick(0, 90) / 10.0;
+  g.policy.drain_seconds = pick(0, 120);
+  g.policy.sidecar_drain_seconds = pick(0, 20);
+  g.policy.reserve_seconds = pick(0, 30);
+  g.policy.pre_stop.existing = pick(0, 1) ? ExistingHook::Keep : ExistingHook::Replace;
+  g.policy.pre_stop.action = static_cast<PreStopAction>(pick(0, 2));
+  g.policy.changes.decrease_threshold_seconds = pick(0, 10);
+  if (pick(0, 3) == 0)
+    g.policy.propagation.external_load_balancer = ExternalLoadBalancer{pick(1, 30), pick(1, 5)};
+  g.propagation = pick(0, 1) ? pick(0, 200) / 10.0 : pick(0, 100000) / 100.0;
+  g.native = pick(0, 1);
+
+  g.object = article_deployment();
+  auto& pod = g.object["spec"]["template"]["spec"];
+  if (pick(0, 4) == 0) {
+    pod.erase("terminationGracePeriodSeconds");
+  } else {
+    pod["terminationGracePeriodSeconds"] = pick(0, 400);
+  }
+  if (pick(0, 2) == 0) g.object["metadata"]["annotations"].erase("gracekeeper.dev/drain-seconds");
+  const int extra = pick(0, 2);
+  for (int i = 0; i < extra; ++i) {
+    Json c = pod["containers"][0];
+    c["name"] = "c" + std::to_string(i);
+    if (pick(0, 1)) c.erase("ports");
+    pod["containers"].push_back(c);
+  }
+  for (auto& c : pod["containers"]) {
+    switch (pick(0, 5)) {
+      case 0:
+        c["lifecycle"] = {{"preStop", {{"sleep", {{"seconds", pick(0, 90)}}}}}};
+        break;
+      case 1:
+        c["lifecycle"] = {
+            {"preStop", {{"exec", {{"command", {"sleep", std::to_string(pick(0, 90))}}}}}}};
+        break;
+      case 2:
+        c["lifecycle"] = {{"preStop", {{"exec", {{"command", {"/drain.sh"}}}}}}};
+        break;
+      default:
+        break;
+    }
+  }
+  return g;
+}
+
+TEST(PlanProperties, BudgetInvariantsHoldForGeneratedInputs) {
+  std::mt19937_64 rng(20261130);
+  for (int i = 0; i < 5000; ++i) {
+    Generated g = generate(rng);
+    Context ctx = context_for(g.policy, g.propagation);
+    ctx.capabilities.native_sleep = g.native;
+    const Deployment before = project(g.object);
+    const Plan result = plan(before, ctx);
+    const Budget& b = result.budget;
+    SCOPED_TRACE(testing::Message() << "case " << i << ": " << g.object.dump());
+
+    EXPECT_GE(b.pre_stop_seconds, g.policy.pre_stop.min_seconds);
+    EXPECT_LE(b.pre_stop_seconds, g.policy.pre_stop.max_seconds);
+    for (const auto& cp : result.containers) {
+      EXPECT_LE(cp.pre_stop_seconds + b.drain_seconds + b.sidecar_drain_seconds + b.reserve_seconds,
+                result.grace_seconds);
+    }
+    // A larger user grace is never lowered (our own earlier grace may be).
+    if (!before.applied) {
+      EXPECT_GE(result.grace_seconds, before.grace_seconds);
+    }
+
+    Json after = g.object;
+    apply_plan(after, result, ctx.policy_name, kTime);
+    const Deployment applied = project(after);
+    for (std::size_t c = 0; c < before.containers.size(); ++c) {
+      const auto& old_hook = before.containers[c].pre_stop;
+      const auto& new_hook = applied.containers[c].pre_stop;
+      if (g.policy.pre_stop.existing == ExistingHook::Keep &&
+          old_hook.kind != PreStopHook::Kind::None) {
+        EXPECT_EQ(old_hook.kind, new_hook.kind);
+        EXPECT_EQ(old_hook.seconds, new_hook.seconds);
+      }
+    }
+    // After the plan, check finds no error, and planning again is a no-op.
+    const Plan second = plan(applied, ctx);
+    EXPECT_TRUE(codes(second.findings, Severity::Error).empty());
+    EXPECT_FALSE(second.changed());
+    if (HasFailure()) {
+      for (const auto& f : second.findings)
+        ADD_FAILURE() << f.code << " " << f.container << " " << f.message;
+      for (const auto& c : second.changes)
+        ADD_FAILURE() << c.field << " " << c.from << " -> " << c.to;
+      ADD_FAILURE() << after.dump();
+      break;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gracekeeper::budget
