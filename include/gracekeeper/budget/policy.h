@@ -1,0 +1,110 @@
+// ShutdownPolicy: the typed spec with every default of API.md, and the parser
+// that turns a ShutdownPolicy object (already decoded from YAML/JSON) into it.
+// The operator reuses this parser for what the CRD schema cannot check.
+#pragma once
+
+#include <expected>
+#include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gracekeeper/budget/types.h"
+
+namespace gracekeeper::budget {
+
+inline constexpr const char* kApiGroup = "gracekeeper.dev";
+inline constexpr const char* kApiVersion = "gracekeeper.dev/v1alpha1";
+inline constexpr const char* kPolicyKind = "ShutdownPolicy";
+
+enum class Mode { Enforce, DryRun };
+enum class PropagationSource { Static, Prometheus, Observed };
+enum class PreStopAction { Auto, Sleep, Exec };
+enum class ExistingHook { Keep, Replace };
+
+std::string to_string(Mode);
+std::string to_string(PropagationSource);
+std::string to_string(PreStopAction);
+std::string to_string(ExistingHook);
+
+// metav1.LabelSelector.
+struct LabelSelector {
+  enum class Operator { In, NotIn, Exists, DoesNotExist };
+  struct Requirement {
+    std::string key;
+    Operator op = Operator::Exists;
+    std::vector<std::string> values;
+  };
+  std::map<std::string, std::string> match_labels;
+  std::vector<Requirement> match_expressions;
+
+  // An empty selector matches everything (API.md: "empty = all").
+  bool matches(const std::map<std::string, std::string>& labels) const;
+};
+
+struct PrometheusQuery {
+  std::string name;
+  std::string query;
+};
+
+struct ExternalLoadBalancer {
+  int health_check_interval_seconds = 10;
+  int unhealthy_threshold = 2;
+};
+
+struct PolicySpec {
+  Mode mode = Mode::Enforce;
+  LabelSelector selector;
+
+  struct Propagation {
+    PropagationSource source = PropagationSource::Static;
+    double static_seconds = 10;
+    double quantile = 0.99;
+    std::vector<PrometheusQuery> prometheus_queries;
+    double safety_factor = 1.5;
+    std::optional<ExternalLoadBalancer> external_load_balancer;
+  } propagation;
+
+  struct PreStop {
+    int min_seconds = 5;
+    int max_seconds = 60;
+    PreStopAction action = PreStopAction::Auto;
+    ExistingHook existing = ExistingHook::Keep;
+  } pre_stop;
+
+  int drain_seconds = 30;
+  int sidecar_drain_seconds = 0;
+  int reserve_seconds = 10;
+
+  struct Rollout {
+    bool manage = true;
+    IntOrPercent max_surge{1, false};
+  } rollout;
+
+  struct Changes {
+    int min_interval_seconds = 3600;
+    int decrease_threshold_seconds = 2;
+  } changes;
+};
+
+// A ShutdownPolicy object: identity plus spec.
+struct Policy {
+  std::string name;
+  std::string namespace_;  // empty when the manifest does not say
+  PolicySpec spec;
+};
+
+// Parses `spec` (a JSON object, or null for all defaults). Every default of
+// API.md is applied; every problem is reported with its field path, e.g.
+// `spec.preStop.minSeconds: must be <= maxSeconds (got 30 > 20)`.
+// Unknown fields are errors (the CRD is structural; a typo must not pass silently).
+std::expected<PolicySpec, FieldErrors> parse_policy_spec(const Json& spec);
+
+// Parses a whole ShutdownPolicy object (apiVersion, kind, metadata, spec).
+std::expected<Policy, FieldErrors> parse_policy(const Json& object);
+
+// True when the object is a gracekeeper ShutdownPolicy by apiVersion/kind.
+bool is_policy(const Json& object);
+
+}  // namespace gracekeeper::budget
