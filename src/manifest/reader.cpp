@@ -1,0 +1,527 @@
+// Reads YAML manifests into JSON values with yaml-cpp's event API: no node
+// graph is built, each document is turned into JSON as it is parsed, and every
+// way a document can grow beyond its text (aliases) or nest too deep is counted
+// as it happens, so hostile input fails fast instead of exhausting memory.
+#include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/exceptions.h>
+#include <yaml-cpp/parser.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <optional>
+#include <unordered_set>
+#include <utility>
+
+#include "gracekeeper/manifest/document.h"
+#include "scalar.h"
+#include "yaml_support.h"
+
+namespace gracekeeper::manifest {
+namespace {
+
+constexpr std::string_view kNotAnObject =
+    "expected a Kubernetes object (a mapping with apiVersion and kind)";
+
+// Thrown from inside the event handler to abandon the parse; caught in
+// read_documents, never outside this file.
+struct ReadFailure {
+  YAML::Mark mark;
+  std::string message;
+};
+
+[[noreturn]] void fail(const YAML::Mark& mark, std::string message) {
+  throw ReadFailure{mark, std::move(message)};
+}
+
+bool is_core(std::string_view tag, std::string_view name) {
+  return tag.size() == detail::kCoreTagPrefix.size() + name.size() &&
+         tag.starts_with(detail::kCoreTagPrefix) && tag.ends_with(name);
+}
+
+class DocumentBuilder final : public YAML::EventHandler {
+ public:
+  DocumentBuilder(std::string_view text, const Limits& limits) : text_(text), limits_(limits) {
+    // yaml-cpp's positions start after a byte order mark.
+    if (text_.starts_with("\xEF\xBB\xBF")) text_.remove_prefix(3);
+  }
+
+  // The document just parsed, if it is not empty (a lone `---` or comments).
+  std::optional<std::pair<Json, YAML::Mark>> take_document() {
+    if (!root_ || root_->is_null()) return std::nullopt;
+    return std::pair{std::move(*root_), root_mark_};
+  }
+
+  // Where the current document's first token is.
+  const YAML::Mark& document_start() const { return document_start_; }
+
+  // The character at a mark, for messages; '\0' when unknown.
+  char char_at(const YAML::Mark& mark) const {
+    if (mark.pos < 0 || static_cast<std::size_t>(mark.pos) >= text_.size()) return '\0';
+    return text_[static_cast<std::size_t>(mark.pos)];
+  }
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    document_start_ = mark;
+    stack_.clear();
+    anchors_.clear();
+    root_.reset();
+    nodes_ = bytes_ = alias_nodes_ = alias_bytes_ = 0;
+  }
+  void OnDocumentEnd() override {}
+
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    if (expecting_key()) {
+      fail(mark, "a mapping key is empty or null; Kubernetes object keys must be strings");
+    }
+    add_scalar(Json(nullptr), mark, anchor, 0);
+  }
+
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& text) override {
+    if (tag == "!") check_closing_quote(mark);
+    if (expecting_key()) {
+      // Keys are taken as written (`80: x` is the key "80", as Kubernetes
+      // has it); only the plain `<<` is special, as a merge.
+      const bool plain = tag == "?";
+      if (!plain || anchor != YAML::NullAnchor) {
+        // Resolved only to check an explicit tag, or to be reused by an alias.
+        auto value = detail::resolve_tagged(tag, text);
+        if (!value && !plain) fail(mark, std::move(value).error());
+        if (anchor != YAML::NullAnchor) {
+          remember(anchor, value ? std::move(*value) : Json(text), 1, text.size(), 0);
+        }
+      }
+      start_entry(mark, text, plain && text == "<<");
+      bytes_ += text.size();
+      return;
+    }
+    auto value = detail::resolve_tagged(tag, text);
+    if (!value) fail(mark, std::move(value).error());
+    if (stack_.empty() && !value->is_null()) {
+      fail(mark, fmt::format("{}, found a scalar", kNotAnObject));
+    }
+    add_scalar(std::move(*value), mark, anchor, text.size());
+  }
+
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    const Anchored* anchored = anchor < anchors_.size() ? &anchors_[anchor] : nullptr;
+    if (anchored == nullptr || !anchored->complete) {
+      fail(mark, "an alias refers to a node that contains it (recursive alias)");
+    }
+    alias_nodes_ += anchored->nodes;
+    if (alias_nodes_ > limits_.max_nodes_per_document) {
+      fail(mark, fmt::format("aliases expand this document beyond the node limit ({} nodes); "
+                             "is it an alias bomb?",
+                             limits_.max_nodes_per_document));
+    }
+    alias_bytes_ += anchored->bytes;
+    if (alias_bytes_ > limits_.max_input_bytes) {
+      fail(mark, fmt::format("aliases expand this document beyond the size limit ({} bytes)",
+                             limits_.max_input_bytes));
+    }
+    if (stack_.size() + static_cast<std::size_t>(anchored->height) >
+        static_cast<std::size_t>(limits_.max_depth)) {
+      fail_depth(mark);
+    }
+    nodes_ += anchored->nodes;
+    bytes_ += anchored->bytes;
+    if (expecting_key()) {
+      const Json& key = anchored->value;
+      if (key.is_object() || key.is_array() || key.is_null()) {
+        fail(mark, "a mapping key must be a string, not an alias to a mapping, sequence or null");
+      }
+      start_entry(mark, key.is_string() ? key.get<std::string>() : key.dump(), false);
+      return;
+    }
+    attach(Json(anchored->value), mark, anchored->height);
+  }
+
+  void OnSequenceStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    if (tag != "?" && tag != "!" && !is_core(tag, "seq")) fail(mark, bad_container_tag(tag));
+    begin_container(mark, anchor, false, "a sequence");
+  }
+  void OnSequenceEnd() override { end_container(); }
+
+  void OnMapStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    if (tag != "?" && tag != "!" && !is_core(tag, "map")) fail(mark, bad_container_tag(tag));
+    begin_container(mark, anchor, true, "a mapping");
+  }
+  void OnMapEnd() override { end_container(); }
+
+ private:
+  // Above this many keys, duplicate detection switches from a scan to a hash
+  // set (ConfigMaps with thousands of keys exist).
+  static constexpr std::size_t kIndexThreshold = 16;
+
+  struct Frame {
+    bool is_map = false;
+    YAML::Mark mark;
+    YAML::anchor_t anchor = YAML::NullAnchor;
+    std::size_t nodes_at_start = 0;
+    std::size_t bytes_at_start = 0;
+    int height = 1;
+    // Members are collected with mutable keys and moved into the object at
+    // the end: ordered_json's vector of pair<const string, json> would deep-copy
+    // every member each time it grows.
+    std::vector<std::pair<std::string, Json>> members;
+    Json::array_t items;
+    bool expect_key = true;
+    bool merge_pending = false;
+    std::optional<std::size_t> replace_at;  // an explicit key overriding a merged one
+    YAML::Mark key_mark;
+    std::string key;
+    std::unique_ptr<std::unordered_set<std::string>> index;
+    std::unique_ptr<std::unordered_set<std::string>> merged;
+  };
+
+  struct Anchored {
+    Json value;
+    std::size_t nodes = 0;
+    std::size_t bytes = 0;
+    int height = 0;
+    bool complete = false;
+  };
+
+  // yaml-cpp ends a quoted scalar that is never closed at the end of the input
+  // without complaint; go-yaml (and so kubectl) rejects it, and so do we.
+  void check_closing_quote(const YAML::Mark& mark) const {
+    if (mark.pos < 0 || static_cast<std::size_t>(mark.pos) >= text_.size()) return;
+    const auto start = static_cast<std::size_t>(mark.pos);
+    const char quote = text_[start];
+    if (quote != '"' && quote != '\'') return;  // a tagged or anchored scalar; not checked
+    for (std::size_t i = start + 1; i < text_.size(); ++i) {
+      if (quote == '"' && text_[i] == '\\') {
+        ++i;
+      } else if (text_[i] == quote) {
+        if (quote == '\'' && i + 1 < text_.size() && text_[i + 1] == '\'') {
+          ++i;  // '' is an escaped quote
+          continue;
+        }
+        return;
+      }
+    }
+    fail(mark, fmt::format("invalid YAML: expected the closing {} before the end of the input",
+                           quote == '"' ? "double quote (\")" : "single quote (')"));
+  }
+
+  bool expecting_key() const {
+    return !stack_.empty() && stack_.back().is_map && stack_.back().expect_key;
+  }
+
+  [[noreturn]] void fail_depth(const YAML::Mark& mark) const {
+    fail(mark, fmt::format("nesting is deeper than {} levels", limits_.max_depth));
+  }
+
+  static std::string bad_container_tag(std::string_view tag) {
+    if (tag.starts_with(detail::kCoreTagPrefix)) {
+      return fmt::format("tag {} cannot be used on a mapping or sequence",
+                         detail::display_tag(tag));
+    }
+    return detail::resolve_tagged(tag, "").error();  // the "unsupported tag" message
+  }
+
+  void begin_container(const YAML::Mark& mark, YAML::anchor_t anchor, bool is_map,
+                       std::string_view what) {
+    if (expecting_key()) {
+      fail(mark, fmt::format("a mapping key must be a string, not {}", what));
+    }
+    if (stack_.empty() && !is_map) fail(mark, fmt::format("{}, found {}", kNotAnObject, what));
+    if (stack_.size() >= static_cast<std::size_t>(limits_.max_depth)) fail_depth(mark);
+    if (anchor != YAML::NullAnchor) reserve_anchor(anchor);
+    Frame& frame = stack_.emplace_back();
+    frame.is_map = is_map;
+    frame.mark = mark;
+    frame.anchor = anchor;
+    frame.nodes_at_start = nodes_;
+    frame.bytes_at_start = bytes_;
+    ++nodes_;
+  }
+
+  void end_container() {
+    Frame frame = std::move(stack_.back());
+    stack_.pop_back();
+    Json value;
+    if (frame.is_map) {
+      value = Json::object();
+      auto& object = value.get_ref<Json::object_t&>();
+      object.reserve(frame.members.size());
+      for (auto& [key, member] : frame.members)
+        object.emplace_back(std::move(key), std::move(member));
+    } else {
+      value = Json(std::move(frame.items));
+    }
+    if (frame.anchor != YAML::NullAnchor) {
+      remember(frame.anchor, Json(value), nodes_ - frame.nodes_at_start,
+               bytes_ - frame.bytes_at_start, frame.height);
+    }
+    attach(std::move(value), frame.mark, frame.height);
+  }
+
+  void add_scalar(Json value, const YAML::Mark& mark, YAML::anchor_t anchor, std::size_t bytes) {
+    ++nodes_;
+    bytes_ += bytes;
+    if (anchor != YAML::NullAnchor) remember(anchor, Json(value), 1, bytes, 0);
+    attach(std::move(value), mark, 0);
+  }
+
+  void reserve_anchor(YAML::anchor_t anchor) {
+    if (anchor >= anchors_.size()) anchors_.resize(anchor + 1);
+    anchors_[anchor] = Anchored{};
+  }
+
+  void remember(YAML::anchor_t anchor, Json value, std::size_t nodes, std::size_t bytes,
+                int height) {
+    reserve_anchor(anchor);
+    anchors_[anchor] = Anchored{std::move(value), nodes, bytes, height, true};
+  }
+
+  bool has_member(const Frame& frame, const std::string& key) const {
+    if (frame.index) return frame.index->contains(key);
+    return std::any_of(frame.members.begin(), frame.members.end(),
+                       [&](const auto& member) { return member.first == key; });
+  }
+
+  void add_member(Frame& frame, std::string key, Json value) {
+    if (frame.index) {
+      frame.index->insert(key);
+    } else if (frame.members.size() + 1 >= kIndexThreshold) {
+      frame.index = std::make_unique<std::unordered_set<std::string>>();
+      for (const auto& member : frame.members) frame.index->insert(member.first);
+      frame.index->insert(key);
+    }
+    frame.members.emplace_back(std::move(key), std::move(value));
+  }
+
+  void start_entry(const YAML::Mark& mark, const std::string& key, bool merge) {
+    Frame& frame = stack_.back();
+    frame.key_mark = mark;
+    frame.expect_key = false;
+    if (merge) {
+      frame.merge_pending = true;
+      return;
+    }
+    if (has_member(frame, key)) {
+      // A key brought in by `<<` is a default: an explicit key overrides it.
+      if (frame.merged && frame.merged->erase(key) == 1) {
+        auto it = std::find_if(frame.members.begin(), frame.members.end(),
+                               [&](const auto& member) { return member.first == key; });
+        frame.replace_at = static_cast<std::size_t>(it - frame.members.begin());
+      } else {
+        fail(mark, fmt::format("duplicate key \"{}\": it is already set in this mapping", key));
+      }
+    }
+    frame.key = key;
+  }
+
+  void merge(Frame& frame, Json value, const YAML::Mark& mark) {
+    auto merge_one = [&](Json& source) {
+      if (!source.is_object()) {
+        fail(mark, "a merge key (<<) takes a mapping or a sequence of mappings");
+      }
+      for (auto& [key, member] : source.get_ref<Json::object_t&>()) {
+        // Explicit keys, and earlier merge sources, take precedence.
+        if (has_member(frame, key)) continue;
+        if (!frame.merged) frame.merged = std::make_unique<std::unordered_set<std::string>>();
+        frame.merged->insert(key);
+        add_member(frame, key, std::move(member));
+      }
+    };
+    if (value.is_array()) {
+      for (Json& source : value.get_ref<Json::array_t&>()) merge_one(source);
+    } else {
+      merge_one(value);
+    }
+  }
+
+  void attach(Json value, const YAML::Mark& mark, int height) {
+    if (stack_.empty()) {
+      root_ = std::move(value);
+      root_mark_ = mark;
+      return;
+    }
+    Frame& frame = stack_.back();
+    frame.height = std::max(frame.height, height + 1);
+    if (!frame.is_map) {
+      frame.items.push_back(std::move(value));
+      return;
+    }
+    frame.expect_key = true;
+    if (frame.merge_pending) {
+      frame.merge_pending = false;
+      merge(frame, std::move(value), frame.key_mark);
+    } else if (frame.replace_at) {
+      frame.members[*frame.replace_at].second = std::move(value);
+      frame.replace_at.reset();
+    } else {
+      add_member(frame, std::move(frame.key), std::move(value));
+    }
+  }
+
+  std::string_view text_;
+  const Limits& limits_;
+  std::vector<Frame> stack_;
+  std::vector<Anchored> anchors_;  // by yaml-cpp's anchor id, which restarts per document
+  std::optional<Json> root_;
+  YAML::Mark root_mark_;
+  YAML::Mark document_start_;
+  std::size_t nodes_ = 0;
+  std::size_t bytes_ = 0;
+  // Only growth through aliases is limited: everything else is bounded by the
+  // input size already, and a `kubectl get -o yaml` List of thousands of
+  // Deployments is one legitimately large document.
+  std::size_t alias_nodes_ = 0;
+  std::size_t alias_bytes_ = 0;
+};
+
+Error error_at(std::string_view name, std::string_view text, std::size_t offset,
+               std::string message) {
+  int line = 1;
+  std::size_t line_start = 0;
+  for (std::size_t i = 0; i < offset; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  return Error{Position{std::string(name), line, static_cast<int>(offset - line_start) + 1},
+               std::move(message)};
+}
+
+// yaml-cpp turns invalid UTF-8 into U+FFFD and guesses UTF-16/32 from zero
+// bytes, so binary input would otherwise parse as garbage strings. YAML allows
+// tab, LF, CR and printable characters only.
+std::optional<Error> check_text(std::string_view text, std::string_view name,
+                                const Limits& limits) {
+  if (text.size() > limits.max_input_bytes) {
+    return Error{Position{std::string(name)},
+                 fmt::format("input is larger than the limit of {} bytes", limits.max_input_bytes)};
+  }
+  if (text.starts_with("\xFF\xFE") || text.starts_with("\xFE\xFF")) {
+    return Error{Position{std::string(name), 1, 1},
+                 "UTF-16 text is not supported; convert the file to UTF-8"};
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t size = text.size();
+  for (std::size_t i = 0; i < size;) {
+    unsigned char c = bytes[i];
+    if (c >= 0x20 && c < 0x7F) {
+      ++i;
+      continue;
+    }
+    if (c == '\n' || c == '\t' || c == '\r') {
+      ++i;
+      continue;
+    }
+    if (c == 0) return error_at(name, text, i, "binary data is not a manifest (NUL byte)");
+    if (c < 0x80) {
+      return error_at(name, text, i,
+                      fmt::format("binary data is not a manifest (control character 0x{:02X})", c));
+    }
+    std::size_t length = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    std::uint32_t cp = length == 4 ? c & 0x07u : length == 3 ? c & 0x0Fu : c & 0x1Fu;
+    bool valid = length != 0 && c <= 0xF4 && i + length <= size;
+    for (std::size_t k = 1; valid && k < length; ++k) {
+      unsigned char next = bytes[i + k];
+      valid = (next & 0xC0) == 0x80;
+      cp = (cp << 6) | (next & 0x3Fu);
+    }
+    static constexpr std::uint32_t kMinimum[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (valid) {
+      valid = cp >= kMinimum[length] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+    }
+    if (!valid) return error_at(name, text, i, "binary data is not a manifest (invalid UTF-8)");
+    if ((cp >= 0x80 && cp <= 0x9F && cp != 0x85) || cp == 0xFFFE || cp == 0xFFFF) {
+      return error_at(
+          name, text, i,
+          fmt::format("binary data is not a manifest (control character U+{:04X})", cp));
+    }
+    i += length;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string Position::format() const {
+  if (line <= 0) return file;
+  if (column <= 0) return fmt::format("{}:{}", file, line);
+  return fmt::format("{}:{}:{}", file, line, column);
+}
+
+std::string Error::format() const {
+  std::string where = position.format();
+  if (where.empty()) return message;
+  return fmt::format("{}: {}", where, message);
+}
+
+std::expected<void, Error> for_each_document(std::string text, std::string_view name,
+                                             const DocumentSink& sink, const Limits& limits) {
+  if (auto bad = check_text(text, name, limits)) return std::unexpected(std::move(*bad));
+  auto source = std::make_shared<const std::string>(std::move(text));
+  const std::string file(name);
+  try {
+    detail::MemoryStream stream(*source);
+    YAML::Parser parser(stream);
+    DocumentBuilder builder(*source, limits);
+    YAML::Mark previous_start;
+    for (int index = 0;; ++index) {
+      bool more = false;
+      try {
+        more = parser.HandleNextDocument(builder);
+      } catch (const ReadFailure& failure) {
+        return std::unexpected(Error{detail::position_at(file, failure.mark), failure.message});
+      } catch (const YAML::Exception& e) {
+        return std::unexpected(Error{detail::position_at(file, e.mark),
+                                     detail::describe_yaml_error(e, limits.max_depth)});
+      } catch (const std::bad_alloc&) {
+        throw;
+      } catch (const std::exception& e) {
+        // yaml-cpp has a few internal errors that are not YAML::Exception.
+        return std::unexpected(Error{Position{file}, fmt::format("invalid YAML: {}", e.what())});
+      }
+      if (!more) break;
+      // yaml-cpp 0.7 reports an empty document without consuming anything for
+      // a token that cannot start a node (a `,` at the top level), and would
+      // do so forever.
+      const YAML::Mark start = builder.document_start();
+      if (index > 0 && start.pos == previous_start.pos) {
+        char c = builder.char_at(start);
+        return std::unexpected(Error{
+            detail::position_at(file, start),
+            c > ' ' && c < 0x7F ? fmt::format("invalid YAML: unexpected `{}`; expected a node", c)
+                                : std::string("invalid YAML: unexpected token; expected a node")});
+      }
+      previous_start = start;
+      auto document = builder.take_document();
+      if (!document) continue;
+      Document doc{std::move(document->first), detail::position_at(file, document->second), index,
+                   source};
+      if (!sink(std::move(doc))) break;
+    }
+  } catch (const std::bad_alloc&) {
+    return std::unexpected(Error{Position{file}, "out of memory while reading the input"});
+  }
+  return {};
+}
+
+std::expected<std::vector<Document>, Error> read_text(std::string text, std::string_view name,
+                                                      const Limits& limits) {
+  std::vector<Document> documents;
+  auto done = for_each_document(
+      std::move(text), name,
+      [&](Document&& doc) {
+        documents.push_back(std::move(doc));
+        return true;
+      },
+      limits);
+  if (!done) return std::unexpected(std::move(done).error());
+  return documents;
+}
+
+}  // namespace gracekeeper::manifest
