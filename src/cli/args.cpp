@@ -1,0 +1,141 @@
+#include "args.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+
+namespace gracekeeper::cli {
+namespace {
+
+std::optional<double> parse_seconds(std::string_view text) {
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value) || value < 0 ||
+      value > 3600) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<int> parse_minor(std::string_view text) {
+  if (text.starts_with("v")) text.remove_prefix(1);
+  if (!text.starts_with("1.")) return std::nullopt;
+  text.remove_prefix(2);
+  int minor = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), minor);
+  // "1.31" or "1.31.2"
+  if (ec != std::errc() || minor < 0 || minor > 1000 ||
+      (end != text.data() + text.size() && *end != '.')) {
+    return std::nullopt;
+  }
+  return minor;
+}
+
+}  // namespace
+
+std::string offline_usage(std::string_view command) {
+  const bool plan = command == "plan";
+  return fmt::format(
+      "Usage: gracekeeper {0} -f FILE|DIR|- [-f ...] [flags]\n"
+      "\n"
+      "{1}\n"
+      "\n"
+      "Flags:\n"
+      "  -f, --filename PATH          manifest file, directory (recursive: .yaml, .yml, .json) or "
+      "-\n"
+      "                               for stdin; repeatable\n"
+      "      --policy FILE            ShutdownPolicy to use (a ShutdownPolicy among the inputs is\n"
+      "                               used too); without one, the defaults of the API apply\n"
+      "      --propagation-seconds S  endpoint propagation to budget for (default: the policy's\n"
+      "                               staticSeconds; Prometheus is only queried by `run`)\n"
+      "      --all                    every Deployment, not only those annotated\n"
+      "                               gracekeeper.dev/enabled: \"true\"\n"
+      "      --kubernetes-version V   target cluster version, e.g. 1.29 (default 1.30: native\n"
+      "                               preStop sleep action; older versions get exec sleep)\n"
+      "  -o, --output FORMAT          {2}\n"
+      "  -h, --help                   this help\n",
+      command,
+      plan ? "Prints every document with the termination budget applied to opted-in Deployments,\n"
+             "and a summary of each change on stderr. Exit 0, or 2 for unusable input."
+           : "Prints findings about each opted-in Deployment's termination budget.\n"
+             "Exit 0 when no finding is an error, 1 when one is, 2 for unusable input.",
+      plan ? "yaml (default) or json" : "text (default) or json");
+}
+
+std::expected<OfflineOptions, std::string> parse_offline_args(
+    std::string_view command, std::span<const std::string_view> args) {
+  OfflineOptions options;
+  options.output = command == "plan" ? "yaml" : "text";
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view arg = args[i];
+    std::optional<std::string_view> inline_value;
+    if (arg.starts_with("--") && arg.find('=') != std::string_view::npos) {
+      inline_value = arg.substr(arg.find('=') + 1);
+      arg = arg.substr(0, arg.find('='));
+    }
+    auto value = [&]() -> std::expected<std::string_view, std::string> {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= args.size()) return std::unexpected(fmt::format("flag {} needs a value", arg));
+      return args[++i];
+    };
+    auto takes_no_value = [&]() -> std::expected<void, std::string> {
+      if (inline_value) return std::unexpected(fmt::format("flag {} takes no value", arg));
+      return {};
+    };
+
+    if (arg == "-h" || arg == "--help") {
+      options.help = true;
+    } else if (arg == "-f" || arg == "--filename") {
+      auto v = value();
+      if (!v) return std::unexpected(v.error());
+      if (v->empty()) return std::unexpected(fmt::format("flag {} needs a non-empty path", arg));
+      options.files.emplace_back(*v);
+    } else if (arg == "--policy") {
+      auto v = value();
+      if (!v) return std::unexpected(v.error());
+      options.policy_files.emplace_back(*v);
+    } else if (arg == "--propagation-seconds") {
+      auto v = value();
+      if (!v) return std::unexpected(v.error());
+      options.propagation_seconds = parse_seconds(*v);
+      if (!options.propagation_seconds) {
+        return std::unexpected(fmt::format(
+            "flag --propagation-seconds: expected a number of seconds from 0 to 3600, got \"{}\"",
+            *v));
+      }
+    } else if (arg == "--kubernetes-version") {
+      auto v = value();
+      if (!v) return std::unexpected(v.error());
+      auto minor = parse_minor(*v);
+      if (!minor) {
+        return std::unexpected(
+            fmt::format("flag --kubernetes-version: expected a version like 1.30, got \"{}\"", *v));
+      }
+      options.kubernetes_minor = *minor;
+    } else if (arg == "-o" || arg == "--output") {
+      auto v = value();
+      if (!v) return std::unexpected(v.error());
+      const bool plan = command == "plan";
+      if (plan ? (*v != "yaml" && *v != "json") : (*v != "text" && *v != "json")) {
+        return std::unexpected(fmt::format("flag {}: expected {}, got \"{}\"", arg,
+                                           plan ? "yaml or json" : "text or json", *v));
+      }
+      options.output = *v;
+    } else if (arg == "--all") {
+      if (auto ok = takes_no_value(); !ok) return std::unexpected(ok.error());
+      options.all = true;
+    } else if (arg.starts_with("-") && arg != "-") {
+      return std::unexpected(fmt::format("unknown flag {}", arg));
+    } else {
+      return std::unexpected(
+          fmt::format("unexpected argument \"{}\" (input files are given with -f)", arg));
+    }
+  }
+  if (!options.help && options.files.empty()) {
+    return std::unexpected("no input: give at least one -f FILE, -f DIR or -f -");
+  }
+  return options;
+}
+
+}  // namespace gracekeeper::cli

@@ -1,0 +1,381 @@
+// The offline commands, run in-process on real files: the articles' scenario,
+// idempotence, and the table of unusable inputs (exit 2, nothing on stdout).
+#include "gracekeeper/cli/cli.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace gracekeeper::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Result {
+  int code = 0;
+  std::string out;
+  std::string err;
+};
+
+Result run(std::vector<std::string> args, const std::string& stdin_text = "") {
+  std::vector<std::string_view> views(args.begin(), args.end());
+  std::istringstream in(stdin_text);
+  std::ostringstream out, err;
+  const int code = main(views, Streams{in, out, err});
+  return {code, out.str(), err.str()};
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gk-cli-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    ::setenv("SOURCE_DATE_EPOCH", "1790000000", 1);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path path = dir_ / name;
+    fs::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << text;
+    return path.string();
+  }
+
+  fs::path dir_;
+};
+
+// The articles' situation: 3 replicas, grace 30, no preStop, default rolling update, 30 s drain.
+constexpr const char* kArticle = R"(apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: checkout
+  namespace: shop-prod
+  annotations:
+    gracekeeper.dev/enabled: "true"
+    gracekeeper.dev/drain-seconds: "30"
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {app: checkout}
+  template:
+    metadata:
+      labels: {app: checkout}
+    spec:
+      terminationGracePeriodSeconds: 30
+      containers:
+      - name: checkout
+        image: checkout:1.4.2
+        ports:
+        - containerPort: 8080
+        readinessProbe:
+          httpGet: {path: /actuator/health/readiness, port: 8080}
+        livenessProbe:
+          httpGet: {path: /actuator/health/liveness, port: 8080}
+)";
+
+std::string with_indent(const std::string& text, const std::string& indent) {
+  std::string out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) out += indent + line + "\n";
+  return out;
+}
+
+constexpr const char* kPolicy = R"(apiVersion: gracekeeper.dev/v1alpha1
+kind: ShutdownPolicy
+metadata: {name: default, namespace: shop-prod}
+spec:
+  propagation: {staticSeconds: 4}
+)";
+
+TEST_F(CliTest, CheckReportsTheArticlesSituation) {
+  const auto file = write("checkout.yaml", kArticle);
+  auto r = run({"check", "-f", file});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(file + ":1:1: error NoPreStopWait: Deployment shop-prod/checkout"));
+  EXPECT_THAT(r.out, HasSubstr("error BudgetExceeded"));
+  EXPECT_THAT(r.out, HasSubstr("error CapacityDropOnRollout"));
+  EXPECT_THAT(r.err, HasSubstr("3 error(s)"));
+}
+
+TEST_F(CliTest, PlanProducesAManifestThatCheckAcceptsAndIsIdempotent) {
+  const auto file = write("checkout.yaml", kArticle);
+  auto planned = run({"plan", "-f", file});
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  EXPECT_THAT(planned.err, HasSubstr("containers[checkout].preStop: none -> sleep 15s"));
+  EXPECT_THAT(planned.err, HasSubstr("terminationGracePeriodSeconds: 30s -> 55s"));
+
+  const auto planned_file = write("planned.yaml", planned.out);
+  auto checked = run({"check", "-f", planned_file});
+  EXPECT_EQ(checked.code, 0) << checked.out << checked.err;
+
+  auto again = run({"plan", "-f", planned_file});
+  ASSERT_EQ(again.code, 0);
+  EXPECT_EQ(again.out, planned.out);
+  EXPECT_THAT(again.err, HasSubstr("0 Deployment(s) changed"));
+}
+
+TEST_F(CliTest, PolicyFromFileFromInputsAndPropagationFlag) {
+  const auto file = write("checkout.yaml", kArticle);
+  const auto policy = write("policy.yaml", kPolicy);
+  auto with_file = run({"plan", "-f", file, "--policy", policy});
+  EXPECT_THAT(with_file.err, HasSubstr("none -> sleep 6s"));  // ceil(1.5 * 4)
+
+  const auto both = write("both.yaml", std::string(kPolicy) + "---\n" + kArticle);
+  auto from_inputs = run({"plan", "-f", both});
+  EXPECT_THAT(from_inputs.err, HasSubstr("none -> sleep 6s"));
+
+  auto flag = run({"plan", "-f", both, "--propagation-seconds", "20"});
+  EXPECT_THAT(flag.err, HasSubstr("none -> sleep 30s"));
+}
+
+TEST_F(CliTest, StdinJsonOutputAndOldClusters) {
+  auto r = run({"plan", "-f", "-", "-o", "json", "--kubernetes-version", "1.29"}, kArticle);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(
+      doc["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"],
+      nlohmann::json::parse(R"(["sleep", "15"])"));
+}
+
+TEST_F(CliTest, OnlyOptedInDeploymentsUnlessAll) {
+  std::string other = kArticle;
+  other.replace(other.find("    gracekeeper.dev/enabled: \"true\"\n"),
+                std::string("    gracekeeper.dev/enabled: \"true\"\n").size(), "");
+  const auto file = write("other.yaml", other);
+  auto r = run({"check", "-f", file});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("1 not opted in"));
+  auto all = run({"check", "-f", file, "--all", "-o", "json"});
+  EXPECT_EQ(all.code, 1);
+  auto findings = nlohmann::json::parse(all.out);
+  ASSERT_FALSE(findings.empty());
+  EXPECT_EQ(findings[0]["object"]["name"], "checkout");
+  EXPECT_EQ(findings[0]["line"], 1);
+}
+
+TEST_F(CliTest, ListsFromKubectlAreLookedInto) {
+  // The same Deployment planned on its own, to compare with the List item.
+  auto deployment = nlohmann::json::parse(run({"plan", "-f", "-", "-o", "json"}, kArticle).out);
+  const std::string list = std::string(
+                               "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  "
+                               "kind: ConfigMap\n  metadata: {name: x}\n- ") +
+                           with_indent(kArticle, "  ").substr(2);
+  const auto file = write("list.yaml", list);
+  auto checked = run({"check", "-f", file});
+  EXPECT_EQ(checked.code, 1) << checked.err;
+  EXPECT_THAT(checked.out, HasSubstr(file + ":7:3: error NoPreStopWait"));
+  auto planned = run({"plan", "-f", file, "-o", "json"});
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  auto out = nlohmann::json::parse(planned.out);
+  EXPECT_EQ(out["kind"], "List");
+  EXPECT_EQ(out["items"][1]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 55);
+  EXPECT_EQ(out["items"][1], deployment);
+}
+
+TEST_F(CliTest, OtherObjectsPassThroughUnchanged) {
+  const std::string config =
+      "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  mode: \"on\"\n  "
+      "count: \"3\"\n";
+  const auto file = write("cm.yaml", config);
+  auto r = run({"plan", "-f", file});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, config);
+}
+
+TEST_F(CliTest, DirectoriesAreReadRecursively) {
+  write("deploy/app/checkout.yaml", kArticle);
+  write("deploy/policy.yml", kPolicy);
+  write("deploy/README.md", "not a manifest");
+  auto r = run({"check", "-f", (dir_ / "deploy").string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.out, HasSubstr("needs a wait of 6s"));
+}
+
+TEST_F(CliTest, TwoMatchingPoliciesChangeNothing) {
+  const std::string second =
+      std::string(kPolicy).replace(std::string(kPolicy).find("default"), 7, "second");
+  const auto file = write("two.yaml", std::string(kPolicy) + "---\n" + second + "---\n" + kArticle);
+  auto r = run({"plan", "-f", file});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("AmbiguousPolicy"));
+  EXPECT_THAT(r.err, HasSubstr("0 Deployment(s) changed"));
+}
+
+TEST_F(CliTest, VersionAndHelp) {
+  EXPECT_EQ(run({"version"}).code, 0);
+  EXPECT_THAT(run({"version"}).out, HasSubstr("gracekeeper "));
+  EXPECT_EQ(run({"check", "--help"}).code, 0);
+  EXPECT_THAT(run({"plan", "--help"}).out, HasSubstr("--propagation-seconds"));
+  EXPECT_EQ(run({}).code, 2);
+  EXPECT_EQ(run({"frobnicate"}).code, 2);
+}
+
+// Unusable input: exit 2, a message naming the file, the line and what was
+// expected, and nothing at all on stdout.
+struct BadInput {
+  const char* name;
+  std::string content;                // written to input.yaml (or used as stdin for "-")
+  std::vector<std::string> args;      // {} means: plan -f input.yaml
+  std::vector<std::string> expected;  // substrings of stderr; "@" stands for the input path
+};
+
+std::string nested(int depth) {
+  return "apiVersion: v1\nkind: ConfigMap\ndata: " + std::string(depth, '[') +
+         std::string(depth, ']') + "\n";
+}
+
+std::string alias_bomb() {
+  std::string text =
+      "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb}\nx0: &a0 [lol, lol]\n";
+  for (int i = 1; i < 40; ++i) {
+    text += "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 9; ++j) text += (j ? ", *a" : "*a") + std::to_string(i - 1);
+    text += "]\n";
+  }
+  return text;
+}
+
+std::string with(std::string base, const std::string& from, const std::string& to) {
+  const auto at = base.find(from);
+  if (at == std::string::npos) throw std::runtime_error("fixture does not contain: " + from);
+  return base.replace(at, from.size(), to);
+}
+
+std::vector<BadInput> bad_inputs() {
+  const std::string a = kArticle;
+  const std::string grace = "terminationGracePeriodSeconds: 30";
+  return {
+      {"broken_yaml", "apiVersion: v1\nkind: ConfigMap\ndata:\n  a: \"unterminated\n", {}, {"@:"}},
+      {"bad_indentation", "apiVersion: v1\nkind: ConfigMap\n data: x\n  - y\n", {}, {"@:"}},
+      {"grace_not_a_number",
+       with(a, grace, "terminationGracePeriodSeconds: abc"),
+       {},
+       {"@:17:", "spec.template.spec.terminationGracePeriodSeconds", "expected an integer"}},
+      {"grace_negative",
+       with(a, grace, "terminationGracePeriodSeconds: -5"),
+       {},
+       {"@:17:", "terminationGracePeriodSeconds", "between 0 and"}},
+      {"grace_overflows_int64",
+       with(a, grace, "terminationGracePeriodSeconds: 99999999999999999999999"),
+       {},
+       {"@:17:"}},
+      {"replicas_too_large",
+       with(a, "replicas: 3", "replicas: 4294967296"),
+       {},
+       {"@:10:", "spec.replicas", "between 0 and 2147483647"}},
+      {"replicas_float",
+       with(a, "replicas: 3", "replicas: 2.5"),
+       {},
+       {"@:10:", "spec.replicas", "expected an integer"}},
+      {"no_pod_template",
+       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  replicas: 1\n",
+       {},
+       {"@:4:", "spec.template", "pod template"}},
+      {"no_containers",
+       with(a, "      containers:", "      containers: []\n      x:"),
+       {},
+       {"@:", "containers", "at least one container"}},
+      {"container_without_name",
+       with(a, "      - name: checkout\n", "      - \n"),
+       {},
+       {"@:", "containers[0].name", "required"}},
+      {"annotation_not_a_string",
+       with(a, "gracekeeper.dev/enabled: \"true\"", "gracekeeper.dev/enabled: true"),
+       {},
+       {"@:7:", "metadata.annotations[gracekeeper.dev/enabled]", "expected a string"}},
+      {"bad_max_unavailable",
+       with(a, "  replicas: 3\n",
+            "  replicas: 3\n  strategy:\n    rollingUpdate: {maxUnavailable: lots}\n"),
+       {},
+       {"@:12:", "maxUnavailable", "percentage"}},
+      {"empty_file", "", {}, {"@", "no Kubernetes objects"}},
+      {"comments_only",
+       "# nothing here\n---\n# still nothing\n",
+       {},
+       {"@", "no Kubernetes objects"}},
+      {"binary_garbage",
+       std::string("\x7f"
+                   "ELF\x02\x01\x01\0\0\0\xff\xfe",
+                   14),
+       {},
+       {"@:"}},
+      {"alias_bomb", alias_bomb(), {}, {"@:"}},
+      {"deep_nesting", nested(100000), {}, {"@:3:"}},
+      {"not_an_object", "- just\n- a list\n", {}, {"@:1:", "mapping"}},
+      {"missing_kind",
+       "apiVersion: v1\nmetadata: {name: x}\n",
+       {},
+       {"@:1:", "apiVersion and kind"}},
+      {"duplicate_key", "apiVersion: v1\nkind: ConfigMap\nkind: Secret\n", {}, {"@:3:", "kind"}},
+      {"policy_min_above_max",
+       with(kPolicy, "  propagation: {staticSeconds: 4}\n",
+            "  preStop: {minSeconds: 30, maxSeconds: 20}\n"),
+       {},
+       {"@:5:", "spec.preStop.minSeconds", "must be <= maxSeconds (got 30 > 20)"}},
+      {"policy_quantile",
+       with(kPolicy, "staticSeconds: 4", "quantile: 1.5"),
+       {},
+       {"@:5:", "spec.propagation.quantile"}},
+      {"policy_unknown_mode",
+       std::string(kPolicy) + "  mode: Yolo\n",
+       {},
+       {"@:6:", "spec.mode", "Yolo"}},
+      {"policy_unknown_field",
+       std::string(kPolicy) + "  drainSecond: 5\n",
+       {},
+       {"@:6:", "spec.drainSecond", "unknown field"}},
+      {"unknown_flag",
+       kArticle,
+       {"check", "-f", "@", "--frobnicate"},
+       {"unknown flag --frobnicate"}},
+      {"missing_file",
+       "",
+       {"check", "-f", "/nonexistent/deploy.yaml"},
+       {"/nonexistent/deploy.yaml", "no such file"}},
+      {"bad_propagation_flag",
+       kArticle,
+       {"plan", "-f", "@", "--propagation-seconds", "soon"},
+       {"--propagation-seconds", "soon"}},
+      {"bad_output_flag",
+       kArticle,
+       {"plan", "-f", "@", "-o", "xml"},
+       {"-o", "yaml or json", "xml"}},
+      {"policy_file_without_policy",
+       kArticle,
+       {"plan", "-f", "@", "--policy", "@"},
+       {"@:1:", "expected a ShutdownPolicy"}},
+      {"no_input_flag", "", {"check"}, {"no input"}},
+      {"stdin_broken", "kind: [\n", {"check", "-f", "-"}, {"-:"}},
+  };
+}
+
+TEST_F(CliTest, UnusableInputExitsTwoNamingFileLineAndExpectation) {
+  for (const auto& c : bad_inputs()) {
+    SCOPED_TRACE(c.name);
+    const auto path = write(std::string(c.name) + ".yaml", c.content);
+    std::vector<std::string> args =
+        c.args.empty() ? std::vector<std::string>{"plan", "-f", path} : c.args;
+    for (auto& arg : args) {
+      if (arg == "@") arg = path;
+    }
+    const bool from_stdin = std::find(args.begin(), args.end(), "-") != args.end();
+    auto r = run(args, from_stdin ? c.content : "");
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_EQ(r.out, "") << "stdout must stay empty on exit 2";
+    for (auto expected : c.expected) {
+      if (expected.starts_with("@")) expected = path + expected.substr(1);
+      EXPECT_THAT(r.err, HasSubstr(expected));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gracekeeper::cli
