@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# `gracekeeper plan` output must be something a real API server accepts, and
+# `gracekeeper check` must read what a real API server returns. Runs against
+# the local control plane (test/cluster/up).
+#
+# usage: test/integration/plan_apply_test.sh GRACEKEEPER_BINARY [CLUSTER_DIR]
+#   Without CLUSTER_DIR the script starts its own control plane and stops it on exit.
+#
+# Output: `ok - ...` / `not ok - ...` per check, then `N passed, M failed`.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+GK="${1:?usage: plan_apply_test.sh GRACEKEEPER_BINARY [CLUSTER_DIR]}"
+CLUSTER="${2:-}"
+SAMPLES="$ROOT/config/samples"
+export SOURCE_DATE_EPOCH=1790000000
+
+PASSED=0
+FAILED=0
+ok() { PASSED=$((PASSED + 1)); echo "ok - $*"; }
+not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $*"; }
+expect() {  # expect DESCRIPTION ACTUAL WANTED
+  if [ "$2" = "$3" ]; then ok "$1 ($2)"; else not_ok "$1: got '$2', want '$3'"; fi
+}
+
+WORK="$(mktemp -d)"
+cleanup() {
+  [ -n "${OWN_CLUSTER:-}" ] && "$ROOT/test/cluster/down" "$CLUSTER" >/dev/null 2>&1
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+if [ -z "$CLUSTER" ]; then
+  CLUSTER="$WORK/cluster"
+  OWN_CLUSTER=1
+  "$ROOT/test/cluster/up" "$CLUSTER" --owner-pid $$ >"$WORK/up.log" 2>&1 || {
+    cat "$WORK/up.log"
+    echo "0 passed, 1 failed"
+    exit 1
+  }
+fi
+export KUBECONFIG="$CLUSTER/kubeconfig"
+k() { kubectl --request-timeout=20s "$@"; }
+
+k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null &&
+  k wait --for=condition=Established crd/shutdownpolicies.gracekeeper.dev --timeout=30s >/dev/null ||
+  not_ok "CRD installs"
+k create namespace shop-prod --dry-run=client -o yaml | k apply -f - >/dev/null
+
+# 1. The articles' Deployment fails check, as a user would run it before deploying.
+"$GK" check -f "$SAMPLES/checkout-deployment.yaml" >"$WORK/check-before.txt" 2>&1
+expect "check on the sample exits 1" "$?" 1
+grep -q "NoPreStopWait" "$WORK/check-before.txt" && grep -q "CapacityDropOnRollout" "$WORK/check-before.txt" &&
+  ok "check names NoPreStopWait and CapacityDropOnRollout" ||
+  not_ok "check findings: $(cat "$WORK/check-before.txt")"
+
+# 2. plan's output (native sleep action) is accepted by server-side apply as field manager gracekeeper.
+"$GK" plan -f "$SAMPLES/checkout-deployment.yaml" -f "$SAMPLES/shutdownpolicy.yaml" >"$WORK/planned.yaml" 2>"$WORK/plan.err"
+expect "plan exits 0" "$?" 0
+if k apply --server-side --field-manager=gracekeeper -f "$WORK/planned.yaml" >"$WORK/apply.out" 2>&1; then
+  ok "the API server accepts plan's output by server-side apply"
+else
+  not_ok "server-side apply of plan's output: $(cat "$WORK/apply.out")"
+fi
+get() { k -n shop-prod get deployment checkout -o jsonpath="$1"; }
+expect "preStop sleep stored by the server" "$(get '{.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds}')" 6
+expect "grace stored by the server" "$(get '{.spec.template.spec.terminationGracePeriodSeconds}')" 46
+expect "maxUnavailable stored by the server" "$(get '{.spec.strategy.rollingUpdate.maxUnavailable}')" 0
+managers="$(get '{.metadata.managedFields[*].manager}')"
+case " $managers " in *" gracekeeper "*) ok "field manager gracekeeper recorded" ;; *) not_ok "managers: $managers" ;; esac
+expect "the sample ShutdownPolicy is stored" "$(k -n shop-prod get sdp default -o jsonpath='{.spec.propagation.staticSeconds}')" 4
+
+# 3. check reads the server's own output (a List with status, managedFields, defaults filled in).
+k -n shop-prod get deployments -o yaml >"$WORK/server.yaml"
+"$GK" check -f "$WORK/server.yaml" >"$WORK/check-after.txt" 2>&1
+expect "check on the server's List of the planned Deployment exits 0" "$?" 0
+"$GK" plan -f "$WORK/server.yaml" -f "$SAMPLES/shutdownpolicy.yaml" >/dev/null 2>"$WORK/replan.err"
+grep -q "0 Deployment(s) changed" "$WORK/replan.err" && ok "plan on the server's copy changes nothing" ||
+  not_ok "replan: $(cat "$WORK/replan.err")"
+
+# 4. For clusters older than 1.30, the exec form is valid too.
+sed 's/name: checkout$/name: checkout-old/' "$SAMPLES/checkout-deployment.yaml" |
+  "$GK" plan -f - --kubernetes-version 1.29 2>/dev/null >"$WORK/old.yaml"
+if k apply --server-side --field-manager=gracekeeper -f "$WORK/old.yaml" >"$WORK/old.out" 2>&1; then
+  expect "exec sleep form stored by the server" \
+    "$(k -n shop-prod get deployment checkout-old -o jsonpath='{.spec.template.spec.containers[0].lifecycle.preStop.exec.command}')" \
+    '["sleep","15"]'
+else
+  not_ok "server-side apply of the exec form: $(cat "$WORK/old.out")"
+fi
+
+# 5. A second apply of the same plan is a no-op for the server (no new generation).
+gen_before="$(get '{.metadata.generation}')"
+k apply --server-side --field-manager=gracekeeper -f "$WORK/planned.yaml" >/dev/null 2>&1
+expect "re-applying the same plan leaves the generation alone" "$(get '{.metadata.generation}')" "$gen_before"
+
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
