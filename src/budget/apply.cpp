@@ -22,7 +22,11 @@ Json pre_stop_json(const ContainerPlan& cp) {
 // The containers list entry with this name (names are unique within a pod).
 Json* find_container(Json& containers, const std::string& name) {
   for (auto& container : containers) {
-    if (container.is_object() && container.value("name", "") == name) return &container;
+    if (!container.is_object()) continue;
+    auto it = container.find("name");
+    if (it != container.end() && it->is_string() && it->get_ref<const std::string&>() == name) {
+      return &container;
+    }
   }
   return nullptr;
 }

@@ -159,6 +159,13 @@ class Reader {
   FieldErrors& errors_;
 };
 
+// Absent or null: a required field is missing. (A present field of the wrong
+// type has already been reported by the Reader.)
+bool missing(const Json& parent, const char* key) {
+  auto it = parent.find(key);
+  return it == parent.end() || it->is_null();
+}
+
 std::optional<std::int64_t> parse_sleep_seconds(const std::string& text) {
   std::string_view digits = text;
   if (!digits.empty() && digits.back() == 's') digits.remove_suffix(1);
@@ -254,7 +261,7 @@ Container read_container(Reader& reader, const Json& item, const std::string& pa
     return container;
   }
   container.name = reader.string(item, "name", path + ".name").value_or("");
-  if (container.name.empty() && !item.contains("name")) {
+  if (container.name.empty() && (missing(item, "name") || item["name"].is_string())) {
     reader.fail(path + ".name", "required: every container needs a name");
   }
   if (const Json* ports = reader.array(item, "ports", path + ".ports")) {
@@ -374,7 +381,7 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
 
   const Json* spec = reader.object(object, "spec", "spec");
   if (spec == nullptr) {
-    if (!object.contains("spec")) reader.fail("spec", "required: a Deployment needs a spec");
+    if (missing(object, "spec")) reader.fail("spec", "required: a Deployment needs a spec");
     return std::unexpected(std::move(errors));
   }
   out.replicas =
@@ -407,9 +414,9 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
   const Json* pod_template = reader.object(*spec, "template", "spec.template");
   const Json* pod_spec =
       pod_template ? reader.object(*pod_template, "spec", "spec.template.spec") : nullptr;
-  if (pod_template == nullptr && !spec->contains("template")) {
+  if (pod_template == nullptr && missing(*spec, "template")) {
     reader.fail("spec.template", "required: a Deployment needs a pod template");
-  } else if (pod_template != nullptr && pod_spec == nullptr && !pod_template->contains("spec")) {
+  } else if (pod_template != nullptr && pod_spec == nullptr && missing(*pod_template, "spec")) {
     reader.fail("spec.template.spec", "required: the pod template needs a spec with containers");
   }
   if (pod_template != nullptr) {
@@ -427,13 +434,21 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
     }
     const Json* containers = reader.array(*pod_spec, "containers", "spec.template.spec.containers");
     if (containers == nullptr || containers->empty()) {
-      if (containers != nullptr || !pod_spec->contains("containers")) {
+      if (containers != nullptr || missing(*pod_spec, "containers")) {
         reader.fail("spec.template.spec.containers", "required: at least one container");
       }
     } else {
       for (std::size_t i = 0; i < containers->size(); ++i) {
-        out.containers.push_back(read_container(
-            reader, (*containers)[i], fmt::format("spec.template.spec.containers[{}]", i)));
+        const std::string path = fmt::format("spec.template.spec.containers[{}]", i);
+        Container container = read_container(reader, (*containers)[i], path);
+        // Kubernetes rejects two containers with one name; gracekeeper addresses them by name.
+        for (const auto& earlier : out.containers) {
+          if (!container.name.empty() && earlier.name == container.name) {
+            reader.fail(path + ".name",
+                        fmt::format("duplicate container name \"{}\"", container.name));
+          }
+        }
+        out.containers.push_back(std::move(container));
       }
     }
   }

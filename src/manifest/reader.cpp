@@ -42,6 +42,36 @@ bool is_core(std::string_view tag, std::string_view name) {
          tag.starts_with(detail::kCoreTagPrefix) && tag.ends_with(name);
 }
 
+// yaml-cpp 0.7 decodes the escapes `\N` and `\_` to the single bytes 0x85 and
+// 0xA0 instead of the UTF-8 encodings of U+0085 and U+00A0. The input was
+// checked to be valid UTF-8, so a lone such byte in a quoted scalar can only
+// come from those escapes: encode it properly.
+std::string repair_escapes(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t length = c < 0x80           ? 1
+                         : (c >> 5) == 0x6  ? 2
+                         : (c >> 4) == 0xE  ? 3
+                         : (c >> 3) == 0x1E ? 4
+                                            : 0;
+    bool valid = length > 0 && i + length <= text.size();
+    for (std::size_t k = 1; valid && k < length; ++k) {
+      valid = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    }
+    if (valid) {
+      out.append(text, i, length);
+      i += length;
+    } else {  // a lone byte: its Latin-1 code point, UTF-8 encoded
+      out += static_cast<char>(0xC0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+      ++i;
+    }
+  }
+  return out;
+}
+
 class DocumentBuilder final : public YAML::EventHandler {
  public:
   DocumentBuilder(std::string_view text, const Limits& limits) : text_(text), limits_(limits) {
@@ -81,8 +111,13 @@ class DocumentBuilder final : public YAML::EventHandler {
   }
 
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
-                const std::string& text) override {
-    if (tag == "!") check_closing_quote(mark);
+                const std::string& raw) override {
+    std::string repaired;
+    if (tag == "!") {
+      check_closing_quote(mark);
+      repaired = repair_escapes(raw);
+    }
+    const std::string& text = tag == "!" ? repaired : raw;
     if (expecting_key()) {
       // Keys are taken as written (`80: x` is the key "80", as Kubernetes
       // has it); only the plain `<<` is special, as a merge.

@@ -109,3 +109,34 @@ TEST(ProjectDeployment, CollectsEveryErrorWithItsPath) {
 
 }  // namespace
 }  // namespace gracekeeper::budget
+
+namespace gracekeeper::budget {
+namespace {
+
+// Found by the fuzzer: null where an object is required, nameless and duplicate containers.
+TEST(ProjectDeploymentFuzzFindings, NullRequiredFieldsAndBadContainerNamesAreErrors) {
+  const char* cases[][2] = {
+      {R"({"metadata": {"name": "x"}, "spec": null})", "spec"},
+      {R"({"metadata": {"name": "x"}, "spec": {"template": null}})", "spec.template"},
+      {R"({"metadata": {"name": "x"}, "spec": {"template": {"spec": null}}})",
+       "spec.template.spec"},
+      {R"({"metadata": {"name": "x"}, "spec": {"template": {"spec": {"containers": null}}}})",
+       "spec.template.spec.containers"},
+      {R"({"metadata": {"name": "x"}, "spec": {"template": {"spec": {"containers": [{"name": null}]}}}})",
+       "spec.template.spec.containers[0].name"},
+      {R"({"metadata": {"name": "x"}, "spec": {"template": {"spec": {"containers": [{"name": ""}]}}}})",
+       "spec.template.spec.containers[0].name"},
+      {R"({"metadata": {"name": "x"}, "spec": {"template": {"spec": {"containers": [{"name": "a"}, {"name": "a"}]}}}})",
+       "spec.template.spec.containers[1].name"},
+  };
+  for (const auto& [text, path] : cases) {
+    SCOPED_TRACE(text);
+    auto result = project_deployment(Json::parse(text));
+    ASSERT_FALSE(result.has_value());
+    ASSERT_FALSE(result.error().empty());
+    EXPECT_EQ(result.error().front().path, path);
+  }
+}
+
+}  // namespace
+}  // namespace gracekeeper::budget

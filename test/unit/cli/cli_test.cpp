@@ -304,7 +304,7 @@ std::vector<BadInput> bad_inputs() {
       {"binary_garbage",
        std::string("\x7f"
                    "ELF\x02\x01\x01\0\0\0\xff\xfe",
-                   14),
+                   12),
        {},
        {"@:"}},
       {"alias_bomb", alias_bomb(), {}, {"@:"}},

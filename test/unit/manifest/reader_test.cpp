@@ -493,3 +493,21 @@ TEST(Reader, ForEachDocumentDeliversDocumentsBeforeAnError) {
 
 }  // namespace
 }  // namespace gracekeeper::manifest
+
+namespace gracekeeper::manifest {
+namespace {
+
+// Found by the fuzzer: yaml-cpp 0.7 decodes \N and \_ to lone bytes, not UTF-8.
+TEST(ReaderEscapes, NextLineAndNonBreakingSpaceAreUtf8) {
+  auto docs =
+      read_text("metadata: {name: \"nb\\_sp\", note: \"a\\Nb\", e: \"\\u00e9\"}\n", "t.yaml");
+  ASSERT_TRUE(docs.has_value()) << docs.error().format();
+  EXPECT_EQ((*docs)[0].value["metadata"]["name"], "nb\xC2\xA0sp");
+  EXPECT_EQ((*docs)[0].value["metadata"]["note"],
+            "a\xC2\x85"
+            "b");
+  EXPECT_EQ((*docs)[0].value["metadata"]["e"], "\xC3\xA9");
+}
+
+}  // namespace
+}  // namespace gracekeeper::manifest
