@@ -1,0 +1,278 @@
+// libFuzzer target over what `gracekeeper plan` does offline: read manifests,
+// write them back, project Deployments, plan, apply, write, read again, re-plan.
+//
+// Besides the sanitizers' findings, it aborts when one of these properties breaks:
+//  - the reader never throws (errors are values), and every error formats;
+//  - writing the documents with to_yaml_stream and reading them back gives the
+//    same documents, types and key order included;
+//  - a Deployment with a plan applied, written with to_yaml and read back, still
+//    projects, and planning it again (same policy, propagation, capabilities)
+//    changes nothing: `plan` run on its own output is a no-op;
+//  - project_deployment / parse_policy never fail without an error, and every
+//    field error they report can be located in the source.
+//
+// Run it with hack/fuzz; reproduce a finding with
+//   build-fuzz/manifest_budget_fuzz CRASH_FILE
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gracekeeper/budget/apply.h"
+#include "gracekeeper/budget/deployment.h"
+#include "gracekeeper/budget/engine.h"
+#include "gracekeeper/budget/policy.h"
+#include "gracekeeper/manifest/document.h"
+#include "gracekeeper/manifest/writer.h"
+
+namespace {
+
+namespace budget = gracekeeper::budget;
+namespace manifest = gracekeeper::manifest;
+using Json = manifest::Json;
+
+// Small enough that alias bombs and huge inputs fail fast; depth as in production.
+const manifest::Limits kLimits{
+    .max_input_bytes = 1u << 20,
+    .max_depth = 100,
+    .max_nodes_per_document = 1u << 14,
+};
+// Re-reading written text: aliases are expanded by then, so it may be larger.
+const manifest::Limits kRereadLimits{};
+
+constexpr std::size_t kMaxPolicies = 2;
+
+[[noreturn]] void violation(const std::string& what, const std::string& detail) {
+  std::fprintf(stderr, "\n==== manifest_budget_fuzz: PROPERTY VIOLATED: %s\n%s\n====\n",
+               what.c_str(), detail.c_str());
+  std::abort();
+}
+
+// Equality that keeps types apart (1 vs 1.0), compares NaN equal to NaN and
+// tells -0.0 from 0.0: what a faithful YAML round trip must preserve.
+bool same(const Json& a, const Json& b) {
+  if (a.is_number_integer() && b.is_number_integer()) return a == b;
+  if (a.type() != b.type()) return false;
+  switch (a.type()) {
+    case Json::value_t::object: {
+      if (a.size() != b.size()) return false;
+      for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib) {
+        if (ia.key() != ib.key() || !same(*ia, *ib)) return false;
+      }
+      return true;
+    }
+    case Json::value_t::array: {
+      if (a.size() != b.size()) return false;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        if (!same(a[i], b[i])) return false;
+      }
+      return true;
+    }
+    case Json::value_t::number_float: {
+      const double x = a.get<double>();
+      const double y = b.get<double>();
+      if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
+      return x == y && std::signbit(x) == std::signbit(y);
+    }
+    default:
+      return a == b;
+  }
+}
+
+std::string dump(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// Knobs for planning, derived from the input so that the fuzzer can steer them.
+struct Knobs {
+  double propagation_seconds = 0;  // within --propagation-seconds' range, 0..3600
+  bool native_sleep = true;
+  std::optional<bool> behind_service;
+};
+
+Knobs knobs_for(const std::uint8_t* data, std::size_t size) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a
+  for (std::size_t i = 0; i < size; ++i) h = (h ^ data[i]) * 1099511628211ull;
+  Knobs k;
+  switch (h & 7) {
+    case 0:
+      k.propagation_seconds = 0;
+      break;
+    case 1:
+      k.propagation_seconds = 3600;
+      break;
+    case 2:
+      k.propagation_seconds = 10;  // the default staticSeconds
+      break;
+    default:
+      k.propagation_seconds = static_cast<double>((h >> 8) % 360001) / 100.0;
+  }
+  k.native_sleep = ((h >> 3) & 1) != 0;
+  switch ((h >> 4) & 3) {
+    case 0:
+      k.behind_service = true;
+      break;
+    case 1:
+      k.behind_service = false;
+      break;
+    default:
+      k.behind_service = std::nullopt;
+  }
+  return k;
+}
+
+void locate_errors(const manifest::Document& document, const budget::FieldErrors& errors) {
+  for (const auto& error : errors) {
+    (void)error.format();
+    if (error.path.empty()) continue;
+    const manifest::Position where =
+        manifest::locate(document, manifest::split_field_path(error.path));
+    (void)where.format();
+  }
+}
+
+// The documents, written as one stream and read back, are the same documents.
+void check_stream_round_trip(const std::vector<manifest::Document>& documents) {
+  std::vector<Json> values;
+  values.reserve(documents.size());
+  for (const auto& d : documents) values.push_back(d.value);
+  const std::string yaml = manifest::to_yaml_stream(values);
+  auto reread = manifest::read_text(yaml, "written.yaml", kRereadLimits);
+  if (!reread) {
+    violation("to_yaml_stream output does not read back",
+              reread.error().format() + "\n--- written:\n" + yaml);
+  }
+  if (reread->size() != values.size()) {
+    violation("to_yaml_stream output reads back as a different number of documents",
+              std::to_string(values.size()) + " written, " + std::to_string(reread->size()) +
+                  " read\n--- written:\n" + yaml);
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!same(values[i], (*reread)[i].value)) {
+      violation("to_yaml_stream round trip changed a document",
+                "document " + std::to_string(i) + "\n--- before: " + dump(values[i]) +
+                    "\n--- after:  " + dump((*reread)[i].value) + "\n--- written:\n" + yaml);
+    }
+  }
+}
+
+std::string describe_changes(const budget::Plan& plan) {
+  std::string out;
+  for (const auto& c : plan.changes) out += "  " + c.field + ": " + c.from + " -> " + c.to + "\n";
+  return out;
+}
+
+// Plan, apply, write, read back, plan again: the second plan must change nothing.
+void plan_apply_replan(const manifest::Document& document, const budget::Deployment& deployment,
+                       const budget::PolicySpec& policy, const std::string& policy_name,
+                       const Knobs& knobs) {
+  budget::Context context;
+  context.policy = &policy;
+  context.policy_name = policy_name;
+  context.propagation_seconds = knobs.propagation_seconds;
+  context.capabilities.native_sleep = knobs.native_sleep;
+  context.behind_service = knobs.behind_service;
+  context.now = std::nullopt;  // offline: no churn control
+
+  const budget::Plan first = budget::plan(deployment, context);
+  for (const auto& finding : first.findings) (void)budget::to_string(finding.severity);
+  if (!first.changed()) return;
+
+  using namespace std::chrono;
+  const system_clock::time_point when = sys_days{year{2026} / 1 / 15} + hours{12};
+  Json applied = document.value;
+  budget::apply_plan(applied, first, policy_name, when);
+
+  const std::string yaml = manifest::to_yaml(applied);
+  auto reread = manifest::read_text(yaml, "applied.yaml", kRereadLimits);
+  if (!reread) {
+    violation("an applied Deployment written with to_yaml does not read back",
+              reread.error().format() + "\n--- written:\n" + yaml);
+  }
+  if (reread->size() != 1) {
+    violation("an applied Deployment written with to_yaml reads back as " +
+                  std::to_string(reread->size()) + " documents",
+              yaml);
+  }
+  const Json& again = reread->front().value;
+  if (!same(applied, again)) {
+    violation("to_yaml round trip changed an applied Deployment",
+              "--- before: " + dump(applied) + "\n--- after:  " + dump(again));
+  }
+  if (!budget::is_deployment(again)) {
+    violation("an applied Deployment is no longer a Deployment", dump(again));
+  }
+  auto projected = budget::project_deployment(again);
+  if (!projected) {
+    std::string errors;
+    for (const auto& e : projected.error()) errors += "  " + e.format() + "\n";
+    violation("an applied Deployment no longer projects",
+              errors + "--- input: " + dump(document.value) + "\n--- applied: " + dump(again));
+  }
+  const budget::Plan second = budget::plan(*projected, context);
+  if (second.changed()) {
+    violation("planning an applied Deployment again changes it (plan is not idempotent)",
+              "policy " + policy_name + ", propagation " +
+                  std::to_string(knobs.propagation_seconds) + "s, native sleep " +
+                  (knobs.native_sleep ? "yes" : "no") + ", behind service " +
+                  (knobs.behind_service ? (*knobs.behind_service ? "yes" : "no") : "unknown") +
+                  "\n--- first plan:\n" + describe_changes(first) + "--- second plan:\n" +
+                  describe_changes(second) + "--- input: " + dump(document.value) +
+                  "\n--- applied: " + dump(applied));
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::string text(reinterpret_cast<const char*>(data), size);
+  auto documents = manifest::read_text(std::move(text), "fuzz.yaml", kLimits);
+  if (!documents) {
+    (void)documents.error().format();
+    return 0;
+  }
+  check_stream_round_trip(*documents);
+
+  const Knobs knobs = knobs_for(data, size);
+  const budget::PolicySpec defaults{};
+  std::vector<budget::Policy> policies;
+  for (const auto& document : *documents) {
+    if (!budget::is_policy(document.value)) continue;
+    auto policy = budget::parse_policy(document.value);
+    if (!policy) {
+      if (policy.error().empty()) {
+        violation("parse_policy failed without an error", dump(document.value));
+      }
+      locate_errors(document, policy.error());
+    } else if (policies.size() < kMaxPolicies) {
+      policies.push_back(std::move(*policy));
+    }
+  }
+
+  for (const auto& document : *documents) {
+    if (!budget::is_deployment(document.value)) continue;
+    auto deployment = budget::project_deployment(document.value);
+    if (!deployment) {
+      // An empty error list would make `plan`/`check` skip the object silently.
+      if (deployment.error().empty()) {
+        violation("project_deployment failed without an error", dump(document.value));
+      }
+      locate_errors(document, deployment.error());
+      continue;
+    }
+    (void)budget::opted_in(*deployment);
+    (void)budget::key(*deployment);
+    plan_apply_replan(document, *deployment, defaults, "(defaults)", knobs);
+    // The policies of the input too: idempotence must hold for any valid policy.
+    for (const auto& policy : policies) {
+      plan_apply_replan(document, *deployment, policy.spec, policy.name, knobs);
+    }
+  }
+  return 0;
+}
