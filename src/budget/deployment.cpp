@@ -285,6 +285,9 @@ std::optional<std::chrono::system_clock::time_point> parse_time(const std::strin
     return std::nullopt;
   }
   using namespace std::chrono;
+  // system_clock counts nanoseconds in 64 bits: only about 1678-2262 fit. The
+  // annotation is gracekeeper's own, so anything outside a sane range is garbage.
+  if (year < 1970 || year > 2200) return std::nullopt;
   const year_month_day date{std::chrono::year{year},
                             std::chrono::month{static_cast<unsigned>(month)},
                             std::chrono::day{static_cast<unsigned>(day)}};

@@ -82,6 +82,14 @@ TEST(ProjectDeployment, OnlyHooksRecordedInTheAppliedAnnotationAreOwned) {
   container["lifecycle"]["preStop"]["sleep"]["seconds"] = 20;
   EXPECT_FALSE(project_deployment(with_container(container, ours))->containers[0].pre_stop.owned);
 
+  // A time outside what system_clock can hold is ignored, not overflowed (found by the fuzzer).
+  Json old_time = ours;
+  old_time["gracekeeper.dev/applied"] =
+      R"({"preStop":15,"grace":55,"containers":["app"],"time":"1013-01-15T12:00:00Z"})";
+  auto ancient = project_deployment(with_container(container, old_time));
+  ASSERT_TRUE(ancient.has_value() && ancient->applied.has_value());
+  EXPECT_FALSE(ancient->applied->time.has_value());
+
   // An unreadable annotation owns nothing (and is no error: gracekeeper just treats it as absent).
   for (const char* garbage : {"{", "[]", R"({"preStop": "x"})", R"({"preStop": -1, "grace": 5})"}) {
     auto g = project_deployment(with_container(container, {{"gracekeeper.dev/applied", garbage}}));
