@@ -1,0 +1,496 @@
+// REST verbs over a Transport, API errors decoded from metav1.Status, and
+// the retry rule.
+#include "gracekeeper/kube/client.h"
+
+#include <algorithm>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <random>
+
+#include "kube/transport.h"
+
+namespace gracekeeper::kube {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using nlohmann::json;
+
+// ---------------------------------------------------------------- errors
+
+std::string_view to_string(ApiError::Reason r) {
+  using R = ApiError::Reason;
+  switch (r) {
+    case R::NotFound:
+      return "NotFound";
+    case R::AlreadyExists:
+      return "AlreadyExists";
+    case R::Conflict:
+      return "Conflict";
+    case R::Gone:
+      return "Gone";
+    case R::Invalid:
+      return "Invalid";
+    case R::TooManyRequests:
+      return "TooManyRequests";
+    case R::Unauthorized:
+      return "Unauthorized";
+    case R::Forbidden:
+      return "Forbidden";
+    case R::Timeout:
+      return "Timeout";
+    case R::ServerError:
+      return "ServerError";
+    case R::Transport:
+      return "Transport";
+    case R::BadResponse:
+      return "BadResponse";
+    case R::Other:
+      return "Other";
+  }
+  return "Other";
+}
+
+std::string ApiError::format() const {
+  std::string out{to_string(reason)};
+  if (http_status != 0) out += " (" + std::to_string(http_status) + ")";
+  out += ": " + message;
+  // The server usually repeats the causes in its message; add the others.
+  std::string extra;
+  for (const auto& c : causes) {
+    if (!c.message.empty() && message.find(c.message) != std::string::npos) continue;
+    if (!extra.empty()) extra += "; ";
+    extra += c.field.empty() ? c.message : c.field + ": " + c.message;
+  }
+  if (!extra.empty()) out += " [" + extra + "]";
+  return out;
+}
+
+bool ApiError::transient() const {
+  switch (reason) {
+    case Reason::TooManyRequests:
+    case Reason::Timeout:
+    case Reason::ServerError:
+    case Reason::Transport:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+ApiError::Reason classify(int status, std::string_view status_reason) {
+  using R = ApiError::Reason;
+  if (status_reason == "NotFound") return R::NotFound;
+  if (status_reason == "AlreadyExists") return R::AlreadyExists;
+  if (status_reason == "Conflict") return R::Conflict;
+  if (status_reason == "Gone" || status_reason == "Expired") return R::Gone;
+  if (status_reason == "Invalid") return R::Invalid;
+  if (status_reason == "TooManyRequests") return R::TooManyRequests;
+  if (status_reason == "Unauthorized") return R::Unauthorized;
+  if (status_reason == "Forbidden") return R::Forbidden;
+  if (status_reason == "Timeout" || status_reason == "ServerTimeout") return R::Timeout;
+  switch (status) {
+    case 401:
+      return R::Unauthorized;
+    case 403:
+      return R::Forbidden;
+    case 404:
+      return R::NotFound;
+    case 408:
+      return R::Timeout;
+    case 409:
+      return R::Conflict;
+    case 410:
+      return R::Gone;
+    case 422:
+      return R::Invalid;
+    case 429:
+      return R::TooManyRequests;
+    case 504:
+      return R::Timeout;
+    default:
+      break;
+  }
+  return status >= 500 && status <= 599 ? R::ServerError : R::Other;
+}
+
+std::string str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string{};
+}
+
+}  // namespace
+
+ApiError decode_api_error(int http_status, std::string_view body,
+                          std::optional<std::chrono::seconds> retry_after) {
+  ApiError e;
+  e.http_status = http_status;
+  e.retry_after = retry_after;
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && str(j, "kind") == "Status") {
+    e.message = str(j, "message");
+    e.status_reason = str(j, "reason");
+    if (auto d = j.find("details"); d != j.end() && d->is_object()) {
+      if (auto cs = d->find("causes"); cs != d->end() && cs->is_array()) {
+        for (const auto& c : *cs) {
+          if (c.is_object())
+            e.causes.push_back({str(c, "field"), str(c, "reason"), str(c, "message")});
+        }
+      }
+      if (auto ra = d->find("retryAfterSeconds");
+          !e.retry_after && ra != d->end() && ra->is_number_integer() && ra->get<int>() > 0) {
+        e.retry_after = std::chrono::seconds{ra->get<int>()};
+      }
+    }
+  } else {
+    std::string_view start = body.substr(0, 300);
+    e.message = start.empty() ? "HTTP " + std::to_string(http_status) : std::string{start};
+  }
+  e.reason = classify(http_status, e.status_reason);
+  return e;
+}
+
+// ---------------------------------------------------------------- addressing
+
+namespace {
+
+void pct_encode(std::string& out, std::string_view s) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  for (unsigned char ch : s) {
+    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+      out += static_cast<char>(ch);
+    } else {
+      out += '%';
+      out += hex[ch >> 4];
+      out += hex[ch & 15];
+    }
+  }
+}
+
+// Appends `key=value` (value percent-encoded) to a target, unless value is empty.
+void add_query(std::string& target, std::string_view key, std::string_view value) {
+  if (value.empty()) return;
+  target += target.find('?') == std::string::npos ? '?' : '&';
+  target += key;
+  target += '=';
+  pct_encode(target, value);
+}
+
+}  // namespace
+
+std::string resource_path(const Resource& r, std::string_view namespace_, std::string_view name,
+                          std::string_view subresource) {
+  std::string p = r.group.empty() ? "/api/" + r.version : "/apis/" + r.group + "/" + r.version;
+  if (r.namespaced && !namespace_.empty()) {
+    p += "/namespaces/";
+    pct_encode(p, namespace_);
+  }
+  p += "/" + r.resource;
+  if (!name.empty()) {
+    p += '/';
+    pct_encode(p, name);
+  }
+  if (!subresource.empty()) {
+    p += '/';
+    p += subresource;
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------- client
+
+struct Client::Call {
+  http::verb method = http::verb::get;
+  std::string target{};
+  std::string content_type{};
+  std::string body{};
+  std::string accept = "application/json";
+  // Sending it twice has the same effect as once (GET, PUT, DELETE, apply
+  // and merge patches); POST and JSON patches are not.
+  bool idempotent = true;
+};
+
+Client::Client(asio::any_io_executor executor, ClusterConfig config, ClientOptions options)
+    : Client(detail::make_tls_transport(std::move(executor), std::move(config), options), options) {
+}
+
+Client::Client(std::unique_ptr<detail::Transport> transport, ClientOptions options)
+    : transport_(std::move(transport)), options_(std::move(options)) {
+  jitter_state_ = (std::uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+}
+
+Client::~Client() = default;
+
+namespace {
+
+ApiError from_transport(detail::TransportError t) {
+  ApiError e;
+  e.reason = t.reason;
+  e.message = std::move(t.message);
+  return e;
+}
+
+// The retry rule. A transient error is retried when a second attempt cannot
+// do the work twice:
+//  * TooManyRequests: the server (priority and fairness, max in-flight)
+//    refused the request before handling it, whatever the verb;
+//  * a transport failure before the request went out whole: the server
+//    never acts on half a request, whatever the verb;
+//  * anything else transient (5xx, server timeouts, connections cut after
+//    the request was sent) only for idempotent calls: a POST that timed out
+//    may have created its object, and a JSON patch may have been applied.
+// Conflicts, Gone and the like are not transient: the caller must re-read.
+bool may_retry(const ApiError& e, bool request_written, bool idempotent) {
+  if (!e.transient()) return false;
+  if (e.reason == ApiError::Reason::TooManyRequests) return true;
+  if (e.reason == ApiError::Reason::Transport && !request_written) return true;
+  return idempotent;
+}
+
+std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+asio::awaitable<std::expected<std::string, ApiError>> Client::send(Call call) {
+  detail::HttpRequest req{.method = call.method,
+                          .target = call.target,
+                          .content_type = call.content_type,
+                          .body = call.body,
+                          .accept = call.accept,
+                          .idempotent = call.idempotent};
+  const auto& retry = options_.retry;
+  for (int attempt = 1;; ++attempt) {
+    auto answer = co_await transport_->send(req);
+    ApiError error;
+    bool written = true;
+    if (answer) {
+      if (answer->status >= 200 && answer->status <= 299) co_return std::move(answer->body);
+      error = decode_api_error(static_cast<int>(answer->status), answer->body, answer->retry_after);
+    } else {
+      written = answer.error().request_written;
+      error = from_transport(std::move(answer.error()));
+    }
+    if (attempt >= retry.attempts || !may_retry(error, written, call.idempotent)) {
+      co_return std::unexpected(std::move(error));
+    }
+    // Exponential backoff with jitter (half to all of the step), so clients
+    // that failed together do not come back together; Retry-After is a floor.
+    auto step =
+        std::min(retry.max_backoff, retry.initial_backoff * (1 << std::min(attempt - 1, 16)));
+    auto wait =
+        step / 2 + std::chrono::milliseconds{splitmix64(jitter_state_) %
+                                             static_cast<std::uint64_t>(step.count() / 2 + 1)};
+    if (error.retry_after) {
+      wait = std::max<std::chrono::milliseconds>(
+          wait, std::min<std::chrono::milliseconds>(*error.retry_after, std::chrono::seconds{60}));
+    }
+    // (Named locals around co_await: GCC 12 mishandles temporaries there.)
+    auto executor = co_await asio::this_coro::executor;
+    asio::steady_timer timer(executor, wait);
+    auto [ec] = co_await timer.async_wait(detail::use_nothrow);
+    if (ec) co_return std::unexpected(std::move(error));  // cancelled while waiting
+  }
+}
+
+asio::awaitable<Result> Client::send_json(Call call) {
+  auto body = co_await send(std::move(call));
+  if (!body) co_return std::unexpected(std::move(body.error()));
+  json j = json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    ApiError e;
+    e.reason = ApiError::Reason::BadResponse;
+    e.http_status = 200;
+    e.message = "response is not JSON: " + body->substr(0, 200);
+    co_return std::unexpected(std::move(e));
+  }
+  co_return j;
+}
+
+asio::awaitable<Result> Client::get(Resource r, std::string ns, std::string name,
+                                    std::string subresource) {
+  Call call{.target = resource_path(r, ns, name, subresource)};
+  co_return co_await send_json(std::move(call));
+}
+
+asio::awaitable<Result> Client::list(Resource r, std::string ns, ListOptions o) {
+  Call call{.target = resource_path(r, ns)};
+  add_query(call.target, "labelSelector", o.label_selector);
+  add_query(call.target, "fieldSelector", o.field_selector);
+  if (o.limit) add_query(call.target, "limit", std::to_string(*o.limit));
+  add_query(call.target, "continue", o.continue_token);
+  add_query(call.target, "resourceVersion", o.resource_version);
+  co_return co_await send_json(std::move(call));
+}
+
+asio::awaitable<Result> Client::list_all(Resource r, std::string ns, ListOptions o) {
+  json all;
+  for (;;) {
+    auto page = co_await list(r, ns, o);
+    if (!page) co_return std::unexpected(std::move(page.error()));
+    json items = page->contains("items") && (*page)["items"].is_array()
+                     ? std::move((*page)["items"])
+                     : json::array();
+    std::string next;
+    if (auto m = page->find("metadata"); m != page->end() && m->is_object()) {
+      next = str(*m, "continue");
+    }
+    if (all.is_null()) {
+      all = std::move(*page);
+      all["items"] = json::array();
+    }
+    for (auto& item : items) all["items"].push_back(std::move(item));
+    if (next.empty()) break;
+    o.continue_token = next;
+    o.resource_version.clear();  // the token carries the snapshot; both is an error
+  }
+  if (auto m = all.find("metadata"); m != all.end() && m->is_object()) {
+    m->erase("continue");
+    m->erase("remainingItemCount");
+  }
+  co_return all;
+}
+
+namespace {
+std::string write_query(std::string target, WriteOptions o) {
+  add_query(target, "fieldManager", o.field_manager);
+  if (o.dry_run) add_query(target, "dryRun", "All");
+  return target;
+}
+}  // namespace
+
+asio::awaitable<Result> Client::create(Resource r, std::string ns, json object, WriteOptions o) {
+  Call call{.method = http::verb::post,
+            .target = write_query(resource_path(r, ns), o),
+            .content_type = "application/json",
+            .body = object.dump(),
+            .idempotent = false};
+  co_return co_await send_json(std::move(call));
+}
+
+asio::awaitable<Result> Client::replace(Resource r, std::string ns, std::string name, json object,
+                                        WriteOptions o) {
+  Call call{.method = http::verb::put,
+            .target = write_query(resource_path(r, ns, name, o.subresource), o),
+            .content_type = "application/json",
+            .body = object.dump()};
+  co_return co_await send_json(std::move(call));
+}
+
+asio::awaitable<Result> Client::update_status(Resource r, std::string ns, std::string name,
+                                              json object, WriteOptions o) {
+  o.subresource = "status";
+  co_return co_await replace(r, ns, name, object, o);
+}
+
+asio::awaitable<Result> Client::remove(Resource r, std::string ns, std::string name,
+                                       DeleteOptions o) {
+  Call call{.method = http::verb::delete_, .target = resource_path(r, ns, name)};
+  if (o.dry_run) add_query(call.target, "dryRun", "All");
+  // Options go in a DeleteOptions body, the form every API server version accepts.
+  json body = {{"apiVersion", "v1"}, {"kind", "DeleteOptions"}};
+  if (!o.propagation_policy.empty()) body["propagationPolicy"] = o.propagation_policy;
+  if (o.grace_period_seconds) body["gracePeriodSeconds"] = *o.grace_period_seconds;
+  if (!o.precondition_uid.empty()) body["preconditions"]["uid"] = o.precondition_uid;
+  if (!o.precondition_resource_version.empty()) {
+    body["preconditions"]["resourceVersion"] = o.precondition_resource_version;
+  }
+  call.content_type = "application/json";
+  call.body = body.dump();
+  co_return co_await send_json(std::move(call));
+}
+
+asio::awaitable<Result> Client::apply(Resource r, std::string ns, std::string name, json object,
+                                      ApplyOptions o) {
+  Call call{.method = http::verb::patch,
+            .target = resource_path(r, ns, name, o.subresource),
+            // JSON is YAML, so the applied configuration is sent as JSON.
+            .content_type = "application/apply-patch+yaml",
+            .body = object.dump()};
+  add_query(call.target, "fieldManager", o.field_manager);
+  if (o.force) add_query(call.target, "force", "true");
+  if (o.dry_run) add_query(call.target, "dryRun", "All");
+  co_return co_await send_json(std::move(call));
+}
+
+asio::awaitable<Result> Client::merge_patch(Resource r, std::string ns, std::string name,
+                                            json patch, WriteOptions o) {
+  Call call{.method = http::verb::patch,
+            .target = write_query(resource_path(r, ns, name, o.subresource), o),
+            .content_type = "application/merge-patch+json",
+            .body = patch.dump()};
+  co_return co_await send_json(std::move(call));
+}
+
+asio::awaitable<Result> Client::json_patch(Resource r, std::string ns, std::string name, json patch,
+                                           WriteOptions o) {
+  Call call{.method = http::verb::patch,
+            .target = write_query(resource_path(r, ns, name, o.subresource), o),
+            .content_type = "application/json-patch+json",
+            .body = patch.dump(),
+            .idempotent = false};
+  co_return co_await send_json(std::move(call));
+}
+
+asio::awaitable<std::expected<ServerVersion, ApiError>> Client::server_version() {
+  Call call{.target = "/version"};
+  auto j = co_await send_json(std::move(call));
+  if (!j) co_return std::unexpected(std::move(j.error()));
+  ServerVersion v{str(*j, "major"), str(*j, "minor"), str(*j, "gitVersion")};
+  co_return v;
+}
+
+asio::awaitable<std::expected<std::vector<DiscoveredResource>, ApiError>> Client::discover(
+    std::string group_version) {
+  std::string target = group_version.find('/') == std::string_view::npos
+                           ? "/api/" + std::string{group_version}
+                           : "/apis/" + std::string{group_version};
+  Call call{.target = target};
+  auto j = co_await send_json(std::move(call));
+  if (!j) co_return std::unexpected(std::move(j.error()));
+  std::vector<DiscoveredResource> out;
+  if (auto rs = j->find("resources"); rs != j->end() && rs->is_array()) {
+    for (const auto& r : *rs) {
+      DiscoveredResource d{str(r, "name"), str(r, "kind"), r.value("namespaced", false), {}};
+      if (auto v = r.find("verbs"); v != r.end() && v->is_array()) {
+        for (const auto& verb : *v) {
+          if (verb.is_string()) d.verbs.push_back(verb.get<std::string>());
+        }
+      }
+      out.push_back(std::move(d));
+    }
+  }
+  co_return out;
+}
+
+asio::awaitable<std::expected<std::string, ApiError>> Client::get_raw(std::string target) {
+  Call call{.target = std::move(target), .accept = "*/*"};
+  co_return co_await send(std::move(call));
+}
+
+asio::awaitable<std::expected<WatchEnd, ApiError>> Client::watch(Resource r, std::string ns,
+                                                                 WatchOptions o,
+                                                                 ChunkHandler on_chunk) {
+  detail::HttpRequest req{.target = resource_path(r, ns)};
+  add_query(req.target, "watch", "1");
+  add_query(req.target, "resourceVersion", o.resource_version);
+  if (o.allow_bookmarks) add_query(req.target, "allowWatchBookmarks", "true");
+  add_query(req.target, "labelSelector", o.label_selector);
+  add_query(req.target, "fieldSelector", o.field_selector);
+  if (o.timeout.count() > 0)
+    add_query(req.target, "timeoutSeconds", std::to_string(o.timeout.count()));
+  auto result = co_await transport_->stream(req, on_chunk);
+  if (!result) co_return std::unexpected(from_transport(std::move(result.error())));
+  if (result->refused) {
+    const auto& a = *result->refused;
+    co_return std::unexpected(decode_api_error(static_cast<int>(a.status), a.body, a.retry_after));
+  }
+  co_return result->end;
+}
+
+}  // namespace gracekeeper::kube
