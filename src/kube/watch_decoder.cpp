@@ -1,0 +1,260 @@
+#include "gracekeeper/kube/watch_decoder.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <utility>
+
+namespace gracekeeper::kube {
+
+namespace {
+
+using Json = nlohmann::json;
+
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\r";
+  const auto first = s.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
+}
+
+// nlohmann's parser itself is iterative, but copying and comparing a json are
+// recursive; reject absurd nesting before it becomes a value anyone copies.
+bool within_depth(std::string_view text, std::size_t max_depth) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        break;
+      case '[':
+      case '{':
+        if (++depth > max_depth) return false;
+        break;
+      case ']':
+      case '}':
+        if (depth > 0) --depth;
+        break;
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
+std::optional<WatchEventType> parse_type(std::string_view type) {
+  if (type == "ADDED") return WatchEventType::added;
+  if (type == "MODIFIED") return WatchEventType::modified;
+  if (type == "DELETED") return WatchEventType::deleted;
+  if (type == "BOOKMARK") return WatchEventType::bookmark;
+  if (type == "ERROR") return WatchEventType::error;
+  return std::nullopt;
+}
+
+std::string string_field(const Json& object, const char* name) {
+  const auto it = object.find(name);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+WatchStatus decode_status(const Json& object) {
+  WatchStatus status;
+  status.status = string_field(object, "status");
+  status.reason = string_field(object, "reason");
+  status.message = string_field(object, "message");
+  const auto code = object.find("code");
+  if (code != object.end() && code->is_number_integer()) {
+    // Clamp rather than wrap: a nonsense code must not turn into 410.
+    const auto wide = code->get<std::int64_t>();
+    constexpr std::int64_t kMin = std::numeric_limits<int>::min();
+    constexpr std::int64_t kMax = std::numeric_limits<int>::max();
+    status.code = static_cast<int>(wide < kMin ? kMin : wide > kMax ? kMax : wide);
+  }
+  return status;
+}
+
+struct LineError {
+  WatchErrorKind kind;
+  std::string message;
+};
+
+// One trimmed, non-empty line -> one event.
+std::expected<WatchEvent, LineError> decode_event(std::string_view line,
+                                                  const WatchDecoderOptions& options) {
+  if (!within_depth(line, options.max_depth)) {
+    return std::unexpected(LineError{WatchErrorKind::malformed_json,
+                                     fmt::format("nested deeper than {}", options.max_depth)});
+  }
+  Json doc;
+  try {
+    doc = Json::parse(line.begin(), line.end());
+  } catch (const Json::exception& e) {
+    return std::unexpected(LineError{WatchErrorKind::malformed_json, e.what()});
+  }
+  if (!doc.is_object()) {
+    return std::unexpected(LineError{WatchErrorKind::invalid_event, "event is not a JSON object"});
+  }
+  const auto type_it = doc.find("type");
+  if (type_it == doc.end() || !type_it->is_string()) {
+    return std::unexpected(
+        LineError{WatchErrorKind::invalid_event, "event has no string \"type\""});
+  }
+  const auto object_it = doc.find("object");
+  if (object_it == doc.end() || !object_it->is_object()) {
+    return std::unexpected(
+        LineError{WatchErrorKind::invalid_event, "event has no \"object\" object"});
+  }
+  const auto& type_name = type_it->get_ref<const std::string&>();
+  const std::optional<WatchEventType> type = parse_type(type_name);
+  if (!type) {
+    // Cap what goes into the message: the type is attacker-sized.
+    return std::unexpected(LineError{
+        WatchErrorKind::unknown_type,
+        fmt::format("unknown event type \"{}\"", std::string_view(type_name).substr(0, 64))});
+  }
+
+  WatchEvent event;
+  event.type = *type;
+  event.object = std::move(*object_it);
+  if (const auto meta = event.object.find("metadata");
+      meta != event.object.end() && meta->is_object()) {
+    event.resource_version = string_field(*meta, "resourceVersion");
+  }
+  if (event.type == WatchEventType::error) event.status = decode_status(event.object);
+  return event;
+}
+
+}  // namespace
+
+std::string_view to_string(WatchEventType type) {
+  switch (type) {
+    case WatchEventType::added:
+      return "ADDED";
+    case WatchEventType::modified:
+      return "MODIFIED";
+    case WatchEventType::deleted:
+      return "DELETED";
+    case WatchEventType::bookmark:
+      return "BOOKMARK";
+    case WatchEventType::error:
+      return "ERROR";
+  }
+  return "?";
+}
+
+std::string WatchError::format() const {
+  std::string_view what = "?";
+  switch (kind) {
+    case WatchErrorKind::malformed_json:
+      what = "malformed JSON";
+      break;
+    case WatchErrorKind::invalid_event:
+      what = "invalid event";
+      break;
+    case WatchErrorKind::unknown_type:
+      what = "unknown event type";
+      break;
+    case WatchErrorKind::too_large:
+      what = "event too large";
+      break;
+    case WatchErrorKind::truncated:
+      what = "truncated stream";
+      break;
+  }
+  return fmt::format("watch stream: {} (event {}, byte {}): {}", what, event_index, stream_offset,
+                     message);
+}
+
+WatchDecoder::WatchDecoder(WatchDecoderOptions options) : options_(options) {}
+
+std::unexpected<WatchError> WatchDecoder::fail(WatchErrorKind kind, std::string message) {
+  error_ = WatchError{.kind = kind,
+                      .message = std::move(message),
+                      .event_index = event_index_,
+                      .stream_offset = consumed_};
+  partial_.clear();
+  partial_.shrink_to_fit();  // a failed decoder holds no megabytes
+  return std::unexpected(*error_);
+}
+
+std::expected<void, WatchError> WatchDecoder::feed(std::string_view bytes) {
+  if (error_) return std::unexpected(*error_);
+  while (!bytes.empty()) {
+    const std::size_t newline = bytes.find('\n');
+    const std::string_view piece = bytes.substr(0, newline);
+    // Checked before buffering, so memory stays bounded by the limit no matter
+    // how the stream is chunked.
+    if (partial_.size() + piece.size() > options_.max_event_bytes) {
+      return fail(WatchErrorKind::too_large,
+                  fmt::format("event exceeds {} bytes", options_.max_event_bytes));
+    }
+    if (newline == std::string_view::npos) {
+      partial_.append(piece);
+      return {};
+    }
+    bytes.remove_prefix(newline + 1);
+    const std::size_t line_length = partial_.size() + piece.size();
+    std::expected<void, WatchError> taken;
+    if (partial_.empty()) {
+      taken = take_line(piece);  // the common case: no copy of the event
+    } else {
+      partial_.append(piece);
+      taken = take_line(partial_);
+    }
+    if (!taken) return taken;
+    consumed_ += line_length + 1;
+    partial_.clear();
+  }
+  return {};
+}
+
+std::expected<void, WatchError> WatchDecoder::take_line(std::string_view line) {
+  line = trim(line);
+  if (line.empty()) return {};  // tolerate blank lines and CRLF
+  std::expected<WatchEvent, LineError> event = decode_event(line, options_);
+  if (!event) return fail(event.error().kind, std::move(event.error().message));
+  events_.push_back(std::move(*event));
+  ++event_index_;
+  return {};
+}
+
+std::expected<void, WatchError> WatchDecoder::finish() {
+  if (error_) return std::unexpected(*error_);
+  const std::string_view rest = trim(partial_);
+  if (rest.empty()) return {};
+  // A last event without its newline is still a whole event; anything that
+  // does not parse is the beginning of one the connection cut off.
+  std::expected<WatchEvent, LineError> event = decode_event(rest, options_);
+  if (!event) {
+    if (event.error().kind == WatchErrorKind::malformed_json) {
+      return fail(WatchErrorKind::truncated,
+                  fmt::format("stream ended inside an event ({} bytes)", rest.size()));
+    }
+    return fail(event.error().kind, std::move(event.error().message));
+  }
+  events_.push_back(std::move(*event));
+  ++event_index_;
+  consumed_ += partial_.size();
+  partial_.clear();
+  return {};
+}
+
+std::optional<WatchEvent> WatchDecoder::next() {
+  if (events_.empty()) return std::nullopt;
+  WatchEvent event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+}  // namespace gracekeeper::kube
