@@ -1,0 +1,335 @@
+#include "gracekeeper/kube/informer.h"
+
+#include <algorithm>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <exception>
+#include <variant>
+
+namespace gracekeeper::kube {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+std::string metadata_string(const json& object, const char* field) {
+  if (!object.is_object()) return {};
+  auto m = object.find("metadata");
+  if (m == object.end() || !m->is_object()) return {};
+  auto f = m->find(field);
+  if (f == m->end() || !f->is_string()) return {};
+  return f->get<std::string>();
+}
+
+// A watch that the server closes this soon without a single event is treated
+// as a failure, so a server that keeps closing at once is not hammered
+// (client-go does the same for "very short watches").
+constexpr auto kShortWatch = std::chrono::seconds{1};
+
+}  // namespace
+
+CacheDiff diff_cache(const VersionMap& old, const VersionMap& fresh) {
+  CacheDiff d;
+  for (const auto& [key, rv] : fresh) {
+    auto it = old.find(key);
+    if (it == old.end()) {
+      d.added.push_back(key);
+    } else if (it->second != rv) {
+      d.updated.push_back(key);
+    }
+  }
+  for (const auto& [key, rv] : old) {
+    if (!fresh.contains(key)) d.deleted.push_back(key);
+  }
+  return d;
+}
+
+std::string object_key(const json& object) {
+  std::string ns = metadata_string(object, "namespace");
+  std::string name = metadata_string(object, "name");
+  return ns.empty() ? name : ns + "/" + name;
+}
+
+InformerCore::InformerCore(Client& client, Resource resource, InformerOptions options,
+                           Projection project)
+    : client_(client),
+      resource_(std::move(resource)),
+      options_(std::move(options)),
+      project_(std::move(project)),
+      random_(options_.seed ? options_.seed : std::random_device{}()),
+      backoff_(options_.initial_backoff) {}
+
+const std::any* InformerCore::find(std::string_view key) const {
+  auto it = cache_.find(std::string{key});
+  return it == cache_.end() ? nullptr : &it->second.value;
+}
+
+std::vector<std::string> InformerCore::keys() const {
+  std::vector<std::string> out;
+  out.reserve(cache_.size());
+  for (const auto& [key, entry] : cache_) out.push_back(key);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+VersionMap InformerCore::versions() const {
+  VersionMap out;
+  for (const auto& [key, entry] : cache_) out.emplace(key, entry.resource_version);
+  return out;
+}
+
+void InformerCore::stop() {
+  stopping_ = true;
+  if (wake_) wake_->cancel();
+}
+
+void InformerCore::restart_watch_from(std::string resource_version) {
+  resource_version_ = std::move(resource_version);
+  rewatch_requested_ = true;
+  if (wake_) wake_->cancel();
+}
+
+asio::awaitable<void> InformerCore::run() {
+  // Cancellation is checked by hand below, so run() ends normally.
+  co_await asio::this_coro::throw_if_cancelled(false);
+  wake_.emplace(co_await asio::this_coro::executor, SteadyClock::time_point::max());
+  auto cancelled = []() -> asio::awaitable<bool> {
+    auto state = co_await asio::this_coro::cancellation_state;
+    co_return state.cancelled() != asio::cancellation_type::none;
+  };
+  bool need_list = !synced_;
+  bool first_watch = true;
+  while (!stopping_ && !co_await cancelled()) {
+    if (need_list) {
+      if (!co_await list_and_replace()) {
+        if (stopping_ || co_await cancelled()) break;
+        co_await back_off();
+        continue;
+      }
+      need_list = false;
+    }
+    if (!first_watch) ++counters_.watch_restarts;
+    first_watch = false;
+    switch (co_await watch_once()) {
+      case WatchOutcome::closed:
+      case WatchOutcome::interrupted:
+        break;  // re-watch at once from resource_version_
+      case WatchOutcome::gone:
+        ++counters_.relists;
+        need_list = true;
+        break;
+      case WatchOutcome::failed:
+        ++counters_.watch_errors;
+        if (stopping_ || co_await cancelled()) break;
+        co_await back_off();
+        break;
+    }
+  }
+  wake_.reset();
+  stopping_ = false;
+  rewatch_requested_ = false;
+}
+
+asio::awaitable<void> InformerCore::wait_wake() {
+  co_await wake_->async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+// Runs `op` until it completes or wake_ fires (stop(), the test hook); the
+// latter cancels `op` and gives nullopt.
+template <class T>
+asio::awaitable<std::optional<T>> InformerCore::interruptible(asio::awaitable<T> op) {
+  using namespace asio::experimental::awaitable_operators;
+  auto result = co_await (std::move(op) || wait_wake());
+  if (result.index() == 0) co_return std::move(std::get<0>(result));
+  co_return std::nullopt;
+}
+
+asio::awaitable<bool> InformerCore::list_and_replace() {
+  ListOptions o;
+  o.label_selector = options_.label_selector;
+  o.field_selector = options_.field_selector;
+  o.limit = options_.page_size;
+  auto listed = co_await interruptible(client_.list_all(resource_, options_.namespace_, o));
+  rewatch_requested_ = false;  // a fresh list supersedes any requested resourceVersion
+  if (!listed) co_return false;
+  if (!*listed) {
+    ++counters_.list_errors;
+    last_error_ = "list: " + listed->error().format();
+    co_return false;
+  }
+  replace(**listed);
+  co_return true;
+}
+
+void InformerCore::replace(const json& list) {
+  std::unordered_map<std::string, Entry> fresh;
+  if (auto items = list.find("items"); items != list.end() && items->is_array()) {
+    for (const auto& item : *items) {
+      auto value = project(item);
+      if (!value) continue;
+      fresh.insert_or_assign(object_key(item),
+                             Entry{metadata_string(item, "resourceVersion"), std::move(*value)});
+    }
+  }
+  VersionMap fresh_versions;
+  for (const auto& [key, entry] : fresh) fresh_versions.emplace(key, entry.resource_version);
+  CacheDiff diff = diff_cache(versions(), fresh_versions);
+  cache_ = std::move(fresh);
+  resource_version_ = metadata_string(list, "resourceVersion");
+  synced_ = true;
+  ++counters_.lists;
+  // The cache already holds the new state when the handlers run.
+  for (const auto& key : diff.deleted) notify(handlers_.on_delete, key);
+  for (const auto& key : diff.added) notify(handlers_.on_add, key);
+  for (const auto& key : diff.updated) notify(handlers_.on_update, key);
+}
+
+asio::awaitable<InformerCore::WatchOutcome> InformerCore::watch_once() {
+  WatchOptions o;
+  o.resource_version = resource_version_;
+  o.label_selector = options_.label_selector;
+  o.field_selector = options_.field_selector;
+  o.timeout = watch_timeout();
+  o.allow_bookmarks = true;
+
+  WatchDecoder decoder;
+  std::uint64_t applied = 0;
+  std::optional<WatchOutcome> early;  // set when an event or bad bytes end the watch
+  ChunkHandler on_chunk = [&](std::string_view bytes) {
+    auto fed = decoder.feed(bytes);
+    // Events decoded before a bad one are still good: apply them first.
+    while (auto event = decoder.next()) {
+      Step step = apply(*event);
+      if (step == Step::gone) {
+        early = WatchOutcome::gone;
+        return false;
+      }
+      if (step == Step::failed) {
+        early = WatchOutcome::failed;
+        return false;
+      }
+      ++applied;
+    }
+    if (!fed) {
+      last_error_ = "watch stream: " + fed.error().format();
+      early = WatchOutcome::failed;
+      return false;
+    }
+    return true;
+  };
+
+  const auto started = SteadyClock::now();
+  auto watched = co_await interruptible(client_.watch(resource_, options_.namespace_, o, on_chunk));
+  if (early) co_return *early;
+  if (!watched) {
+    rewatch_requested_ = false;
+    co_return WatchOutcome::interrupted;
+  }
+  if (!*watched) {
+    const ApiError& e = watched->error();
+    last_error_ = "watch: " + e.format();
+    co_return e.reason == ApiError::Reason::Gone ? WatchOutcome::gone : WatchOutcome::failed;
+  }
+  // The server ended the stream: its last bytes must complete an event.
+  auto finished = decoder.finish();
+  while (auto event = decoder.next()) {
+    Step step = apply(*event);
+    if (step == Step::gone) co_return WatchOutcome::gone;
+    if (step == Step::failed) co_return WatchOutcome::failed;
+    ++applied;
+  }
+  if (!finished) {
+    last_error_ = "watch stream: " + finished.error().format();
+    co_return WatchOutcome::failed;
+  }
+  if (applied == 0 && SteadyClock::now() - started < kShortWatch) {
+    last_error_ = "watch: closed by the server at once, without events";
+    co_return WatchOutcome::failed;
+  }
+  co_return WatchOutcome::closed;
+}
+
+InformerCore::Step InformerCore::apply(const WatchEvent& event) {
+  switch (event.type) {
+    case WatchEventType::error:
+      if (event.status && event.status->resource_version_too_old()) {
+        last_error_ = "watch: " + event.status->message;
+        return Step::gone;
+      }
+      last_error_ = "watch error event: " + (event.status ? event.status->message : "");
+      return Step::failed;
+    case WatchEventType::bookmark:
+      break;
+    case WatchEventType::added:
+    case WatchEventType::modified: {
+      std::string key = object_key(event.object);
+      if (auto value = project(event.object)) {
+        upsert(std::move(key), Entry{event.resource_version, std::move(*value)});
+      } else {
+        erase(key);  // filtered out now: gone as far as the cache is concerned
+      }
+      break;
+    }
+    case WatchEventType::deleted:
+      erase(object_key(event.object));
+      break;
+  }
+  ++counters_.events;
+  if (!event.resource_version.empty()) resource_version_ = event.resource_version;
+  return Step::next;
+}
+
+std::optional<std::any> InformerCore::project(const json& object) {
+  try {
+    return project_(object);
+  } catch (const std::exception& e) {
+    ++counters_.projection_errors;
+    last_error_ = "projection of " + object_key(object) + ": " + e.what();
+    return std::nullopt;
+  }
+}
+
+void InformerCore::upsert(std::string key, Entry entry) {
+  auto [it, inserted] = cache_.insert_or_assign(key, std::move(entry));
+  notify(inserted ? handlers_.on_add : handlers_.on_update, it->first);
+}
+
+void InformerCore::erase(const std::string& key) {
+  if (cache_.erase(key)) notify(handlers_.on_delete, key);
+}
+
+void InformerCore::notify(const std::function<void(const std::string&)>& handler,
+                          const std::string& key) {
+  if (handler) handler(key);
+}
+
+std::chrono::milliseconds InformerCore::next_backoff() {
+  const auto now = SteadyClock::now();
+  if (last_failure_ && now - *last_failure_ > options_.backoff_reset) {
+    backoff_ = options_.initial_backoff;
+  }
+  last_failure_ = now;
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  auto wait = std::chrono::milliseconds{static_cast<std::int64_t>(
+      static_cast<double>(backoff_.count()) * (1.0 + options_.backoff_jitter * unit(random_)))};
+  backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+  return std::min(wait, options_.max_backoff);
+}
+
+std::chrono::seconds InformerCore::watch_timeout() {
+  std::uniform_int_distribution<std::int64_t> pick(
+      options_.min_watch_timeout.count(),
+      std::max(options_.min_watch_timeout.count(), options_.max_watch_timeout.count()));
+  return std::chrono::seconds{pick(random_)};
+}
+
+asio::awaitable<void> InformerCore::back_off() {
+  asio::steady_timer sleep(co_await asio::this_coro::executor, next_backoff());
+  co_await interruptible(sleep.async_wait(asio::as_tuple(asio::use_awaitable)));
+}
+
+}  // namespace gracekeeper::kube
