@@ -1,0 +1,162 @@
+// Kubernetes Events (events.k8s.io/v1) for the objects gracekeeper manages,
+// deduplicated like client-go's tools/events broadcaster: the first
+// occurrence creates an Event without a series; a repeat of the same
+// (regarding, type, reason, note) within the window patches that Event's
+// series {count, lastObservedTime} (count 2 on the second occurrence)
+// instead of creating another object.
+//
+// Recording is fire-and-forget: record() never blocks, never throws, and
+// failures are logged to stderr and counted (EventRecorder::stats()).
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "gracekeeper/kube/client.h"
+
+namespace gracekeeper::kube {
+
+inline const Resource events_v1{"events.k8s.io", "v1", "events", true};
+
+// The object an Event is about (core/v1 ObjectReference, the fields kubectl shows).
+struct ObjectRef {
+  std::string api_version{};  // "apps/v1"
+  std::string kind{};         // "Deployment"
+  std::string namespace_{};   // "" for cluster-scoped objects
+  std::string name{};
+  std::string uid{};
+  bool operator==(const ObjectRef&) const = default;
+};
+
+enum class EventType { Normal, Warning };
+std::string_view to_string(EventType);
+
+struct EventRecord {
+  ObjectRef regarding{};
+  EventType type = EventType::Normal;
+  std::string reason{};  // UpperCamelCase, e.g. "BudgetClamped"
+  std::string action{};  // what was done or failed, e.g. "Tune"
+  std::string note{};    // human-readable; cut to 1 kB (the API's limit)
+};
+
+// What identifies "the same event" for deduplication.
+std::string dedupe_key(const EventRecord&);
+
+// The deduplication state, without I/O: which Event (by name) each recent
+// key maps to, how often it was observed and how much of that has been
+// written. Writes for one key are serialized: while one is in flight, new
+// observations only raise the count, and the writer picks up the rest.
+class EventSeriesCache {
+ public:
+  using Clock = std::chrono::system_clock;
+
+  struct Entry {
+    EventRecord record{};
+    std::string name{};              // the Event object's name
+    std::int64_t count = 0;          // observations in this series
+    std::int64_t written_count = 0;  // count the server has (0: not created yet)
+    Clock::time_point first_time{};  // eventTime
+    Clock::time_point last_time{};   // series.lastObservedTime
+    bool writing = false;
+  };
+
+  // The next write for a key: create the Event (with a series when count >=
+  // 2) or patch its series.
+  struct Write {
+    enum class Kind { Create, PatchSeries } kind = Kind::Create;
+    std::string key{};
+    std::string name{};
+    std::int64_t count = 0;
+  };
+
+  EventSeriesCache(std::size_t capacity, std::chrono::seconds window)
+      : capacity_(capacity), window_(window) {}
+
+  // Records an occurrence at `now`; `new_name` names the Event when this
+  // starts a new series (first occurrence, or the last one is older than
+  // the window). Returns true when the caller should start a writer for the key.
+  bool observe(const EventRecord&, Clock::time_point now, const std::string& new_name);
+  // What the writer should send next, or nullopt when the server is up to
+  // date (the key is then no longer writing).
+  std::optional<Write> next_write(const std::string& key);
+  void write_succeeded(const Write&);
+  // A failed write: a PatchSeries that found no Event (NotFound) recreates
+  // it next time; other failures drop the entry (counted by the caller).
+  void write_failed(const Write&, bool not_found);
+
+  const Entry* find(const std::string& key) const;
+  std::size_t size() const { return index_.size(); }
+
+ private:
+  static bool claim(Entry&);
+  void touch(std::list<Entry>::iterator);
+  void evict();
+
+  std::size_t capacity_;
+  std::chrono::seconds window_;
+  std::list<Entry> lru_{};  // most recent first
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_{};
+};
+
+// The JSON sent for a Write (pure; exposed for tests).
+nlohmann::json event_object(const EventSeriesCache::Entry&, std::int64_t count,
+                            const std::string& reporting_controller,
+                            const std::string& reporting_instance);
+nlohmann::json series_patch(const EventSeriesCache::Entry&, std::int64_t count);
+// The Event's namespace: the regarding object's, "default" for cluster-scoped ones.
+std::string event_namespace(const ObjectRef&);
+
+struct EventRecorderOptions {
+  std::string reporting_controller = "gracekeeper.dev/operator";
+  std::string reporting_instance{};     // this replica's identity (pod name)
+  std::chrono::seconds window{6 * 60};  // client-go: a series ends after 6 min without repeats
+  std::size_t cache_size = 1024;
+};
+
+class EventRecorder {
+ public:
+  struct Stats {
+    std::uint64_t recorded = 0;  // record() calls
+    std::uint64_t created = 0;   // Event objects created
+    std::uint64_t patched = 0;   // series updates sent
+    std::uint64_t failed = 0;    // writes that failed (logged)
+  };
+
+  // `client` must outlive the recorder; the recorder must outlive its
+  // writers (in_flight() == 0, or the executor stopped).
+  EventRecorder(boost::asio::any_io_executor executor, Client& client,
+                EventRecorderOptions options);
+  ~EventRecorder();
+  EventRecorder(const EventRecorder&) = delete;
+  EventRecorder& operator=(const EventRecorder&) = delete;
+
+  // Fire-and-forget: returns at once; the write runs on the executor.
+  void record(EventRecord);
+  void record(ObjectRef regarding, EventType type, std::string reason, std::string action,
+              std::string note);
+
+  Stats stats() const { return stats_; }
+  std::size_t in_flight() const { return in_flight_; }
+
+ private:
+  boost::asio::awaitable<void> write_loop(std::string key);
+  std::string new_name(const ObjectRef&);
+
+  boost::asio::any_io_executor executor_;
+  Client& client_;
+  EventRecorderOptions options_;
+  EventSeriesCache cache_;
+  Stats stats_{};
+  std::size_t in_flight_ = 0;
+  std::uint64_t sequence_ = 0;
+};
+
+}  // namespace gracekeeper::kube

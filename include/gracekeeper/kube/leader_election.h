@@ -1,0 +1,96 @@
+// Leader election on a coordination.k8s.io/v1 Lease, after client-go's
+// tools/leaderelection: candidates race to write their identity into the
+// Lease with optimistic concurrency (create, or replace with the
+// resourceVersion they read; a Conflict means another candidate won). The
+// leader renews every retry period; a lease whose renewTime +
+// leaseDurationSeconds has passed (or whose holder is empty) may be taken.
+//
+// Preconditions: lease_duration > renew_deadline > retry_period > 0, and the
+// candidates' clocks roughly agree (expiry uses the lease's own timestamps).
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gracekeeper/kube/client.h"
+
+namespace gracekeeper::kube {
+
+struct LeaderElectionConfig {
+  std::string namespace_{};
+  std::string name{};      // the Lease's name
+  std::string identity{};  // this candidate, unique among candidates (e.g. the pod name)
+  std::chrono::milliseconds lease_duration{15'000};
+  // The leader gives up when no renewal succeeded for this long, so it stops
+  // acting before the lease can expire and another candidate take over.
+  std::chrono::milliseconds renew_deadline{10'000};
+  std::chrono::milliseconds retry_period{2'000};
+
+  // Called on the executor, from within run(). They must not block.
+  std::function<void()> on_started_leading{};
+  std::function<void()> on_stopped_leading{};
+  // When the observed holder changes (including to this identity); not for an empty holder.
+  std::function<void(const std::string&)> on_new_leader{};
+};
+
+// The Lease's spec as read or written (coordination.k8s.io/v1 LeaseSpec).
+struct LeaseRecord {
+  std::string holder_identity{};
+  std::int64_t lease_duration_seconds = 0;
+  std::optional<std::chrono::system_clock::time_point> acquire_time{};
+  std::optional<std::chrono::system_clock::time_point> renew_time{};
+  std::int64_t lease_transitions = 0;
+};
+
+// Pure helpers, exposed for tests.
+// MicroTime: "2026-11-30T15:43:00.123456Z" (UTC, always six fraction digits).
+std::string format_micro_time(std::chrono::system_clock::time_point);
+// Accepts RFC 3339 with or without a fraction, 'Z' or a numeric offset.
+std::optional<std::chrono::system_clock::time_point> parse_rfc3339(std::string_view);
+LeaseRecord lease_record_from_json(const nlohmann::json& lease);
+nlohmann::json lease_spec_to_json(const LeaseRecord&);
+// Held: a holder is set and renewTime + leaseDurationSeconds is not yet past `now`.
+bool lease_held(const LeaseRecord&, std::chrono::system_clock::time_point now);
+
+class LeaderElector {
+ public:
+  // `client` must outlive the elector and every coroutine it runs.
+  LeaderElector(Client& client, LeaderElectionConfig config);
+
+  // Tries to acquire the lease every retry period until it succeeds, then
+  // renews it every retry period. Returns (after on_stopped_leading) when a
+  // renewal has not succeeded within the renew deadline or another holder
+  // is found: like client-go, a replica that lost leadership should exit or
+  // call run() again. Cancellable: on cancellation a leader calls
+  // on_stopped_leading and the cancellation propagates (operation_aborted);
+  // call release() afterwards to hand over at once.
+  boost::asio::awaitable<void> run();
+
+  // Graceful hand-over: when this identity holds the lease, rewrites it with
+  // an empty holder, leaseDurationSeconds 1 and renewTime now, so another
+  // candidate acquires it at its next retry. Errors are returned, not thrown.
+  boost::asio::awaitable<std::expected<void, ApiError>> release();
+
+  bool is_leader() const { return leading_; }
+  const std::string& observed_holder() const { return observed_.holder_identity; }
+  const LeaderElectionConfig& config() const { return config_; }
+
+ private:
+  // One attempt: true when this identity holds the lease afterwards.
+  boost::asio::awaitable<bool> try_acquire_or_renew();
+  void observe(const LeaseRecord&);
+  void stop_leading();
+
+  Client& client_;
+  LeaderElectionConfig config_;
+  LeaseRecord observed_{};
+  std::string observed_resource_version_{};
+  bool leading_ = false;
+};
+
+}  // namespace gracekeeper::kube

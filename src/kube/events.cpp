@@ -1,0 +1,263 @@
+#include "gracekeeper/kube/events.h"
+
+#include <fmt/core.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <exception>
+#include <iostream>
+
+#include "gracekeeper/kube/leader_election.h"  // format_micro_time
+
+namespace gracekeeper::kube {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::size_t kNoteLimit = 1024;  // events.k8s.io/v1 validation
+constexpr std::size_t kShortLimit = 128;  // reason, action
+constexpr std::size_t kNameLimit = 253;
+
+// Cuts at a UTF-8 character boundary.
+std::string cut(std::string s, std::size_t limit) {
+  if (s.size() <= limit) return s;
+  std::size_t n = limit;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  s.resize(n);
+  return s;
+}
+
+json object_ref_json(const ObjectRef& r) {
+  json j = json::object();
+  if (!r.api_version.empty()) j["apiVersion"] = r.api_version;
+  if (!r.kind.empty()) j["kind"] = r.kind;
+  if (!r.namespace_.empty()) j["namespace"] = r.namespace_;
+  if (!r.name.empty()) j["name"] = r.name;
+  if (!r.uid.empty()) j["uid"] = r.uid;
+  return j;
+}
+
+}  // namespace
+
+std::string_view to_string(EventType t) {
+  return t == EventType::Warning ? "Warning" : "Normal";
+}
+
+std::string dedupe_key(const EventRecord& e) {
+  // Length-prefixed fields: no separator can be forged by a field's content.
+  std::string key;
+  for (std::string_view f :
+       {std::string_view(e.regarding.api_version), std::string_view(e.regarding.kind),
+        std::string_view(e.regarding.namespace_), std::string_view(e.regarding.name),
+        std::string_view(e.regarding.uid), to_string(e.type), std::string_view(e.reason),
+        std::string_view(e.note)}) {
+    key += std::to_string(f.size());
+    key += ':';
+    key += f;
+  }
+  return key;
+}
+
+std::string event_namespace(const ObjectRef& r) {
+  return r.namespace_.empty() ? std::string("default") : r.namespace_;
+}
+
+bool EventSeriesCache::observe(const EventRecord& record, Clock::time_point now,
+                               const std::string& new_name) {
+  std::string key = dedupe_key(record);
+  auto found = index_.find(key);
+  if (found != index_.end()) {
+    auto it = found->second;
+    touch(it);
+    if (now - it->last_time <= window_) {
+      ++it->count;
+      it->last_time = now;
+      return claim(*it);
+    }
+    // The series has ended: a new Event. A writer still busy with the old
+    // one picks the new series up through next_write.
+    it->name = new_name;
+    it->count = 1;
+    it->written_count = 0;
+    it->first_time = now;
+    it->last_time = now;
+    return claim(*it);
+  }
+  Entry e;
+  e.record = record;
+  e.name = new_name;
+  e.count = 1;
+  e.first_time = now;
+  e.last_time = now;
+  e.writing = true;  // the caller starts its writer
+  lru_.push_front(std::move(e));
+  index_.emplace(std::move(key), lru_.begin());
+  evict();
+  return true;
+}
+
+bool EventSeriesCache::claim(Entry& e) {
+  // One writer per key: set here, when the caller is told to start one, so
+  // observations before that writer first runs do not start another.
+  if (e.writing) return false;
+  e.writing = true;
+  return true;
+}
+
+std::optional<EventSeriesCache::Write> EventSeriesCache::next_write(const std::string& key) {
+  auto found = index_.find(key);
+  if (found == index_.end()) return std::nullopt;
+  Entry& e = *found->second;
+  if (e.written_count >= e.count) {
+    e.writing = false;
+    return std::nullopt;
+  }
+  e.writing = true;
+  Write w;
+  w.kind = e.written_count == 0 ? Write::Kind::Create : Write::Kind::PatchSeries;
+  w.key = key;
+  w.name = e.name;
+  w.count = e.count;
+  return w;
+}
+
+void EventSeriesCache::write_succeeded(const Write& w) {
+  auto found = index_.find(w.key);
+  if (found == index_.end() || found->second->name != w.name) return;
+  found->second->written_count = std::max(found->second->written_count, w.count);
+}
+
+void EventSeriesCache::write_failed(const Write& w, bool not_found) {
+  auto found = index_.find(w.key);
+  if (found == index_.end() || found->second->name != w.name) return;
+  if (not_found && w.kind == Write::Kind::PatchSeries) {
+    found->second->written_count = 0;  // deleted (or expired by TTL): create it again
+    return;
+  }
+  lru_.erase(found->second);
+  index_.erase(found);
+}
+
+const EventSeriesCache::Entry* EventSeriesCache::find(const std::string& key) const {
+  auto found = index_.find(key);
+  return found == index_.end() ? nullptr : &*found->second;
+}
+
+void EventSeriesCache::touch(std::list<Entry>::iterator it) {
+  lru_.splice(lru_.begin(), lru_, it);
+}
+
+void EventSeriesCache::evict() {
+  while (index_.size() > capacity_ && !lru_.empty()) {
+    index_.erase(dedupe_key(lru_.back().record));
+    lru_.pop_back();
+  }
+}
+
+json event_object(const EventSeriesCache::Entry& e, std::int64_t count,
+                  const std::string& reporting_controller, const std::string& reporting_instance) {
+  json event = {
+      {"apiVersion", "events.k8s.io/v1"},
+      {"kind", "Event"},
+      {"metadata", {{"name", e.name}, {"namespace", event_namespace(e.record.regarding)}}},
+      {"eventTime", format_micro_time(e.first_time)},
+      {"reportingController", reporting_controller},
+      {"reportingInstance", reporting_instance},
+      {"action", cut(e.record.action, kShortLimit)},
+      {"reason", cut(e.record.reason, kShortLimit)},
+      {"regarding", object_ref_json(e.record.regarding)},
+      {"note", cut(e.record.note, kNoteLimit)},
+      {"type", std::string(to_string(e.record.type))},
+  };
+  if (count >= 2) {
+    event["series"] = {{"count", count}, {"lastObservedTime", format_micro_time(e.last_time)}};
+  }
+  return event;
+}
+
+json series_patch(const EventSeriesCache::Entry& e, std::int64_t count) {
+  return {{"series", {{"count", count}, {"lastObservedTime", format_micro_time(e.last_time)}}}};
+}
+
+EventRecorder::EventRecorder(asio::any_io_executor executor, Client& client,
+                             EventRecorderOptions options)
+    : executor_(std::move(executor)),
+      client_(client),
+      options_(std::move(options)),
+      cache_(options_.cache_size, options_.window) {}
+
+EventRecorder::~EventRecorder() = default;
+
+std::string EventRecorder::new_name(const ObjectRef& regarding) {
+  // client-go: "<regarding name>.<unix nanos in hex>"; a sequence number
+  // keeps two events of the same nanosecond apart.
+  auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+  std::string suffix = fmt::format(".{:x}{:x}", nanos, sequence_++ & 0xff);
+  std::string base = regarding.name.empty() ? std::string("event") : regarding.name;
+  if (base.size() + suffix.size() > kNameLimit) base.resize(kNameLimit - suffix.size());
+  return base + suffix;
+}
+
+void EventRecorder::record(ObjectRef regarding, EventType type, std::string reason,
+                           std::string action, std::string note) {
+  EventRecord e;
+  e.regarding = std::move(regarding);
+  e.type = type;
+  e.reason = std::move(reason);
+  e.action = std::move(action);
+  e.note = std::move(note);
+  record(std::move(e));
+}
+
+void EventRecorder::record(EventRecord e) {
+  ++stats_.recorded;
+  std::string key = dedupe_key(e);
+  if (!cache_.observe(e, std::chrono::system_clock::now(), new_name(e.regarding))) return;
+  ++in_flight_;
+  asio::co_spawn(executor_, write_loop(std::move(key)), [this](std::exception_ptr error) {
+    --in_flight_;
+    if (!error) return;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& x) {
+      std::cerr << "event recorder: writer stopped: " << x.what() << "\n";
+    } catch (...) {
+    }
+  });
+}
+
+asio::awaitable<void> EventRecorder::write_loop(std::string key) {
+  while (auto w = cache_.next_write(key)) {
+    const EventSeriesCache::Entry* entry = cache_.find(key);
+    if (!entry) co_return;
+    std::string ns = event_namespace(entry->record.regarding);
+    Result result;
+    if (w->kind == EventSeriesCache::Write::Kind::Create) {
+      json body = event_object(*entry, w->count, options_.reporting_controller,
+                               options_.reporting_instance);
+      result = co_await client_.create(events_v1, ns, std::move(body));
+      if (result) ++stats_.created;
+    } else {
+      json patch = series_patch(*entry, w->count);
+      result = co_await client_.merge_patch(events_v1, ns, w->name, std::move(patch));
+      if (result) ++stats_.patched;
+    }
+    if (result) {
+      cache_.write_succeeded(*w);
+      continue;
+    }
+    ++stats_.failed;
+    std::cerr << "event recorder: "
+              << (w->kind == EventSeriesCache::Write::Kind::Create ? "creating" : "updating")
+              << " event " << ns << "/" << w->name << ": " << result.error().format() << "\n";
+    // Drops the entry, or (NotFound on a patch) makes the next write a
+    // create; either way next_write decides whether anything is left to do.
+    cache_.write_failed(*w, result.error().reason == ApiError::Reason::NotFound);
+  }
+}
+
+}  // namespace gracekeeper::kube

@@ -1,0 +1,243 @@
+#include "gracekeeper/kube/leader_election.h"
+
+#include <fmt/core.h>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <cstdio>
+#include <ctime>
+#include <variant>
+
+namespace gracekeeper::kube {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+using std::chrono::system_clock;
+
+std::string format_micro_time(system_clock::time_point t) {
+  auto us = std::chrono::floor<std::chrono::microseconds>(t.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(us / 1'000'000);
+  long frac = static_cast<long>(us % 1'000'000);
+  if (frac < 0) {
+    frac += 1'000'000;
+    --secs;
+  }
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+}
+
+std::optional<system_clock::time_point> parse_rfc3339(std::string_view s) {
+  std::tm tm{};
+  int consumed = 0;
+  std::string text(s);
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6 ||
+      consumed != 19) {
+    return std::nullopt;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  std::string_view rest = s.substr(19);
+  std::int64_t micros = 0;
+  if (!rest.empty() && rest.front() == '.') {
+    rest.remove_prefix(1);
+    int digits = 0;
+    while (!rest.empty() && rest.front() >= '0' && rest.front() <= '9') {
+      if (digits < 6) micros = micros * 10 + (rest.front() - '0');
+      ++digits;
+      rest.remove_prefix(1);
+    }
+    if (digits == 0) return std::nullopt;
+    for (int i = digits; i < 6; ++i) micros *= 10;
+  }
+  std::int64_t offset_seconds = 0;
+  if (rest == "Z" || rest == "z") {
+  } else if (rest.size() == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':') {
+    int hh = 0, mm = 0;
+    if (std::sscanf(std::string(rest.substr(1)).c_str(), "%2d:%2d", &hh, &mm) != 2) {
+      return std::nullopt;
+    }
+    offset_seconds = (hh * 3600 + mm * 60) * (rest[0] == '+' ? 1 : -1);
+  } else {
+    return std::nullopt;
+  }
+  std::time_t secs = timegm(&tm);
+  if (secs == static_cast<std::time_t>(-1)) return std::nullopt;
+  return system_clock::time_point(std::chrono::seconds(secs - offset_seconds) +
+                                  std::chrono::microseconds(micros));
+}
+
+LeaseRecord lease_record_from_json(const json& lease) {
+  LeaseRecord r;
+  auto spec = lease.find("spec");
+  if (spec == lease.end() || !spec->is_object()) return r;
+  auto string_of = [&](const char* key) -> std::string {
+    auto it = spec->find(key);
+    return it != spec->end() && it->is_string() ? it->get<std::string>() : std::string{};
+  };
+  auto int_of = [&](const char* key) -> std::int64_t {
+    auto it = spec->find(key);
+    return it != spec->end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+  };
+  r.holder_identity = string_of("holderIdentity");
+  r.lease_duration_seconds = int_of("leaseDurationSeconds");
+  r.lease_transitions = int_of("leaseTransitions");
+  r.acquire_time = parse_rfc3339(string_of("acquireTime"));
+  r.renew_time = parse_rfc3339(string_of("renewTime"));
+  return r;
+}
+
+json lease_spec_to_json(const LeaseRecord& r) {
+  json spec = json::object();
+  // An empty holder is sent as an empty string: a merge with the old spec
+  // never happens (PUT replaces), and client-go writes it the same way.
+  spec["holderIdentity"] = r.holder_identity;
+  spec["leaseDurationSeconds"] = r.lease_duration_seconds;
+  spec["leaseTransitions"] = r.lease_transitions;
+  if (r.acquire_time) spec["acquireTime"] = format_micro_time(*r.acquire_time);
+  if (r.renew_time) spec["renewTime"] = format_micro_time(*r.renew_time);
+  return spec;
+}
+
+bool lease_held(const LeaseRecord& r, system_clock::time_point now) {
+  if (r.holder_identity.empty()) return false;
+  if (!r.renew_time) return false;
+  return *r.renew_time + std::chrono::seconds(r.lease_duration_seconds) >= now;
+}
+
+namespace {
+
+std::int64_t whole_seconds_up(std::chrono::milliseconds d) {
+  return (d.count() + 999) / 1000;
+}
+
+asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+  asio::steady_timer timer(co_await asio::this_coro::executor, d);
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+}  // namespace
+
+LeaderElector::LeaderElector(Client& client, LeaderElectionConfig config)
+    : client_(client), config_(std::move(config)) {}
+
+void LeaderElector::observe(const LeaseRecord& r) {
+  bool changed = r.holder_identity != observed_.holder_identity;
+  observed_ = r;
+  if (changed && !r.holder_identity.empty() && config_.on_new_leader) {
+    config_.on_new_leader(r.holder_identity);
+  }
+}
+
+void LeaderElector::stop_leading() {
+  if (!leading_) return;
+  leading_ = false;
+  if (config_.on_stopped_leading) config_.on_stopped_leading();
+}
+
+asio::awaitable<bool> LeaderElector::try_acquire_or_renew() {
+  auto now = system_clock::now();
+  LeaseRecord mine;
+  mine.holder_identity = config_.identity;
+  mine.lease_duration_seconds = whole_seconds_up(config_.lease_duration);
+  mine.acquire_time = now;
+  mine.renew_time = now;
+
+  auto got = co_await client_.get(resources::leases, config_.namespace_, config_.name);
+  if (!got) {
+    if (got.error().reason != ApiError::Reason::NotFound) co_return false;
+    json lease = {{"apiVersion", "coordination.k8s.io/v1"},
+                  {"kind", "Lease"},
+                  {"metadata", {{"name", config_.name}, {"namespace", config_.namespace_}}},
+                  {"spec", lease_spec_to_json(mine)}};
+    auto created = co_await client_.create(resources::leases, config_.namespace_, std::move(lease));
+    if (!created) co_return false;  // AlreadyExists: another candidate was faster
+    observed_resource_version_ = (*created)["metadata"].value("resourceVersion", "");
+    observe(mine);
+    co_return true;
+  }
+
+  LeaseRecord current = lease_record_from_json(*got);
+  observed_resource_version_ = (*got)["metadata"].value("resourceVersion", "");
+  observe(current);
+  bool ours = current.holder_identity == config_.identity;
+  if (!ours && lease_held(current, now)) co_return false;
+
+  if (ours) {
+    mine.acquire_time = current.acquire_time ? current.acquire_time : now;
+    mine.lease_transitions = current.lease_transitions;
+  } else {
+    mine.lease_transitions = current.lease_transitions + 1;
+  }
+  json lease = *got;
+  lease["spec"] = lease_spec_to_json(mine);  // keeps metadata.resourceVersion: conditional PUT
+  auto replaced = co_await client_.replace(resources::leases, config_.namespace_, config_.name,
+                                           std::move(lease));
+  if (!replaced) co_return false;  // Conflict: someone else wrote it first
+  observed_resource_version_ = (*replaced)["metadata"].value("resourceVersion", "");
+  observe(mine);
+  co_return true;
+}
+
+asio::awaitable<void> LeaderElector::run() {
+  using namespace asio::experimental::awaitable_operators;
+  auto executor = co_await asio::this_coro::executor;
+  try {
+    // Acquire.
+    while (!(co_await try_acquire_or_renew())) co_await sleep_for(config_.retry_period);
+    leading_ = true;
+    if (config_.on_started_leading) config_.on_started_leading();
+
+    // Renew; each attempt is bounded by the time left before the deadline,
+    // so a hanging request cannot keep a stale leader acting.
+    auto last_renew = std::chrono::steady_clock::now();
+    for (;;) {
+      co_await sleep_for(config_.retry_period);
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          last_renew + config_.renew_deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      asio::steady_timer deadline(executor, left);
+      auto attempt = co_await (try_acquire_or_renew() || deadline.async_wait(asio::use_awaitable));
+      if (attempt.index() == 0 && std::get<0>(attempt)) {
+        last_renew = std::chrono::steady_clock::now();
+        continue;
+      }
+      // Another holder has a valid lease: we have lost it, no point retrying.
+      if (!observed_.holder_identity.empty() && observed_.holder_identity != config_.identity &&
+          lease_held(observed_, system_clock::now())) {
+        break;
+      }
+    }
+    stop_leading();
+  } catch (...) {
+    stop_leading();
+    throw;
+  }
+}
+
+asio::awaitable<std::expected<void, ApiError>> LeaderElector::release() {
+  auto got = co_await client_.get(resources::leases, config_.namespace_, config_.name);
+  if (!got) co_return std::unexpected(got.error());
+  LeaseRecord current = lease_record_from_json(*got);
+  if (current.holder_identity != config_.identity) co_return std::expected<void, ApiError>{};
+  auto now = system_clock::now();
+  LeaseRecord released;
+  released.lease_duration_seconds = 1;
+  released.acquire_time = now;
+  released.renew_time = now;
+  released.lease_transitions = current.lease_transitions;
+  json lease = *got;
+  lease["spec"] = lease_spec_to_json(released);
+  auto replaced = co_await client_.replace(resources::leases, config_.namespace_, config_.name,
+                                           std::move(lease));
+  if (!replaced) co_return std::unexpected(replaced.error());
+  observe(released);
+  stop_leading();
+  co_return std::expected<void, ApiError>{};
+}
+
+}  // namespace gracekeeper::kube
