@@ -36,13 +36,13 @@ struct ClusterConfig {
   std::string tls_server_name;               // SNI/verification name override, if set
   std::optional<Pem> client_certificate;
   std::optional<Pem> client_key;
-  std::string token;                         // static bearer token, if any
+  std::string token;  // static bearer token, if any
   // A token file is re-read (at most every token_refresh) so rotated
   // service-account tokens are picked up.
   std::optional<std::filesystem::path> token_file;
   std::chrono::seconds token_refresh{60};
-  std::string context;    // the context used ("" in-cluster)
-  std::string namespace_; // the context's namespace, or the pod's; default "default"
+  std::string context;     // the context used ("" in-cluster)
+  std::string namespace_;  // the context's namespace, or the pod's; default "default"
 };
 
 struct KubeconfigOptions {
