@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../../support/run_on.h"
 #include "gracekeeper/kube/client.h"
 #include "gracekeeper/kube/config.h"
 
@@ -25,19 +26,7 @@ using nlohmann::json;
 
 fs::path g_cluster_dir;
 
-template <class T>
-T run_on(asio::io_context& io, asio::awaitable<T> task) {
-  std::optional<T> out;
-  std::exception_ptr error;
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
-    error = e;
-    if (!e) out.emplace(std::move(value));
-  });
-  io.restart();
-  io.run();
-  if (error) std::rethrow_exception(error);
-  return std::move(*out);
-}
+using test_support::run_on;
 
 class EventsTest : public ::testing::Test {
  protected:

@@ -29,6 +29,8 @@
 
 extern char** environ;
 
+#include "../../support/run_on.h"
+
 namespace gracekeeper::kube {
 namespace {
 
@@ -43,19 +45,7 @@ constexpr auto kLease = 4000ms;
 constexpr auto kRenew = 3000ms;
 constexpr auto kRetry = 1000ms;
 
-template <class T>
-T run_on(asio::io_context& io, asio::awaitable<T> task) {
-  std::optional<T> out;
-  std::exception_ptr error;
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
-    error = e;
-    if (!e) out.emplace(std::move(value));
-  });
-  io.restart();
-  io.run();
-  if (error) std::rethrow_exception(error);
-  return std::move(*out);
-}
+using test_support::run_on;
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p);

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string>
 
+#include "../../support/run_on.h"
 #include "gracekeeper/kube/client.h"
 #include "gracekeeper/kube/config.h"
 
@@ -66,20 +67,7 @@ ClusterConfig cluster_config() {
   return c;
 }
 
-// Runs one coroutine to completion on `io`.
-template <class T>
-T run_on(asio::io_context& io, asio::awaitable<T> task) {
-  std::optional<T> out;
-  std::exception_ptr error;
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
-    error = e;
-    if (!e) out.emplace(std::move(value));
-  });
-  io.restart();
-  io.run();
-  if (error) std::rethrow_exception(error);
-  return std::move(*out);
-}
+using test_support::run_on;
 
 std::string random_suffix() {
   std::random_device rd;

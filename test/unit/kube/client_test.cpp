@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../../../src/kube/transport.h"  // private: the seam under test
+#include "../../support/run_on.h"
 
 namespace gracekeeper::kube {
 namespace {
@@ -26,17 +27,7 @@ namespace http = beast::http;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-template <class T>
-T run_on(asio::io_context& io, asio::awaitable<T> task) {
-  std::optional<T> out;
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
-    if (e) std::rethrow_exception(e);
-    out.emplace(std::move(value));
-  });
-  io.restart();
-  io.run();
-  return std::move(*out);
-}
+using test_support::run_on;
 
 // One scripted answer: raw bytes written in `pieces`, the reader limited to
 // `read_size` bytes per read, the connection closed afterwards. Or a
