@@ -149,37 +149,47 @@ asio::awaitable<std::optional<T>> InformerCore::interruptible(asio::awaitable<T>
 }
 
 asio::awaitable<bool> InformerCore::list_and_replace() {
+  // Page by page, each page projected before the next is asked for: the peak
+  // is one page of JSON plus the projections, never the whole list as JSON.
   ListOptions o;
   o.label_selector = options_.label_selector;
   o.field_selector = options_.field_selector;
   o.limit = options_.page_size;
-  auto listed = co_await interruptible(client_.list_all(resource_, options_.namespace_, o));
-  rewatch_requested_ = false;  // a fresh list supersedes any requested resourceVersion
-  if (!listed) co_return false;
-  if (!*listed) {
-    ++counters_.list_errors;
-    last_error_ = "list: " + listed->error().format();
-    co_return false;
+  std::unordered_map<std::string, Entry> fresh;
+  std::string list_version;  // every page comes from the first page's snapshot
+  while (true) {
+    auto page = co_await interruptible(client_.list(resource_, options_.namespace_, o));
+    rewatch_requested_ = false;  // a fresh list supersedes any requested resourceVersion
+    if (!page) co_return false;
+    if (!*page) {  // an expired continue token is Gone: the next attempt lists afresh
+      ++counters_.list_errors;
+      last_error_ = "list: " + page->error().format();
+      co_return false;
+    }
+    const json& list = **page;
+    if (list_version.empty()) list_version = metadata_string(list, "resourceVersion");
+    if (auto items = list.find("items"); items != list.end() && items->is_array()) {
+      for (const auto& item : *items) {
+        auto value = project(item);
+        if (!value) continue;
+        fresh.insert_or_assign(object_key(item),
+                               Entry{metadata_string(item, "resourceVersion"), std::move(*value)});
+      }
+    }
+    std::string next = metadata_string(list, "continue");
+    if (next.empty()) break;
+    o.continue_token = std::move(next);
   }
-  replace(**listed);
+  replace(std::move(fresh), std::move(list_version));
   co_return true;
 }
 
-void InformerCore::replace(const json& list) {
-  std::unordered_map<std::string, Entry> fresh;
-  if (auto items = list.find("items"); items != list.end() && items->is_array()) {
-    for (const auto& item : *items) {
-      auto value = project(item);
-      if (!value) continue;
-      fresh.insert_or_assign(object_key(item),
-                             Entry{metadata_string(item, "resourceVersion"), std::move(*value)});
-    }
-  }
+void InformerCore::replace(std::unordered_map<std::string, Entry> fresh, std::string version) {
   VersionMap fresh_versions;
   for (const auto& [key, entry] : fresh) fresh_versions.emplace(key, entry.resource_version);
   CacheDiff diff = diff_cache(versions(), fresh_versions);
   cache_ = std::move(fresh);
-  resource_version_ = metadata_string(list, "resourceVersion");
+  resource_version_ = std::move(version);
   synced_ = true;
   ++counters_.lists;
   // The cache already holds the new state when the handlers run.

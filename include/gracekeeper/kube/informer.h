@@ -147,7 +147,7 @@ class InformerCore {
   template <class T>
   boost::asio::awaitable<std::optional<T>> interruptible(boost::asio::awaitable<T> op);
 
-  void replace(const nlohmann::json& list);
+  void replace(std::unordered_map<std::string, Entry> fresh, std::string version);
   Step apply(const WatchEvent& event);
   std::optional<std::any> project(const nlohmann::json& object);
   void upsert(std::string key, Entry entry);
