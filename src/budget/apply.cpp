@@ -3,6 +3,8 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace gracekeeper::budget {
 namespace {
 
@@ -11,12 +13,20 @@ Json int_or_percent_json(const IntOrPercent& value) {
   return value.value;
 }
 
+Json pre_stop_json(bool native_sleep, std::int64_t seconds) {
+  if (native_sleep) return Json{{"sleep", Json{{"seconds", seconds}}}};
+  return Json{{"exec", Json{{"command", Json::array({"sleep", std::to_string(seconds)})}}}};
+}
+
 Json pre_stop_json(const ContainerPlan& cp) {
-  if (cp.action == ContainerPlan::Action::SetSleep) {
-    return Json{{"sleep", Json{{"seconds", cp.pre_stop_seconds}}}};
-  }
+  return pre_stop_json(cp.action == ContainerPlan::Action::SetSleep, cp.pre_stop_seconds);
+}
+
+Json strategy_json(const Strategy& strategy) {
   return Json{
-      {"exec", Json{{"command", Json::array({"sleep", std::to_string(cp.pre_stop_seconds)})}}}};
+      {"type", "RollingUpdate"},
+      {"rollingUpdate", Json{{"maxSurge", int_or_percent_json(strategy.max_surge)},
+                             {"maxUnavailable", int_or_percent_json(strategy.max_unavailable)}}}};
 }
 
 // The containers list entry with this name (names are unique within a pod).
@@ -60,11 +70,7 @@ void apply_plan(Json& deployment, const Plan& plan, const std::string& policy_na
   // ordered_json keeps an object's members in a vector: inserting a key can move
   // its siblings, so no reference is held across an insertion below.
   if (plan.manage_strategy) {
-    deployment["spec"]["strategy"] =
-        Json{{"type", "RollingUpdate"},
-             {"rollingUpdate",
-              Json{{"maxSurge", int_or_percent_json(plan.strategy.max_surge)},
-                   {"maxUnavailable", int_or_percent_json(plan.strategy.max_unavailable)}}}};
+    deployment["spec"]["strategy"] = strategy_json(plan.strategy);
   }
   deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = plan.grace_seconds;
   for (const auto& cp : plan.containers) {
@@ -76,6 +82,40 @@ void apply_plan(Json& deployment, const Plan& plan, const std::string& policy_na
   }
   deployment["metadata"]["annotations"][kAnnotationApplied] =
       applied_annotation(plan, policy_name, time);
+}
+
+Json apply_configuration(const Deployment& current, const Plan& plan,
+                         const std::string& policy_name,
+                         std::chrono::system_clock::time_point time) {
+  Json containers = Json::array();
+  for (const auto& cp : plan.containers) {
+    if (!cp.gracekeeper_hook) continue;
+    Json hook;
+    if (cp.action != ContainerPlan::Action::Keep) {
+      hook = pre_stop_json(cp);
+    } else {
+      // Unchanged, but still ours: re-state it in the form it has.
+      auto it = std::find_if(current.containers.begin(), current.containers.end(),
+                             [&](const Container& c) { return c.name == cp.name; });
+      const bool sleep =
+          it == current.containers.end() || it->pre_stop.kind != PreStopHook::Kind::ExecSleep;
+      hook = pre_stop_json(sleep, cp.pre_stop_seconds);
+    }
+    containers.push_back(
+        Json{{"name", cp.name}, {"lifecycle", Json{{"preStop", std::move(hook)}}}});
+  }
+  Json pod_spec{{"terminationGracePeriodSeconds", plan.grace_seconds}};
+  if (!containers.empty()) pod_spec["containers"] = std::move(containers);
+  Json spec{{"template", Json{{"spec", std::move(pod_spec)}}}};
+  if (plan.manage_strategy) spec["strategy"] = strategy_json(plan.strategy);
+  return Json{
+      {"apiVersion", "apps/v1"},
+      {"kind", "Deployment"},
+      {"metadata", Json{{"name", current.name},
+                        {"namespace", current.namespace_},
+                        {"annotations",
+                         Json{{kAnnotationApplied, applied_annotation(plan, policy_name, time)}}}}},
+      {"spec", std::move(spec)}};
 }
 
 }  // namespace gracekeeper::budget

@@ -399,6 +399,39 @@ std::string to_string(Severity severity) {
   return "unknown";
 }
 
+std::expected<std::size_t, Finding> select_policy(const Deployment& d,
+                                                  const std::vector<PolicyCandidate>& candidates,
+                                                  std::string_view where) {
+  auto named = d.annotations.find(kAnnotationPolicy);
+  std::vector<std::size_t> matches;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const bool match = named != d.annotations.end() ? candidates[i].name == named->second
+                                                    : candidates[i].selector->matches(d.labels);
+    if (match) matches.push_back(i);
+  }
+  if (matches.size() == 1) return matches.front();
+  if (matches.size() > 1) {
+    std::string names;
+    for (std::size_t i : matches) {
+      names += " " + candidates[i].name;
+      if (!candidates[i].origin.empty()) names += " (" + candidates[i].origin + ")";
+    }
+    return std::unexpected(Finding{"AmbiguousPolicy", Severity::Warning, "",
+                                   fmt::format("several ShutdownPolicies {} match:{}; name one "
+                                               "with gracekeeper.dev/policy; left unchanged",
+                                               where, names)});
+  }
+  if (named != d.annotations.end()) {
+    return std::unexpected(Finding{
+        "PolicyNotFound", Severity::Warning, "",
+        fmt::format("no ShutdownPolicy named \"{}\" {}; left unchanged", named->second, where)});
+  }
+  return std::unexpected(
+      Finding{"NoMatchingPolicy", Severity::Warning, "",
+              fmt::format("no ShutdownPolicy's selector {} matches this Deployment; left unchanged",
+                          where)});
+}
+
 Budget compute_budget(const PolicySpec& policy, double propagation_seconds,
                       std::int64_t drain_seconds) {
   Budget b;

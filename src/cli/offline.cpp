@@ -183,21 +183,6 @@ class Evaluator {
   // The governing policy, nullptr for the defaults, or a finding explaining why none applies.
   std::expected<const NamedPolicy*, budget::Finding> choose_policy(const budget::Deployment& d) {
     auto named = d.annotations.find(budget::kAnnotationPolicy);
-    std::vector<const NamedPolicy*> candidates;
-    for (const auto& p : policies_) {
-      if (!namespaces_compatible(p.policy.namespace_, d.namespace_)) continue;
-      const bool match = named != d.annotations.end() ? p.policy.name == named->second
-                                                      : p.policy.spec.selector.matches(d.labels);
-      if (match) candidates.push_back(&p);
-    }
-    if (candidates.size() == 1) return candidates.front();
-    if (candidates.size() > 1) {
-      std::string names;
-      for (const auto* c : candidates) names += fmt::format(" {} ({})", c->policy.name, c->origin);
-      return std::unexpected(budget::Finding{
-          "AmbiguousPolicy", budget::Severity::Warning, "",
-          "several ShutdownPolicies match:" + names + "; name one with gracekeeper.dev/policy"});
-    }
     if (policies_.empty()) {
       if (named != d.annotations.end() && noted_.insert(named->second).second) {
         notes_.push_back(fmt::format(
@@ -206,13 +191,16 @@ class Evaluator {
       }
       return nullptr;
     }
-    return std::unexpected(budget::Finding{
-        named != d.annotations.end() ? "PolicyNotFound" : "NoMatchingPolicy",
-        budget::Severity::Warning, "",
-        named != d.annotations.end()
-            ? fmt::format("no ShutdownPolicy named \"{}\" among the inputs; left unchanged",
-                          named->second)
-            : "no ShutdownPolicy's selector matches this Deployment; left unchanged"});
+    std::vector<const NamedPolicy*> in_scope;
+    std::vector<budget::PolicyCandidate> candidates;
+    for (const auto& p : policies_) {
+      if (!namespaces_compatible(p.policy.namespace_, d.namespace_)) continue;
+      in_scope.push_back(&p);
+      candidates.push_back({p.policy.name, &p.policy.spec.selector, p.origin});
+    }
+    auto chosen = budget::select_policy(d, candidates, "among the inputs");
+    if (!chosen) return std::unexpected(std::move(chosen.error()));
+    return in_scope[*chosen];
   }
 
   void evaluate(Pending& pending) {

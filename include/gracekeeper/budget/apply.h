@@ -20,4 +20,15 @@ std::string applied_annotation(const Plan&, const std::string& policy_name,
 void apply_plan(Json& deployment, const Plan& plan, const std::string& policy_name,
                 std::chrono::system_clock::time_point time);
 
+// The server-side apply configuration for `plan` on `current` (the cluster's
+// object, by namespace and name): apiVersion, kind, metadata.name/namespace,
+// the applied annotation, and every field gracekeeper owns on it, not only
+// the ones that change. A field an apply leaves out is released, and when no
+// other manager owns it the server removes it, so each apply must carry the
+// whole set: the strategy (when managed), the grace, and the preStop hook of
+// every container whose hook is gracekeeper's.
+Json apply_configuration(const Deployment& current, const Plan& plan,
+                         const std::string& policy_name,
+                         std::chrono::system_clock::time_point time);
+
 }  // namespace gracekeeper::budget

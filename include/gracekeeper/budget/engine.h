@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <expected>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gracekeeper/budget/deployment.h"
@@ -92,6 +94,22 @@ struct Plan {
 
   bool changed() const { return !changes.empty(); }
 };
+
+// A ShutdownPolicy a Deployment could be governed by, for select_policy.
+struct PolicyCandidate {
+  std::string name;
+  const LabelSelector* selector = nullptr;  // required
+  std::string origin;                       // where it came from, for messages ("" if obvious)
+};
+
+// The governing policy among the candidates of the Deployment's namespace
+// (API.md "Opting a Deployment in"): the one named by gracekeeper.dev/policy,
+// else the one whose selector matches the Deployment's labels. Otherwise a
+// Warning finding, PolicyNotFound, NoMatchingPolicy or AmbiguousPolicy, whose
+// message ends with `where` ("among the inputs", "in namespace shop").
+std::expected<std::size_t, Finding> select_policy(const Deployment&,
+                                                  const std::vector<PolicyCandidate>& candidates,
+                                                  std::string_view where);
 
 // Computes the budget alone (API.md "The budget").
 Budget compute_budget(const PolicySpec&, double propagation_seconds, std::int64_t drain_seconds);
