@@ -258,6 +258,14 @@ std::uint64_t splitmix64(std::uint64_t& state) {
 }  // namespace
 
 asio::awaitable<std::expected<std::string, ApiError>> Client::send(Call call) {
+  auto answer = co_await send_raw(std::move(call));
+  if (!answer) co_return std::unexpected(std::move(answer.error()));
+  if (answer->status >= 200 && answer->status <= 299) co_return std::move(answer->body);
+  co_return std::unexpected(decode_api_error(answer->status, answer->body, answer->retry_after));
+}
+
+// Sends with the retry rule; the last answer (any status) or the failure.
+asio::awaitable<std::expected<RawResponse, ApiError>> Client::send_raw(Call call) {
   detail::HttpRequest req{.method = call.method,
                           .target = call.target,
                           .content_type = call.content_type,
@@ -270,14 +278,19 @@ asio::awaitable<std::expected<std::string, ApiError>> Client::send(Call call) {
     ApiError error;
     bool written = true;
     if (answer) {
-      if (answer->status >= 200 && answer->status <= 299) co_return std::move(answer->body);
-      error = decode_api_error(static_cast<int>(answer->status), answer->body, answer->retry_after);
+      RawResponse raw{.status = static_cast<int>(answer->status),
+                      .content_type = std::move(answer->content_type),
+                      .body = std::move(answer->body),
+                      .retry_after = answer->retry_after};
+      if (raw.status >= 200 && raw.status <= 299) co_return raw;
+      error = decode_api_error(raw.status, raw.body, raw.retry_after);
+      if (attempt >= retry.attempts || !may_retry(error, written, call.idempotent)) co_return raw;
     } else {
       written = answer.error().request_written;
       error = from_transport(std::move(answer.error()));
-    }
-    if (attempt >= retry.attempts || !may_retry(error, written, call.idempotent)) {
-      co_return std::unexpected(std::move(error));
+      if (attempt >= retry.attempts || !may_retry(error, written, call.idempotent)) {
+        co_return std::unexpected(std::move(error));
+      }
     }
     // Exponential backoff with jitter (half to all of the step), so clients
     // that failed together do not come back together; Retry-After is a floor.
@@ -471,6 +484,11 @@ asio::awaitable<std::expected<std::vector<DiscoveredResource>, ApiError>> Client
 asio::awaitable<std::expected<std::string, ApiError>> Client::get_raw(std::string target) {
   Call call{.target = std::move(target), .accept = "*/*"};
   co_return co_await send(std::move(call));
+}
+
+asio::awaitable<std::expected<RawResponse, ApiError>> Client::get_response(std::string target) {
+  Call call{.target = std::move(target), .accept = "application/json"};
+  co_return co_await send_raw(std::move(call));
 }
 
 asio::awaitable<std::expected<WatchEnd, ApiError>> Client::watch(Resource r, std::string ns,

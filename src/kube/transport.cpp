@@ -1,6 +1,10 @@
 // HTTPS to the API server: TLS with SNI and peer + host name verification,
 // client certificates from memory, a bearer token read per request, and a
 // small pool of keep-alive connections. The HTTP exchange is in transport.h.
+//
+// Plain HTTP (a TCP stream, no TLS) only when the config sets
+// allow_plain_http: for in-cluster services such as Prometheus, never for the
+// API server.
 #include "kube/transport.h"
 
 #include <openssl/err.h>
@@ -55,7 +59,7 @@ class TlsTransport final : public Transport {
         options_(options),
         tls_(ssl::context::tls_client) {
     setup_endpoint();
-    if (setup_error_.empty()) setup_tls();
+    if (setup_error_.empty() && !plain_) setup_tls();
   }
 
   asio::awaitable<std::expected<HttpResponse, TransportError>> send(const HttpRequest& r) override {
@@ -66,8 +70,15 @@ class TlsTransport final : public Transport {
       auto conn = co_await acquire();
       if (!conn) co_return std::unexpected(std::move(conn.error()));
       auto& [c, reused] = *conn;
-      auto out =
-          co_await exchange(c->stream, c->buffer, wire, options_.timeouts, options_.max_body_bytes);
+      auto run = [&](auto& stream) {
+        return exchange(stream, c->buffer, wire, options_.timeouts, options_.max_body_bytes);
+      };
+      std::expected<Exchanged, TransportError> out;
+      if (c->tls) {
+        out = co_await run(*c->tls);
+      } else {
+        out = co_await run(*c->plain);
+      }
       if (out) {
         if (out->reusable) release(std::move(c));
         co_return std::move(out->response);
@@ -91,14 +102,28 @@ class TlsTransport final : public Transport {
     // not returned to the pool (its end is not a request boundary we trust).
     auto conn = co_await connect();
     if (!conn) co_return std::unexpected(std::move(conn.error()));
-    co_return co_await exchange_streaming((*conn)->stream, (*conn)->buffer, wire, options_.timeouts,
-                                          options_.max_body_bytes, on_chunk);
+    Connection& c = **conn;
+    auto run = [&](auto& stream) {
+      return exchange_streaming(stream, c.buffer, wire, options_.timeouts, options_.max_body_bytes,
+                                on_chunk);
+    };
+    if (c.tls) co_return co_await run(*c.tls);
+    co_return co_await run(*c.plain);
   }
 
  private:
+  // Exactly one of `tls` and `plain` is set.
   struct Connection {
-    Connection(const asio::any_io_executor& ex, ssl::context& tls) : stream(ex, tls) {}
-    beast::ssl_stream<beast::tcp_stream> stream;
+    Connection(const asio::any_io_executor& ex, ssl::context* tls_context) {
+      if (tls_context) {
+        tls.emplace(ex, *tls_context);
+      } else {
+        plain.emplace(ex);
+      }
+    }
+    beast::tcp_stream& tcp() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
+    std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
+    std::optional<beast::tcp_stream> plain;
     beast::flat_buffer buffer;
     Clock::time_point idle_since;
   };
@@ -110,12 +135,15 @@ class TlsTransport final : public Transport {
 
   void setup_endpoint() {
     auto url = boost::urls::parse_uri(config_.server);
-    if (!url || url->scheme() != "https" || url->host_address().empty()) {
-      setup_error_ = "server \"" + config_.server + "\" is not an https:// URL";
+    plain_ = url && config_.allow_plain_http && url->scheme() == "http";
+    if (!url || (url->scheme() != "https" && !plain_) || url->host_address().empty()) {
+      setup_error_ = "server \"" + config_.server +
+                     (config_.allow_plain_http ? "\" is not an http:// or https:// URL"
+                                               : "\" is not an https:// URL");
       return;
     }
     host_ = url->host_address();
-    port_ = url->has_port() ? std::string{url->port()} : "443";
+    port_ = url->has_port() ? std::string{url->port()} : plain_ ? "80" : "443";
     const bool v6 = url->host_type() == boost::urls::host_type::ipv6;
     head_.host = (v6 ? "[" + host_ + "]" : host_) + (url->has_port() ? ":" + port_ : "");
     head_.path_prefix = std::string{url->encoded_path()};
@@ -176,7 +204,7 @@ class TlsTransport final : public Transport {
   // closed socket.
   static bool looks_open(Connection& c) {
     if (c.buffer.size() != 0) return false;
-    auto& socket = beast::get_lowest_layer(c.stream).socket();
+    auto& socket = c.tcp().socket();
     char byte;
     ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -210,8 +238,18 @@ class TlsTransport final : public Transport {
     auto [rec, endpoints] = co_await resolver.async_resolve(host_, port_, flags, use_nothrow);
     if (rec) co_return std::unexpected(setup_failure("resolving " + host_ + ": " + rec.message()));
 
-    auto c = std::make_unique<Connection>(executor_, tls_);
-    SSL* ssl = c->stream.native_handle();
+    auto c = std::make_unique<Connection>(executor_, plain_ ? nullptr : &tls_);
+    if (plain_) {
+      auto& tcp_stream = c->tcp();
+      tcp_stream.expires_after(options_.timeouts.connect);
+      auto [cec, ep] = co_await tcp_stream.async_connect(endpoints, use_nothrow);
+      tcp_stream.expires_never();
+      if (cec)
+        co_return std::unexpected(setup_failure("connecting to " + where + ": " + describe(cec)));
+      tcp_stream.socket().set_option(tcp::no_delay(true));
+      co_return c;
+    }
+    SSL* ssl = c->tls->native_handle();
     // SNI carries host names only (RFC 6066), never an IP address.
     if (!is_ip_literal(verify_name_)) SSL_set_tlsext_host_name(ssl, verify_name_.c_str());
     if (!config_.insecure_skip_tls_verify) {
@@ -223,7 +261,7 @@ class TlsTransport final : public Transport {
       if (ok != 1) co_return std::unexpected(setup_failure("bad TLS name " + verify_name_));
     }
 
-    auto& tcp_stream = beast::get_lowest_layer(c->stream);
+    auto& tcp_stream = c->tcp();
     tcp_stream.expires_after(options_.timeouts.connect);
     auto [cec, ep] = co_await tcp_stream.async_connect(endpoints, use_nothrow);
     if (cec)
@@ -231,7 +269,7 @@ class TlsTransport final : public Transport {
     tcp_stream.socket().set_option(tcp::no_delay(true));
 
     tcp_stream.expires_after(options_.timeouts.handshake);
-    auto [hec] = co_await c->stream.async_handshake(ssl::stream_base::client, use_nothrow);
+    auto [hec] = co_await c->tls->async_handshake(ssl::stream_base::client, use_nothrow);
     tcp_stream.expires_never();
     if (hec) {
       co_return std::unexpected(
@@ -245,6 +283,7 @@ class TlsTransport final : public Transport {
   ClientOptions options_;
   ssl::context tls_;
   std::string setup_error_;  // bad URL or PEM: every request fails with it
+  bool plain_ = false;       // http:// (allowed by the config): no TLS
   std::string host_;
   std::string port_;
   std::string verify_name_;

@@ -2,8 +2,9 @@
 //
 // `Transport` is what Client talks to: send one request and read the whole
 // answer, or stream an answer's body to a handler (watches). The TLS
-// implementation (transport.cpp) pools keep-alive connections; tests supply
-// their own Transport over in-memory streams.
+// implementation (transport.cpp; plain HTTP too, when the config allows it)
+// pools keep-alive connections; tests supply their own Transport over
+// in-memory streams.
 //
 // The HTTP/1.1 exchange itself (`exchange`, `exchange_streaming`) is a
 // template over the stream type, so the same code runs on
@@ -82,7 +83,9 @@ class Transport {
       const HttpRequest&, const ChunkHandler& on_chunk) = 0;
 };
 
-// HTTPS to config.server with the config's CA, client certificate and token.
+// HTTPS to config.server with the config's CA, client certificate and token;
+// plain HTTP when the server is http:// and config.allow_plain_http is set
+// (otherwise an http:// server fails every request: "is not an https:// URL").
 std::unique_ptr<Transport> make_tls_transport(boost::asio::any_io_executor, ClusterConfig,
                                               const ClientOptions&);
 

@@ -141,6 +141,14 @@ using ChunkHandler = std::function<bool(std::string_view)>;
 
 using Result = std::expected<nlohmann::json, ApiError>;
 
+// An HTTP answer as received, whatever its status (see Client::get_response).
+struct RawResponse {
+  int status = 0;
+  std::string content_type{};
+  std::string body{};
+  std::optional<std::chrono::seconds> retry_after{};
+};
+
 class Client {
  public:
   // TLS settings (CA, client certificate) are loaded here; a problem with
@@ -242,11 +250,18 @@ class Client {
 
   // Any path (e.g. "/readyz"), GET, JSON or not; for diagnostics.
   boost::asio::awaitable<std::expected<std::string, ApiError>> get_raw(std::string target);
+  // GET any path and return the answer whatever its status, for servers
+  // whose error bodies are not a metav1.Status (Prometheus: 400/422 with
+  // {"status":"error",...}). Retried like get_raw; a non-2xx answer that is
+  // still transient after the last attempt is returned, not an error. The
+  // error is only for no usable answer (Transport, BadResponse).
+  boost::asio::awaitable<std::expected<RawResponse, ApiError>> get_response(std::string target);
 
  private:
   struct Call;
   boost::asio::awaitable<Result> send_json(Call);
   boost::asio::awaitable<std::expected<std::string, ApiError>> send(Call);
+  boost::asio::awaitable<std::expected<RawResponse, ApiError>> send_raw(Call);
 
   std::unique_ptr<detail::Transport> transport_;
   ClientOptions options_;

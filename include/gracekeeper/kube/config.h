@@ -43,6 +43,11 @@ struct ClusterConfig {
   std::chrono::seconds token_refresh{60};
   std::string context;     // the context used ("" in-cluster)
   std::string namespace_;  // the context's namespace, or the pod's; default "default"
+  // Accept an http:// server (no TLS at all). Never set by the loaders
+  // below: a Kubernetes API server is always https://, and without this flag
+  // an http:// server is refused. Set by clients of plain-HTTP services that
+  // reuse this transport (the Prometheus propagation source).
+  bool allow_plain_http = false;
 };
 
 struct KubeconfigOptions {

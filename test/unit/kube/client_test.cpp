@@ -1,17 +1,23 @@
 // The HTTP exchange and the REST client on in-memory streams: raw HTTP
 // answers written by a scripted server into beast::test::stream, split in odd
-// places, cut short, oversized; errors decoded; the retry rule.
+// places, cut short, oversized; errors decoded; the retry rule. And the real
+// transport on a loopback socket: plain http:// only when the config allows it.
 #include "gracekeeper/kube/client.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/_experimental/test/stream.hpp>
 #include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -414,6 +420,152 @@ TEST_F(ClientTest, WatchRefusedWithStatus) {
   ASSERT_FALSE(end);
   EXPECT_EQ(end.error().reason, ApiError::Reason::Gone);
   EXPECT_EQ(transport_->requests.size(), 1u);  // watches are never retried here
+}
+
+// ---------------------------------------------------------------- plain HTTP
+
+// An HTTP/1.1 server on a loopback port that answers every request with
+// `respond(request)` (raw bytes) on keep-alive connections.
+class LoopbackServer {
+ public:
+  using tcp = asio::ip::tcp;
+  explicit LoopbackServer(asio::io_context& io)
+      : acceptor_(io, tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0}) {
+    asio::co_spawn(io, accept_loop(), asio::detached);
+  }
+  unsigned short port() const { return acceptor_.local_endpoint().port(); }
+
+  std::function<std::string(const http::request<http::string_body>&)> respond = [](const auto&) {
+    return http_response(200, "{}");
+  };
+  std::vector<http::request<http::string_body>> requests;
+  int connections = 0;
+
+ private:
+  asio::awaitable<void> accept_loop() {
+    for (;;) {
+      auto [ec, socket] = co_await acceptor_.async_accept(detail::use_nothrow);
+      if (ec) co_return;
+      ++connections;
+      asio::co_spawn(acceptor_.get_executor(), serve(std::move(socket)), asio::detached);
+    }
+  }
+  asio::awaitable<void> serve(tcp::socket socket) {
+    beast::flat_buffer buffer;
+    for (;;) {
+      http::request<http::string_body> req;
+      auto [ec, n] = co_await http::async_read(socket, buffer, req, detail::use_nothrow);
+      if (ec) co_return;
+      requests.push_back(req);
+      const std::string raw = respond(req);
+      auto [wec, wn] = co_await asio::async_write(socket, asio::buffer(raw), detail::use_nothrow);
+      if (wec) co_return;
+    }
+  }
+  tcp::acceptor acceptor_;
+};
+
+// Runs `task` until it completes, while the server keeps listening.
+template <class T>
+T run_until_done(asio::io_context& io, asio::awaitable<T> task) {
+  std::optional<T> out;
+  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
+    if (e) std::rethrow_exception(e);
+    out.emplace(std::move(value));
+    io.stop();
+  });
+  io.restart();
+  io.run();
+  return std::move(*out);
+}
+
+TEST(PlainHttpTest, RefusedForTheKubernetesApi) {
+  asio::io_context io;
+  LoopbackServer server(io);
+  ClusterConfig config;
+  config.server = "http://127.0.0.1:" + std::to_string(server.port());
+  ClientOptions options;
+  options.retry.attempts = 1;  // a config error is not retried anyway; be quick
+  Client client(io.get_executor(), config, options);
+  auto got = run_until_done(io, client.get_raw("/readyz"));
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().reason, ApiError::Reason::Transport);
+  EXPECT_EQ(got.error().message, "server \"" + config.server + "\" is not an https:// URL");
+  EXPECT_EQ(server.connections, 0);  // not even a TCP connection
+}
+
+TEST(PlainHttpTest, AllowedWhenTheConfigSaysSo) {
+  asio::io_context io;
+  LoopbackServer server(io);
+  server.respond = [](const auto& req) {
+    if (req.target().ends_with("/bad")) {
+      return http_response(400, R"({"status":"error","errorType":"bad_data","error":"no"})");
+    }
+    return http_response(200, R"({"ok":true})");
+  };
+  const auto token_file =
+      std::filesystem::temp_directory_path() / ("gk-plain-http-token-" + std::to_string(getpid()));
+  std::ofstream(token_file) << "first-token\n";
+  ClusterConfig config;
+  config.server = "http://127.0.0.1:" + std::to_string(server.port()) + "/prefix/";
+  config.allow_plain_http = true;
+  config.token_file = token_file;
+  Client client(io.get_executor(), config);
+
+  auto got = run_until_done(io, client.get_raw("/readyz"));
+  ASSERT_TRUE(got) << got.error().format();
+  EXPECT_EQ(*got, R"({"ok":true})");
+  ASSERT_EQ(server.requests.size(), 1u);
+  EXPECT_EQ(server.requests[0].target(), "/prefix/readyz");
+  EXPECT_EQ(server.requests[0][http::field::host], "127.0.0.1:" + std::to_string(server.port()));
+  EXPECT_EQ(server.requests[0][http::field::authorization], "Bearer first-token");
+
+  // A rotated token is sent on the next request, on the same pooled connection.
+  std::ofstream(token_file) << "second-token\n";
+  // A non-2xx answer: an ApiError for get_raw, the whole answer for get_response.
+  auto bad = run_until_done(io, client.get_raw("/bad"));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().http_status, 400);
+  auto raw = run_until_done(io, client.get_response("/bad"));
+  ASSERT_TRUE(raw) << raw.error().format();
+  EXPECT_EQ(raw->status, 400);
+  EXPECT_EQ(raw->body, R"({"status":"error","errorType":"bad_data","error":"no"})");
+  ASSERT_EQ(server.requests.size(), 3u);
+  EXPECT_EQ(server.requests[2][http::field::authorization], "Bearer second-token");
+  EXPECT_EQ(server.connections, 1);
+  std::filesystem::remove(token_file);
+}
+
+TEST(PlainHttpTest, ConnectionRefusedIsTransport) {
+  asio::io_context io;
+  unsigned short port = 0;
+  {
+    asio::ip::tcp::acceptor probe(io, {asio::ip::make_address("127.0.0.1"), 0});
+    port = probe.local_endpoint().port();
+  }  // closed: nothing listens there now
+  ClusterConfig config;
+  config.server = "http://127.0.0.1:" + std::to_string(port);
+  config.allow_plain_http = true;
+  ClientOptions options;
+  options.retry.attempts = 1;
+  Client client(io.get_executor(), config, options);
+  auto got = run_until_done(io, client.get_response("/x"));
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().reason, ApiError::Reason::Transport);
+  EXPECT_THAT(got.error().message, HasSubstr("connecting to 127.0.0.1:" + std::to_string(port)));
+}
+
+TEST(PlainHttpTest, OtherSchemesStillRefused) {
+  asio::io_context io;
+  ClusterConfig config;
+  config.server = "ftp://127.0.0.1:21";
+  config.allow_plain_http = true;
+  ClientOptions options;
+  options.retry.attempts = 1;  // a config error is not retried anyway; be quick
+  Client client(io.get_executor(), config, options);
+  auto got = run_until_done(io, client.get_raw("/x"));
+  ASSERT_FALSE(got);
+  EXPECT_THAT(got.error().message, HasSubstr("is not an http:// or https:// URL"));
 }
 
 TEST(ResourcePathTest, CoreGroupsAndNames) {
