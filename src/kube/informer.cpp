@@ -5,7 +5,9 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cctype>
 #include <exception>
+#include <functional>
 #include <variant>
 
 namespace gracekeeper::kube {
@@ -29,6 +31,95 @@ std::string metadata_string(const json& object, const char* field) {
 // as a failure, so a server that keeps closing at once is not hammered
 // (client-go does the same for "very short watches").
 constexpr auto kShortWatch = std::chrono::seconds{1};
+
+// Appends `key=value` (value percent-encoded) to a target, unless value is
+// empty; the same query Client::list sends.
+void add_query(std::string& target, std::string_view key, std::string_view value) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  if (value.empty()) return;
+  target += target.find('?') == std::string::npos ? '?' : '&';
+  target += key;
+  target += '=';
+  for (unsigned char ch : value) {
+    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+      target += static_cast<char>(ch);
+    } else {
+      target += '%';
+      target += hex[ch >> 4];
+      target += hex[ch & 15];
+    }
+  }
+}
+
+// Reads a List with nlohmann's SAX interface. Each element of the top-level
+// "items" array is built as a JSON tree of its own, handed to `on_item` the
+// moment it is complete and dropped: one item's tree is alive at a time,
+// never the page's (a page of 500 Deployments as one tree is about 20 MiB).
+// Everything else (apiVersion, kind, metadata) is kept in root().
+class ListReader {
+ public:
+  using string_t = json::string_t;
+  explicit ListReader(std::function<void(json&&)> on_item) : on_item_(std::move(on_item)) {}
+
+  bool null() { return value(json(nullptr)); }
+  bool boolean(bool v) { return value(json(v)); }
+  bool number_integer(json::number_integer_t v) { return value(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return value(json(v)); }
+  bool number_float(json::number_float_t v, const string_t&) { return value(json(v)); }
+  bool string(string_t& v) { return value(json(std::move(v))); }
+  bool binary(json::binary_t& v) { return value(json::binary(std::move(v))); }
+  bool start_object(std::size_t) {
+    stack_.push_back(Frame{json(json::value_t::object), {}, false});
+    return true;
+  }
+  bool key(string_t& k) {
+    stack_.back().key = std::move(k);
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool start_array(std::size_t) {
+    const bool items = stack_.size() == 1 && stack_.back().key == "items";
+    stack_.push_back(Frame{json(json::value_t::array), {}, items});
+    return true;
+  }
+  bool end_array() { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    error_ = e.what();
+    return false;
+  }
+
+  const json& root() const { return root_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  struct Frame {
+    json value;
+    std::string key;     // the key the next value goes under, in an object
+    bool items = false;  // the top-level "items" array: its elements are handed out
+  };
+  bool close() {
+    json v = std::move(stack_.back().value);
+    stack_.pop_back();
+    return value(std::move(v));
+  }
+  bool value(json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+    } else if (Frame& parent = stack_.back(); parent.items) {
+      on_item_(std::move(v));
+    } else if (parent.value.is_object()) {
+      parent.value[parent.key] = std::move(v);
+    } else {
+      parent.value.push_back(std::move(v));
+    }
+    return true;
+  }
+
+  std::function<void(json&&)> on_item_;
+  std::vector<Frame> stack_;
+  json root_;
+  std::string error_;
+};
 
 }  // namespace
 
@@ -149,16 +240,28 @@ asio::awaitable<std::optional<T>> InformerCore::interruptible(asio::awaitable<T>
 }
 
 asio::awaitable<bool> InformerCore::list_and_replace() {
-  // Page by page, each page projected before the next is asked for: the peak
-  // is one page of JSON plus the projections, never the whole list as JSON.
-  ListOptions o;
-  o.label_selector = options_.label_selector;
-  o.field_selector = options_.field_selector;
-  o.limit = options_.page_size;
+  // Page by page, each item projected as soon as it has been parsed: the
+  // peak is one page's text plus one item's JSON tree plus the projections,
+  // never a page (let alone the whole list) as JSON trees. The page comes as
+  // text (get_raw: the same GET Client::list sends, with its retries and
+  // errors) so that it can be read with the SAX reader above.
+  std::string base = resource_path(resource_, options_.namespace_);
+  add_query(base, "labelSelector", options_.label_selector);
+  add_query(base, "fieldSelector", options_.field_selector);
+  add_query(base, "limit", std::to_string(options_.page_size));
   std::unordered_map<std::string, Entry> fresh;
+  auto on_item = [&](json&& item) {
+    auto value = project(item);
+    if (!value) return;
+    fresh.insert_or_assign(object_key(item),
+                           Entry{metadata_string(item, "resourceVersion"), std::move(*value)});
+  };
   std::string list_version;  // every page comes from the first page's snapshot
+  std::string continue_token;
   while (true) {
-    auto page = co_await interruptible(client_.list(resource_, options_.namespace_, o));
+    std::string target = base;
+    add_query(target, "continue", continue_token);
+    auto page = co_await interruptible(client_.get_raw(std::move(target)));
     rewatch_requested_ = false;  // a fresh list supersedes any requested resourceVersion
     if (!page) co_return false;
     if (!*page) {  // an expired continue token is Gone: the next attempt lists afresh
@@ -166,19 +269,17 @@ asio::awaitable<bool> InformerCore::list_and_replace() {
       last_error_ = "list: " + page->error().format();
       co_return false;
     }
-    const json& list = **page;
-    if (list_version.empty()) list_version = metadata_string(list, "resourceVersion");
-    if (auto items = list.find("items"); items != list.end() && items->is_array()) {
-      for (const auto& item : *items) {
-        auto value = project(item);
-        if (!value) continue;
-        fresh.insert_or_assign(object_key(item),
-                               Entry{metadata_string(item, "resourceVersion"), std::move(*value)});
-      }
+    ListReader reader(on_item);
+    if (!json::sax_parse(**page, &reader) || !reader.root().is_object()) {
+      ++counters_.list_errors;
+      last_error_ = "list: response is not a JSON object: " +
+                    (reader.error().empty() ? (*page)->substr(0, 200) : reader.error());
+      co_return false;
     }
-    std::string next = metadata_string(list, "continue");
-    if (next.empty()) break;
-    o.continue_token = std::move(next);
+    const json& list = reader.root();
+    if (list_version.empty()) list_version = metadata_string(list, "resourceVersion");
+    continue_token = metadata_string(list, "continue");
+    if (continue_token.empty()) break;
   }
   replace(std::move(fresh), std::move(list_version));
   co_return true;

@@ -269,13 +269,56 @@ TEST_F(InformerTest, ListThenWatchThenReconnectAfterCutMidEvent) {
   EXPECT_EQ(informer_->get("ns/a"), nullptr);
   EXPECT_THAT(log_, ElementsAre("add ns/a", "add ns/b", "add ns/c", "update ns/b", "delete ns/a"));
   ASSERT_GE(transport_->targets.size(), 3u);
-  EXPECT_THAT(transport_->targets[0], HasSubstr("limit=500"));
+  EXPECT_THAT(transport_->targets[0], HasSubstr("limit=100"));
   EXPECT_THAT(transport_->targets[1], HasSubstr("resourceVersion=10"));
   EXPECT_THAT(transport_->targets[1], HasSubstr("allowWatchBookmarks=true"));
   EXPECT_THAT(transport_->targets[2], HasSubstr("resourceVersion=11"));
   EXPECT_GE(informer_->counters().watch_errors, 1u);
   EXPECT_GE(informer_->counters().watch_restarts, 1u);
   EXPECT_EQ(informer_->counters().relists, 0u);
+}
+
+std::string raw_reply(const std::string& body) {
+  return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// The list is read item by item (SAX): only the top-level "items" are items,
+// whatever the key order, nesting or escapes; metadata may come first or last.
+TEST_F(InformerTest, ListPagesAreReadItemByItem) {
+  transport_->replies.push_back(
+      {{raw_reply(R"({"metadata":{"continue":"tok/1","resourceVersion":"10"},"kind":"List",)"
+                  R"("items":[{"metadata":{"namespace":"ns","name":"a","resourceVersion":"5"},)"
+                  R"("data":{"v":"\u00e9\"q","items":"[1]"},"spec":{"items":[{"x":[1,2.5,null,)"
+                  R"(true]}]}},{"metadata":{"namespace":"ns","name":"b","resourceVersion":"6"},)"
+                  R"("data":{"skip":"1"}}]})")}});
+  transport_->replies.push_back({{raw_reply(
+      R"({"kind":"List","items":[{"metadata":{"namespace":"ns","name":"c",)"
+      R"("resourceVersion":"7"},"data":{"v":"3"}}],"metadata":{"resourceVersion":"99"}})")}});
+  transport_->replies.push_back({{kChunkedHead}, /*hold_open=*/true});
+  ASSERT_TRUE(run_until([&] { return informer_->has_synced(); })) << informer_->last_error();
+  EXPECT_EQ(informer_->versions(), (VersionMap{{"ns/a", "5"}, {"ns/c", "7"}}));
+  ASSERT_NE(informer_->get("ns/a"), nullptr);
+  EXPECT_EQ(*informer_->get("ns/a"), "\xc3\xa9\"q");
+  // Every page is from the first page's snapshot: watch from its version.
+  EXPECT_EQ(informer_->resource_version(), "10");
+  ASSERT_GE(transport_->targets.size(), 3u);
+  EXPECT_EQ(transport_->targets[0], "/api/v1/namespaces/ns/configmaps?limit=100");
+  EXPECT_EQ(transport_->targets[1], "/api/v1/namespaces/ns/configmaps?limit=100&continue=tok%2F1");
+  EXPECT_THAT(transport_->targets[2], HasSubstr("resourceVersion=10"));
+  EXPECT_EQ(informer_->counters().lists, 1u);
+}
+
+TEST_F(InformerTest, ListPageThatIsNotJsonIsAListError) {
+  transport_->replies.push_back({{raw_reply(R"({"kind":"List","items":[{"metadata":)")}});
+  transport_->replies.push_back({{raw_reply("[1,2]")}});
+  transport_->replies.push_back({{list_reply("10", {cm("a", "5", {{"v", "1"}})})}});
+  transport_->replies.push_back({{kChunkedHead}, /*hold_open=*/true});
+  ASSERT_TRUE(run_until([&] { return informer_->has_synced(); })) << informer_->last_error();
+  EXPECT_EQ(informer_->counters().list_errors, 2u);
+  EXPECT_EQ(informer_->counters().lists, 1u);
+  EXPECT_EQ(informer_->versions(), (VersionMap{{"ns/a", "5"}}));
+  EXPECT_THAT(log_, ElementsAre("add ns/a"));
 }
 
 TEST_F(InformerTest, GoneEventRelistsAndEmitsTheGap) {
