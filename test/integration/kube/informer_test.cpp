@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 
+#include "../../support/proxy_cutting.h"
 #include "gracekeeper/kube/client.h"
 #include "gracekeeper/kube/config.h"
 
@@ -68,13 +69,18 @@ class InformerIntegration : public ::testing::Test {
     auto created = drive(client_->create(resources::namespaces, "", ns));
     ASSERT_TRUE(created) << created.error().format();
 
+    make_informer(*client_);
+  }
+
+  // The informer under test, on `client` (the direct one, or one through a proxy).
+  void make_informer(Client& client) {
     InformerOptions o;
     o.namespace_ = ns_;
     o.page_size = 3;  // several pages with a handful of objects
     // Shorter than production so the outage test does not wait 30 s.
     o.initial_backoff = 200ms;
     o.max_backoff = 2s;
-    informer_.emplace(*client_, resources::config_maps, o, project_v);
+    informer_.emplace(client, resources::config_maps, o, project_v);
     InformerHandlers h;
     h.on_add = [this](const std::string& k) { log_.push_back("add " + k); };
     h.on_update = [this](const std::string& k) { log_.push_back("update " + k); };
@@ -147,8 +153,10 @@ class InformerIntegration : public ::testing::Test {
     return false;
   }
 
-  void create(const std::string& name, const std::string& v) {
-    auto r = drive(client_->create(resources::config_maps, ns_, config_map(name, v)));
+  void create(const std::string& name, const std::string& v, const std::string& blob = {}) {
+    json object = config_map(name, v);
+    if (!blob.empty()) object["data"]["blob"] = blob;
+    auto r = drive(client_->create(resources::config_maps, ns_, object));
     ASSERT_TRUE(r) << r.error().format();
   }
   void update(const std::string& name, const std::string& v) {
@@ -167,6 +175,7 @@ class InformerIntegration : public ::testing::Test {
 
   asio::io_context io_;
   std::optional<Client> client_;
+  std::optional<Client> proxied_client_;  // declared before the informer that may use it
   std::optional<Informer<std::string>> informer_;
   std::string ns_;
   std::vector<std::string> log_;
@@ -257,6 +266,86 @@ TEST_F(InformerIntegration, RelistsAfterCompactionAndEmitsTheGap) {
   EXPECT_FALSE(logged("update " + key("kept")));
   EXPECT_EQ(*informer_->get(key("changed")), "2");
   EXPECT_NE(informer_->resource_version(), before_gap);
+}
+
+TEST_F(InformerIntegration, RecoversFromAWatchCutInTheMiddleOfAChunk) {
+  // The informer talks to the API server through a proxy; the test's own
+  // writes and LISTs go straight to the server.
+  KubeconfigOptions ko;
+  ko.files = {g_cluster_dir / "kubeconfig"};
+  auto config = load_kubeconfig(ko);
+  ASSERT_TRUE(config) << config.error().format();
+  const auto colon = config->server.rfind(':');
+  ASSERT_TRUE(config->server.starts_with("https://127.0.0.1:")) << config->server;
+  const auto server_port = static_cast<std::uint16_t>(std::stoi(config->server.substr(colon + 1)));
+  test_support::CuttingProxy proxy("127.0.0.1", server_port);
+  // TLS goes through the proxy untouched, and the API server's certificate
+  // (test/cluster/up) has IP:127.0.0.1 among its names, so the client still
+  // verifies it, host name included, at the proxy's address.
+  ClusterConfig proxied = *config;
+  proxied.server = "https://127.0.0.1:" + std::to_string(proxy.port());
+  proxied_client_.emplace(io_.get_executor(), proxied);
+  make_informer(*proxied_client_);
+
+  for (int i = 0; i < 5; ++i) create("pre-" + std::to_string(i), "0");
+  start_informer();
+  ASSERT_TRUE(run_until([&] { return informer_->has_synced(); }, 60s));
+  ASSERT_TRUE(converged());
+  ASSERT_GE(proxy.accepted(), 2u);  // the LIST's connection and the watch's
+  const auto errors_before = informer_->counters().watch_errors;
+
+  // A ConfigMap of 300 KB: its ADDED event is one HTTP chunk spread over
+  // some twenty TLS records. The proxy forwards the first 100,000 bytes of
+  // it, which ends inside a record and inside the chunk, and then closes
+  // the connection and refuses new ones: the informer is cut off.
+  proxy.cut_after(100'000, /*then_refuse=*/true);
+  const std::string blob(300'000, 'x');
+  create("big", "1", blob);
+  ASSERT_TRUE(run_until([&] { return proxy.cuts() == 1; }, 30s)) << "the watch was not cut";
+  ASSERT_TRUE(proxy.last_cut());
+  EXPECT_EQ(proxy.last_cut()->forwarded, 100'000u);
+  EXPECT_GT(proxy.last_cut()->withheld, 0u);
+
+  // Changes while it is cut off.
+  create("during", "1");
+  update("pre-1", "2");
+  remove("pre-2");
+  update("big", "2");
+  ASSERT_TRUE(run_until(
+      [&] { return informer_->counters().watch_errors > errors_before && proxy.refused() >= 1; },
+      30s))
+      << "the informer did not notice the cut or did not try to reconnect; last error: "
+      << informer_->last_error();
+  EXPECT_THAT(informer_->last_error(), ::testing::HasSubstr("reading the watch stream"));
+  // Nothing of the half-received event, nor of what followed, reached the cache.
+  EXPECT_EQ(informer_->get(key("big")), nullptr);
+  EXPECT_EQ(informer_->get(key("during")), nullptr);
+  ASSERT_NE(informer_->get(key("pre-1")), nullptr);
+  EXPECT_EQ(*informer_->get(key("pre-1")), "0");
+  std::cerr << "cut off: " << informer_->last_error() << "\n";
+
+  // Back on, with more changes after the reconnection.
+  proxy.resume();
+  create("after", "1");
+  update("during", "2");
+  remove("pre-3");
+  ASSERT_TRUE(converged());
+  ASSERT_NE(informer_->get(key("big")), nullptr);
+  EXPECT_EQ(*informer_->get(key("big")), "2");
+  EXPECT_EQ(*informer_->get(key("during")), "2");
+  EXPECT_EQ(*informer_->get(key("pre-1")), "2");
+  EXPECT_EQ(informer_->get(key("pre-2")), nullptr);
+  EXPECT_EQ(informer_->get(key("pre-3")), nullptr);
+  EXPECT_TRUE(logged("add " + key("big")));
+  EXPECT_TRUE(logged("delete " + key("pre-2")));
+  // Recovered by watching again from its resourceVersion, not by a relist.
+  EXPECT_EQ(informer_->counters().lists, 1u);
+  EXPECT_EQ(informer_->counters().relists, 0u);
+  EXPECT_GE(informer_->counters().watch_restarts, 2u);
+  std::cerr << "after the cut: watch_restarts=" << informer_->counters().watch_restarts
+            << " watch_errors=" << informer_->counters().watch_errors
+            << " refused connections=" << proxy.refused() << "\n";
+  stop_informer();  // before the proxy goes
 }
 
 }  // namespace

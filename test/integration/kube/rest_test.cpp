@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "../../support/run_on.h"
 #include "gracekeeper/kube/client.h"
@@ -516,6 +517,256 @@ TEST_F(TlsTest, NoClientCertificateIsUnauthorized) {
   EXPECT_TRUE(v.error().reason == ApiError::Reason::Unauthorized ||
               v.error().reason == ApiError::Reason::Forbidden)
       << v.error().format();
+}
+
+// ---------------------------------------------------------------- client certificates
+
+// A scratch directory, removed at the end of the test.
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("gk-client-cert-" + random_suffix());
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p);
+  out << text;
+}
+
+std::string base64(std::string_view in) {
+  static constexpr char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
+                       (static_cast<unsigned char>(in[i + 1]) << 8) |
+                       static_cast<unsigned char>(in[i + 2]);
+    out += {abc[v >> 18], abc[(v >> 12) & 63], abc[(v >> 6) & 63], abc[v & 63]};
+  }
+  if (i + 1 == in.size()) {
+    const unsigned v = static_cast<unsigned char>(in[i]) << 16;
+    out += {abc[v >> 18], abc[(v >> 12) & 63], '=', '='};
+  } else if (i + 2 == in.size()) {
+    const unsigned v =
+        (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
+    out += {abc[v >> 18], abc[(v >> 12) & 63], abc[(v >> 6) & 63], '='};
+  }
+  return out;
+}
+
+struct IssuedCertificate {
+  fs::path cert;
+  fs::path key;
+  std::string serial;  // decimal, as the API server logs it ("SN=...")
+};
+
+// Issues a client certificate (O=system:masters, so it would be allowed
+// everything) signed by the cluster's own CA (DIR/pki). `openssl ca` is used
+// because, unlike OpenSSL 3.0's `x509 -req`, it takes any validity period:
+// `dates` is "" for "from now, one day" or "-startdate A -enddate B"
+// (YYYYMMDDHHMMSSZ). Each certificate gets its own throw-away CA database.
+std::optional<IssuedCertificate> issue_client_certificate(const fs::path& dir,
+                                                          const std::string& name,
+                                                          const std::string& dates) {
+  const fs::path db = dir / (name + "-db");
+  fs::create_directories(db);
+  write_file(db / "index.txt", "");
+  std::random_device rd;
+  const std::uint64_t serial = 1'000'000'000ull + rd() % 1'000'000'000ull;
+  std::ostringstream hex;
+  hex << std::hex << serial;
+  std::string serial_hex = hex.str();
+  if (serial_hex.size() % 2) serial_hex.insert(0, "0");
+  write_file(db / "serial", serial_hex + "\n");
+  write_file(db / "ca.cnf",
+             "[ca]\ndefault_ca = test_ca\n"
+             "[test_ca]\ndatabase = " +
+                 (db / "index.txt").string() + "\nnew_certs_dir = " + db.string() +
+                 "\nserial = " + (db / "serial").string() +
+                 "\ndefault_md = sha256\ndefault_days = 1\npolicy = any\n"
+                 "unique_subject = no\nx509_extensions = client\n"
+                 "[any]\ncommonName = supplied\norganizationName = optional\n"
+                 "[client]\nbasicConstraints = CA:FALSE\n"
+                 "keyUsage = critical,digitalSignature,keyEncipherment\n"
+                 "extendedKeyUsage = clientAuth\n");
+  IssuedCertificate out{dir / (name + ".crt"), dir / (name + ".key"), std::to_string(serial)};
+  const fs::path pki = g_cluster_dir / "pki";
+  const std::string cmd =
+      "set -e; openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out '" +
+      out.key.string() + "' 2>/dev/null; openssl req -new -key '" + out.key.string() +
+      "' -subj /O=system:masters/CN=" + name + " -out '" + (db / "req.csr").string() +
+      "' 2>/dev/null; openssl ca -batch -notext -config '" + (db / "ca.cnf").string() +
+      "' -cert '" + (pki / "ca.crt").string() + "' -keyfile '" + (pki / "ca.key").string() +
+      "' -in '" + (db / "req.csr").string() + "' -out '" + out.cert.string() + "' " + dates +
+      " >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) return std::nullopt;
+  return out;
+}
+
+// Whether the certificate's notAfter is in the past (`openssl x509 -checkend 0`).
+bool has_expired(const fs::path& cert) {
+  const std::string cmd =
+      "openssl x509 -checkend 0 -noout -in '" + cert.string() + "' >/dev/null 2>&1";
+  return std::system(cmd.c_str()) != 0;
+}
+
+ClusterConfig with_client_certificate(const fs::path& cert, const fs::path& key) {
+  ClusterConfig config = cluster_config();
+  config.client_certificate = Pem{read_file(cert), "file " + cert.string()};
+  config.client_key = Pem{read_file(key), "file " + key.string()};
+  return config;
+}
+
+TEST_F(TlsTest, ExpiredClientCertificateIsUnauthorized) {
+  TempDir dir;
+  const std::string suffix = random_suffix();
+  // The control: issued the same way, but valid now. It must work, so the
+  // 401 below is down to the dates and nothing else.
+  auto fresh = issue_client_certificate(dir.path, "gk-fresh-" + suffix, "");
+  ASSERT_TRUE(fresh) << "openssl ca failed";
+  auto expired = issue_client_certificate(dir.path, "gk-expired-" + suffix,
+                                          "-startdate 20200101000000Z -enddate 20200102000000Z");
+  ASSERT_TRUE(expired) << "openssl ca failed";
+  ASSERT_FALSE(has_expired(fresh->cert));
+  ASSERT_TRUE(has_expired(expired->cert));
+
+  {
+    Client client(io_.get_executor(), with_client_certificate(fresh->cert, fresh->key));
+    auto ok = run_on(io_, client.get(resources::namespaces, "", "default"));
+    ASSERT_TRUE(ok) << "a valid certificate from the same CA: " << ok.error().format();
+  }
+
+  Client client(io_.get_executor(), with_client_certificate(expired->cert, expired->key),
+                {.retry = {.attempts = 1}});
+  // The TLS handshake succeeds: the API server asks for a client certificate
+  // but does not require one, and judges it afterwards, in its authenticator.
+  // So the answer is an HTTP 401 Status, not a TLS failure.
+  auto v = run_on(io_, client.get(resources::namespaces, "", "default"));
+  ASSERT_FALSE(v) << "an expired client certificate was accepted";
+  EXPECT_EQ(v.error().reason, ApiError::Reason::Unauthorized) << v.error().format();
+  EXPECT_EQ(v.error().http_status, 401);
+  EXPECT_EQ(v.error().status_reason, "Unauthorized");
+  EXPECT_EQ(v.error().message, "Unauthorized");  // the server does not say why
+  EXPECT_FALSE(v.error().transient());
+  std::cout << "    " << v.error().format() << "\n";
+
+  // A watch is refused up front the same way.
+  auto watched = run_on(io_, client.watch(resources::config_maps, "default", WatchOptions{},
+                                          [](std::string_view) { return true; }));
+  ASSERT_FALSE(watched);
+  EXPECT_EQ(watched.error().reason, ApiError::Reason::Unauthorized) << watched.error().format();
+  EXPECT_EQ(watched.error().http_status, 401);
+
+  // Why, the server says only in its log: this certificate, expired.
+  const fs::path log = g_cluster_dir / "logs" / "kube-apiserver.log";
+  const std::string needle = "verifying certificate SN=" + expired->serial + ",";
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  while (line.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::istringstream in(read_file(log));
+    for (std::string l; std::getline(in, l);) {
+      if (l.find(needle) != std::string::npos) line = l;
+    }
+    if (line.empty()) std::this_thread::sleep_for(std::chrono::milliseconds{100});
+  }
+  ASSERT_FALSE(line.empty()) << "no \"" << needle << "\" in " << log;
+  EXPECT_THAT(line, HasSubstr("Unable to authenticate the request"));
+  EXPECT_THAT(line, HasSubstr("x509: certificate has expired or is not yet valid"));
+}
+
+// A kubeconfig for the test cluster with the given `user:` lines.
+fs::path write_kubeconfig(const fs::path& dir, const std::string& user_lines) {
+  const fs::path p = dir / "kubeconfig";
+  write_file(p, "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: " +
+                    env_value("APISERVER_URL") + "\n    certificate-authority: " +
+                    env_value("CA_FILE") + "\nusers:\n- name: broken\n  user:\n" + user_lines +
+                    "contexts:\n- name: c\n  context:\n    cluster: c\n    user: broken\n"
+                    "current-context: c\n");
+  return p;
+}
+
+// Every call with this configuration fails as a Transport error naming the
+// PEM (its origin), and nothing crashes: a plain request, a retried one and
+// a watch.
+void expect_pem_error(asio::io_context& io, const ClusterConfig& config,
+                      const std::string& expected_start, const std::string& reason = {}) {
+  SCOPED_TRACE(expected_start);
+  {
+    Client client(io.get_executor(), config, {.retry = {.attempts = 1}});
+    auto v = run_on(io, client.get(resources::namespaces, "", "default"));
+    ASSERT_FALSE(v) << "a broken client certificate or key was used";
+    EXPECT_EQ(v.error().reason, ApiError::Reason::Transport) << v.error().format();
+    EXPECT_EQ(v.error().http_status, 0);
+    EXPECT_TRUE(v.error().message.starts_with(expected_start)) << v.error().message;
+    EXPECT_GT(v.error().message.size(), expected_start.size() + 2) << "no OpenSSL reason";
+    if (!reason.empty()) {
+      EXPECT_THAT(v.error().message, HasSubstr(reason));
+    }
+    std::cout << "    " << v.error().format() << "\n";
+
+    auto watched = run_on(io, client.watch(resources::config_maps, "default", WatchOptions{},
+                                           [](std::string_view) { return true; }));
+    ASSERT_FALSE(watched);
+    EXPECT_EQ(watched.error().reason, ApiError::Reason::Transport);
+    EXPECT_TRUE(watched.error().message.starts_with(expected_start)) << watched.error().message;
+  }
+  // With the default retries: the same error after the retries, quickly.
+  Client client(io.get_executor(), config);
+  auto v = run_on(io, client.list(resources::config_maps, "default"));
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().reason, ApiError::Reason::Transport);
+  EXPECT_TRUE(v.error().message.starts_with(expected_start)) << v.error().message;
+}
+
+TEST_F(TlsTest, GarbageClientCertificateIsATransportErrorNamingItsOrigin) {
+  TempDir dir;
+  const std::string admin_key = read_file(env_value("ADMIN_KEY_FILE"));
+  // Passes the loader's check (it has the BEGIN line) but is no certificate.
+  const fs::path garbage = dir.path / "garbage.crt";
+  write_file(garbage,
+             "-----BEGIN CERTIFICATE-----\nthis is not base64 DER at all !!!\n"
+             "-----END CERTIFICATE-----\n");
+  KubeconfigOptions options;
+  options.files = {write_kubeconfig(dir.path, "    client-certificate: " + garbage.string() +
+                                                  "\n    client-key-data: " + base64(admin_key) +
+                                                  "\n")};
+  auto loaded = load_kubeconfig(options);
+  ASSERT_TRUE(loaded) << loaded.error().format();
+  ASSERT_TRUE(loaded->client_certificate);
+  EXPECT_EQ(loaded->client_certificate->origin, "file " + garbage.string());
+  expect_pem_error(io_, *loaded, "client certificate (file " + garbage.string() + "): ");
+
+  // Bytes that are not even PEM, set directly.
+  ClusterConfig config = cluster_config();
+  config.client_certificate = Pem{"\x01\x02 random bytes \xff\xfe", "test: random bytes"};
+  expect_pem_error(io_, config, "client certificate (test: random bytes): ");
+}
+
+TEST_F(TlsTest, GarbageOrMismatchedClientKeyIsATransportErrorNamingItsOrigin) {
+  TempDir dir;
+  // Garbage inside the armour, from a kubeconfig *-data field.
+  const std::string garbage_key =
+      "-----BEGIN PRIVATE KEY-----\nZ2FyYmFnZSBnYXJiYWdlIGdhcmJhZ2U=\n-----END PRIVATE KEY-----\n";
+  KubeconfigOptions options;
+  options.files = {write_kubeconfig(
+      dir.path, "    client-certificate-data: " + base64(read_file(env_value("ADMIN_CERT_FILE"))) +
+                    "\n    client-key-data: " + base64(garbage_key) + "\n")};
+  auto loaded = load_kubeconfig(options);
+  ASSERT_TRUE(loaded) << loaded.error().format();
+  expect_pem_error(io_, *loaded,
+                   "client key (kubeconfig field users[broken].user.client-key-data): ");
+
+  // A real key, but not the certificate's: OpenSSL checks the pair.
+  const fs::path other_key = dir.path / "other.key";
+  const std::string cmd = "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out '" +
+                          other_key.string() + "' 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  ClusterConfig config = cluster_config();
+  config.client_key = Pem{read_file(other_key), "file " + other_key.string()};
+  expect_pem_error(io_, config,
+                   "client key (file " + other_key.string() + "): ", "key values mismatch");
 }
 
 }  // namespace
