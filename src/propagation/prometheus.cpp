@@ -1,0 +1,147 @@
+// The Prometheus HTTP API client: one instant query per call, over the kube
+// client's transport (connection pool, timeouts, TLS; plain HTTP allowed here
+// because Prometheus in a cluster usually serves http://).
+#include <boost/url/parse.hpp>
+#include <boost/url/url.hpp>
+#include <fstream>
+#include <sstream>
+
+#include "gracekeeper/kube/client.h"
+#include "gracekeeper/propagation/propagation.h"
+
+namespace gracekeeper::propagation {
+
+namespace {
+
+namespace asio = boost::asio;
+
+std::string pct_encode(std::string_view s) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char ch : s) {
+    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+      out += static_cast<char>(ch);
+    } else {
+      out += '%';
+      out += hex[ch >> 4];
+      out += hex[ch & 15];
+    }
+  }
+  return out;
+}
+
+class HttpPrometheus final : public Prometheus {
+ public:
+  HttpPrometheus(asio::any_io_executor executor, kube::ClusterConfig cluster,
+                 kube::ClientOptions options)
+      : url_(cluster.server), client_(std::move(executor), std::move(cluster), options) {}
+
+  asio::awaitable<std::expected<double, QueryError>> query(std::string promql) override {
+    const std::string where = url_ + "/api/v1/query, query " + promql + ": ";
+    std::string target = "/api/v1/query?query=" + pct_encode(promql);
+    auto answer = co_await client_.get_response(std::move(target));
+    if (!answer) {
+      const auto& e = answer.error();
+      std::string reason = e.reason == kube::ApiError::Reason::Transport     ? "Unreachable"
+                           : e.reason == kube::ApiError::Reason::BadResponse ? "BadResponse"
+                                                                             : "HttpError";
+      co_return std::unexpected(QueryError{std::move(reason), where + e.format()});
+    }
+    const bool ok = answer->status >= 200 && answer->status <= 299;
+    auto value = parse_query_response(answer->body);
+    if (value) {
+      if (ok) co_return *value;
+      co_return std::unexpected(
+          QueryError{"HttpError", where + "HTTP " + std::to_string(answer->status)});
+    }
+    QueryError e = std::move(value.error());
+    // Prometheus answers a bad query with 400/422/503 and its error JSON;
+    // anything else that is not 2xx is not Prometheus speaking (a proxy, an
+    // ingress' 404, an auth failure).
+    if (!ok && e.reason != "QueryFailed") {
+      std::string start = answer->body.substr(0, 200);
+      co_return std::unexpected(QueryError{
+          "HttpError",
+          where + "HTTP " + std::to_string(answer->status) + (start.empty() ? "" : ": " + start)});
+    }
+    if (!ok) e.message = "HTTP " + std::to_string(answer->status) + ": " + e.message;
+    e.message = where + e.message;
+    co_return std::unexpected(std::move(e));
+  }
+
+ private:
+  std::string url_;
+  kube::Client client_;
+};
+
+std::expected<std::string, std::string> read_text(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return std::unexpected(file.string() + ": cannot read it");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return std::unexpected(file.string() + ": cannot read it");
+  return text.str();
+}
+
+}  // namespace
+
+std::expected<std::unique_ptr<Prometheus>, std::string> make_prometheus(
+    asio::any_io_executor executor, PrometheusConfig config) {
+  const std::string what = "Prometheus URL \"" + config.url + "\"";
+  auto url = boost::urls::parse_absolute_uri(config.url);
+  if (!url) return std::unexpected(what + ": not an absolute URL");
+  const bool https = url->scheme_id() == boost::urls::scheme::https;
+  if (!https && url->scheme_id() != boost::urls::scheme::http) {
+    return std::unexpected(what + ": must start with http:// or https://");
+  }
+  if (url->host_address().empty()) return std::unexpected(what + ": has no host");
+  if (url->has_userinfo()) {
+    return std::unexpected(what + ": must not carry credentials; use a bearer token file");
+  }
+  if (url->has_query() || url->has_fragment()) {
+    return std::unexpected(what + ": must not have a query or fragment (a path prefix is fine)");
+  }
+  if (config.timeout <= std::chrono::milliseconds::zero()) {
+    return std::unexpected("Prometheus timeout must be positive");
+  }
+
+  kube::ClusterConfig cluster;
+  boost::urls::url normalized(*url);
+  normalized.normalize_scheme();  // "HTTP://" works; the transport compares it as written
+  cluster.server = std::string{normalized.buffer()};
+  while (cluster.server.ends_with('/')) cluster.server.pop_back();
+  cluster.allow_plain_http = !https;
+  if (config.ca_file) {
+    if (!https) return std::unexpected(what + ": a CA file is set but the URL is not https://");
+    auto pem = read_text(*config.ca_file);
+    if (!pem) return std::unexpected("Prometheus CA file " + pem.error());
+    if (pem->find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      return std::unexpected("Prometheus CA file " + config.ca_file->string() +
+                             ": no PEM certificate in it");
+    }
+    cluster.certificate_authority = kube::Pem{*pem, "file " + config.ca_file->string()};
+  }
+  if (config.bearer_token_file) {
+    cluster.token_file = *config.bearer_token_file;
+    // Read once now so a wrong path fails at startup; it is read again for
+    // every query (rotation).
+    auto token = kube::current_token(cluster);
+    if (!token) return std::unexpected("Prometheus bearer token: " + token.error().format());
+  }
+
+  kube::ClientOptions options;
+  options.timeouts.connect = config.timeout;
+  options.timeouts.handshake = config.timeout;
+  options.timeouts.write = config.timeout;
+  options.timeouts.read_header = config.timeout;
+  options.timeouts.request = config.timeout;
+  // No retries here: a measurement is repeated on the next reconcile anyway,
+  // and a failed one falls back (API.md). A pooled connection that Prometheus
+  // closed is still re-sent once by the transport.
+  options.retry.attempts = 1;
+  options.max_idle_connections = 2;
+  options.max_body_bytes = 8u << 20;
+  return std::make_unique<HttpPrometheus>(std::move(executor), std::move(cluster), options);
+}
+
+}  // namespace gracekeeper::propagation
