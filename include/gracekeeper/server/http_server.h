@@ -1,0 +1,108 @@
+// The operator's own HTTP endpoints (/metrics, /healthz, /readyz): a small
+// HTTP/1.1 server on the io_context, one coroutine per connection.
+//
+// Plain HTTP with keep-alive; GET and HEAD only (405 with Allow otherwise),
+// 404 for paths without a route. Every read and write has a timeout, requests
+// have a size limit and connections a cap, so a slow or hostile client costs
+// one bounded coroutine. Failures are counted (stats()), never thrown out of
+// run(). Beast stays out of this header (pimpl).
+//
+// Not thread-safe: bind, run, stop and the handlers all run on the
+// executor's single thread.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace gracekeeper::server {
+
+class Metrics;
+
+struct Response {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+// Called for GET and HEAD on its path (HEAD sends the headers only). A handler
+// that throws gives a 500 and counts as a handler error.
+using Handler = std::function<Response()>;
+// Exact path (the query string is ignored) -> handler.
+using Routes = std::map<std::string, Handler, std::less<>>;
+
+struct HttpServerOptions {
+  // Limit for each read of a request and each write of a response; an idle
+  // keep-alive connection is closed after it too.
+  std::chrono::steady_clock::duration timeout = std::chrono::seconds{10};
+  // Request line plus headers, and separately the body: larger is 431 / 413.
+  std::size_t max_request_bytes = 8 * 1024;
+  // Connections beyond this are closed as soon as they are accepted.
+  std::size_t max_connections = 64;
+};
+
+// Monotonic counters, for tests and logs.
+struct HttpServerStats {
+  std::uint64_t connections = 0;     // accepted and served
+  std::uint64_t rejected = 0;        // closed at once: over max_connections
+  std::uint64_t requests = 0;        // answered, whatever the status
+  std::uint64_t bad_requests = 0;    // malformed or oversized: 400 / 413 / 431
+  std::uint64_t timeouts = 0;        // connections cut by the timeout
+  std::uint64_t handler_errors = 0;  // handlers that threw: 500
+  std::uint64_t io_errors = 0;       // accept, read and write failures
+};
+
+class HttpServer {
+ public:
+  // Parses and binds `address` now: "host:port", "[v6]:port", or ":port" for
+  // every interface; host is an IP address or "localhost"; port 0 picks a
+  // free port. Errors name the address.
+  static std::expected<std::unique_ptr<HttpServer>, std::string> bind(
+      boost::asio::any_io_executor executor, std::string_view address, Routes routes);
+  static std::expected<std::unique_ptr<HttpServer>, std::string> bind(
+      boost::asio::any_io_executor executor, std::string_view address, Routes routes,
+      HttpServerOptions options);
+
+  ~HttpServer();  // stop()s; connections still closing finish on their own
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // The bound port (the chosen one with port 0).
+  unsigned short port() const;
+
+  // Accepts and serves until stop() (or until its coroutine is cancelled),
+  // then returns once every connection coroutine has ended. Call once.
+  boost::asio::awaitable<void> run();
+
+  // Closes the acceptor and every open connection; run() then returns. No
+  // handler is called after stop().
+  void stop();
+
+  const HttpServerStats& stats() const;
+  std::size_t open_connections() const;
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;  // shared with the connection coroutines
+};
+
+// GET /metrics -> 200, the registry in the text format 0.0.4. `metrics` must
+// outlive the server.
+Routes metrics_routes(const Metrics& metrics);
+
+// GET /healthz -> 200 "ok", or 500 with the text `unhealthy` returns when it is
+// not empty. GET /readyz -> 200 "ok", or 503 with the text `not_ready`
+// returns when it is not empty. An empty std::function always says ok.
+Routes health_routes(std::function<std::string()> unhealthy,
+                     std::function<std::string()> not_ready);
+
+}  // namespace gracekeeper::server

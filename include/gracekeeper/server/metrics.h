@@ -1,0 +1,84 @@
+// The operator's Prometheus metrics: one registry per process, fed by the
+// controller, the informers and the work queues, read by GET /metrics.
+//
+// Every family is declared in one place (metrics.cpp) and named
+// `gracekeeper_...`. Label values are whatever the caller passes; the
+// controller passes namespaces, policy names and a fixed set of words.
+//
+// Not thread-safe beyond what prometheus-cpp guarantees for its own metrics:
+// call every member from the io_context thread (ARCHITECTURE.md, concurrency).
+// prometheus-cpp stays out of this header (pimpl), so including it is cheap.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace gracekeeper::kube {
+struct InformerCounters;
+}
+
+namespace gracekeeper::server {
+
+class Metrics {
+ public:
+  // gracekeeper_build_info{version="..."} is 1 from the start.
+  Metrics();
+  explicit Metrics(std::string_view version);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // gracekeeper_reconcile_total{controller,result} (counter) and
+  // gracekeeper_reconcile_duration_seconds{controller,result} (histogram).
+  // controller: "deployment" | "shutdownpolicy"; result: "success" | "error" |
+  // "requeue". Those six combinations are exported at 0 from the start so a
+  // rate() has a baseline.
+  void observe_reconcile(std::string_view controller, std::string_view result, double seconds);
+
+  // gracekeeper_deployments_{managed,compliant,violating}{namespace,policy}
+  // (gauges): the Deployments a policy governs.
+  void set_deployments(std::string_view ns, std::string_view policy, std::int64_t managed,
+                       std::int64_t compliant, std::int64_t violating);
+
+  // gracekeeper_propagation_seconds{namespace,policy,source} (gauge): the
+  // propagation figure a policy uses. A policy has one source at a time: a
+  // different source replaces the old series.
+  void set_propagation(std::string_view ns, std::string_view policy, std::string_view source,
+                       double seconds);
+
+  // A deleted policy: removes its deployments_* and propagation series.
+  void forget_policy(std::string_view ns, std::string_view policy);
+
+  // gracekeeper_patches_applied_total{namespace} (counter).
+  void count_patch(std::string_view ns);
+
+  // gracekeeper_events_total{type,reason} (counter): events recorded.
+  void count_event(std::string_view type, std::string_view reason);
+
+  // gracekeeper_watch_restarts_total{resource} and
+  // gracekeeper_relists_total{resource} (counters), from an informer's
+  // monotonic counters: adds what grew since the last call for `resource`.
+  // Counters lower than last time mean a new informer: they count from 0.
+  void update_informer(std::string_view resource, const kube::InformerCounters& counters);
+
+  // gracekeeper_workqueue_depth{controller} (gauge).
+  void set_queue_depth(std::string_view controller, std::size_t depth);
+
+  // gracekeeper_leader (gauge): 1 while this replica leads, else 0.
+  void set_leader(bool leading);
+
+  // Everything, in the Prometheus text exposition format 0.0.4.
+  std::string serialize() const;
+
+  // The Content-Type of serialize()'s output.
+  static constexpr std::string_view content_type = "text/plain; version=0.0.4; charset=utf-8";
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gracekeeper::server

@@ -1,0 +1,425 @@
+#include "gracekeeper/server/http_server.h"
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <charconv>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "gracekeeper/server/metrics.h"
+
+namespace gracekeeper::server {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+
+// After an error answer the client may still be sending (an oversized
+// request): read and drop a little of it, so closing the socket with unread
+// data does not reset the connection before the client has read the answer.
+constexpr std::size_t kLingerBytes = 64 * 1024;
+constexpr Clock::duration kLingerTime = std::chrono::seconds{1};
+
+struct Endpoint {
+  std::optional<asio::ip::address> host;  // nullopt: every interface
+  unsigned short port = 0;
+};
+
+std::expected<Endpoint, std::string> parse_address(std::string_view address) {
+  auto fail = [&](std::string_view why) {
+    return std::unexpected("invalid address \"" + std::string{address} + "\": " + std::string{why});
+  };
+  const auto colon = address.rfind(':');
+  if (colon == std::string_view::npos) return fail("expected host:port or :port");
+  std::string_view host = address.substr(0, colon);
+  const std::string_view port = address.substr(colon + 1);
+
+  Endpoint out;
+  unsigned value = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc{} || end != port.data() + port.size() || value > 65535) {
+    return fail("the port must be a number from 0 to 65535");
+  }
+  out.port = static_cast<unsigned short>(value);
+
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string_view::npos) {
+    return fail("write an IPv6 host in brackets, [::1]:8080");
+  }
+  if (host.empty()) return out;
+  if (host == "localhost") {
+    out.host = asio::ip::address_v4::loopback();
+    return out;
+  }
+  beast::error_code aec;
+  auto ip = asio::ip::make_address(std::string{host}, aec);
+  if (aec) return fail("the host must be an IP address or localhost");
+  out.host = ip;
+  return out;
+}
+
+beast::error_code open_and_listen(tcp::acceptor& acceptor, const tcp::endpoint& endpoint,
+                                  bool dual_stack) {
+  beast::error_code ec;
+  if (acceptor.is_open()) acceptor.close(ec);
+  acceptor.open(endpoint.protocol(), ec);
+  if (ec) return ec;
+  beast::error_code ignored;
+  if (dual_stack) acceptor.set_option(asio::ip::v6_only(false), ignored);
+  acceptor.set_option(tcp::acceptor::reuse_address(true), ignored);
+  acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) acceptor.close(ignored);
+  return ec;
+}
+
+Response text(int status, std::string body) {
+  Response r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(tcp::acceptor a, Routes r, HttpServerOptions o)
+      : executor(a.get_executor()),
+        acceptor(std::move(a)),
+        routes(std::move(r)),
+        options(o),
+        drained(executor) {}
+
+  void stop() {
+    if (stopped) return;
+    stopped = true;
+    beast::error_code ignored;
+    acceptor.close(ignored);
+    for (auto& [id, stream] : open) stream->close();  // their reads end with operation_aborted
+    drained.cancel();
+  }
+
+  class Guard;
+
+  static asio::awaitable<void> accept_loop(std::shared_ptr<Impl> self);
+  // One connection, from accept to close: a coroutine per connection.
+  static asio::awaitable<void> serve(std::shared_ptr<Impl> self, tcp::socket socket);
+  asio::awaitable<void> respond(beast::tcp_stream& stream,
+                                const http::request<http::string_body>& request, bool& keep_alive);
+  asio::awaitable<void> refuse(beast::tcp_stream& stream, const beast::error_code& ec);
+  asio::awaitable<void> linger(beast::tcp_stream& stream);
+
+  asio::any_io_executor executor;
+  tcp::acceptor acceptor;
+  Routes routes;
+  HttpServerOptions options;
+  HttpServerStats stats{};
+  unsigned short port = 0;
+  bool stopped = false;
+
+  std::size_t active = 0;  // spawned connection coroutines not yet ended
+  std::uint64_t next_id = 0;
+  std::map<std::uint64_t, beast::tcp_stream*> open;  // the streams of running ones
+  asio::steady_timer drained;                        // run() waits on it for `active` to reach 0
+};
+
+// Keeps Impl's bookkeeping right however a connection coroutine ends.
+class HttpServer::Impl::Guard {
+ public:
+  Guard(Impl& impl, beast::tcp_stream& stream) : impl_(impl), id_(impl.next_id++) {
+    impl_.open.emplace(id_, &stream);
+  }
+  ~Guard() {
+    impl_.open.erase(id_);
+    if (--impl_.active == 0 && impl_.stopped) impl_.drained.cancel();
+  }
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+
+ private:
+  Impl& impl_;
+  std::uint64_t id_;
+};
+
+asio::awaitable<void> HttpServer::Impl::serve(std::shared_ptr<Impl> self, tcp::socket socket) {
+  beast::tcp_stream stream{std::move(socket)};
+  Guard guard{*self, stream};
+  if (self->stopped) co_return;
+
+  const auto limit = std::min<std::size_t>(self->options.max_request_bytes,
+                                           std::numeric_limits<std::uint32_t>::max());
+  // Holds at most one request's header (and what a client pipelined after it):
+  // the parser moves body bytes out into the request.
+  beast::flat_buffer buffer{limit + 1024};
+  bool keep_alive = true;
+  while (keep_alive && !self->stopped) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(limit));
+    parser.body_limit(limit);
+    stream.expires_after(self->options.timeout);
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_nothrow);
+    if (self->stopped) co_return;
+    if (ec == http::error::end_of_stream) break;  // the client closed between requests
+    if (ec == beast::error::timeout) {
+      ++self->stats.timeouts;  // Beast has closed the socket already
+      co_return;
+    }
+    if (ec == http::error::partial_message || ec == asio::error::connection_reset) co_return;
+    if (ec) {
+      co_await self->refuse(stream, ec);
+      co_return;
+    }
+    co_await self->respond(stream, parser.get(), keep_alive);
+  }
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream.close();
+}
+
+asio::awaitable<void> HttpServer::Impl::respond(beast::tcp_stream& stream,
+                                                const http::request<http::string_body>& request,
+                                                bool& keep_alive) {
+  std::string_view path = request.target();
+  path = path.substr(0, path.find_first_of("?#"));
+  const bool head = request.method() == http::verb::head;
+  const bool get_or_head = head || request.method() == http::verb::get;
+
+  Response answer;
+  auto route = routes.find(path);
+  if (route == routes.end()) {
+    answer = text(404, "not found\n");
+  } else if (!get_or_head) {
+    answer = text(405, "method not allowed\n");
+  } else {
+    try {
+      answer = route->second();
+    } catch (const std::exception& e) {
+      ++stats.handler_errors;
+      answer = text(500, std::string{"internal error: "} + e.what() + "\n");
+    } catch (...) {
+      ++stats.handler_errors;
+      answer = text(500, "internal error\n");
+    }
+  }
+  if (stopped) co_return;  // stop() ran inside the handler
+  if (answer.status < 100 || answer.status > 599) {
+    ++stats.handler_errors;
+    answer = text(
+        500, "internal error: handler returned status " + std::to_string(answer.status) + "\n");
+  }
+
+  keep_alive = request.keep_alive();
+  http::response<http::string_body> response;
+  response.version(request.version());
+  response.result(static_cast<unsigned>(answer.status));
+  response.set(http::field::server, "gracekeeper");
+  response.set(http::field::content_type, answer.content_type);
+  if (answer.status == 405) response.set(http::field::allow, "GET, HEAD");
+  response.keep_alive(keep_alive);
+  if (head) {
+    response.content_length(answer.body.size());  // the length GET would send, no body
+  } else {
+    response.body() = std::move(answer.body);
+    response.prepare_payload();
+  }
+  ++stats.requests;
+  stream.expires_after(options.timeout);
+  auto [ec, n] = co_await http::async_write(stream, response, use_nothrow);
+  if (ec) {
+    if (ec == beast::error::timeout) {
+      ++stats.timeouts;
+    } else if (!stopped) {
+      ++stats.io_errors;
+    }
+    keep_alive = false;
+  }
+}
+
+asio::awaitable<void> HttpServer::Impl::refuse(beast::tcp_stream& stream,
+                                               const beast::error_code& ec) {
+  Response answer;
+  if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+    answer = text(431, "request header too large\n");
+  } else if (ec == http::error::body_limit) {
+    answer = text(413, "request body too large\n");
+  } else if (ec.category() == make_error_code(http::error::bad_method).category()) {
+    answer = text(400, "bad request: " + ec.message() + "\n");
+  } else {
+    if (ec != asio::error::operation_aborted) ++stats.io_errors;
+    co_return;  // the socket failed: nobody to answer
+  }
+  ++stats.bad_requests;
+  ++stats.requests;
+  http::response<http::string_body> response;
+  response.result(static_cast<unsigned>(answer.status));
+  response.set(http::field::server, "gracekeeper");
+  response.set(http::field::content_type, answer.content_type);
+  response.keep_alive(false);
+  response.body() = std::move(answer.body);
+  response.prepare_payload();
+  stream.expires_after(options.timeout);
+  auto [wec, n] = co_await http::async_write(stream, response, use_nothrow);
+  if (!wec) co_await linger(stream);
+}
+
+asio::awaitable<void> HttpServer::Impl::linger(beast::tcp_stream& stream) {
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream.expires_after(std::min(options.timeout, kLingerTime));
+  std::array<char, 4096> scratch;
+  std::size_t drained_bytes = 0;
+  while (drained_bytes < kLingerBytes && !stopped) {
+    auto [ec, n] = co_await stream.async_read_some(asio::buffer(scratch), use_nothrow);
+    if (ec) break;
+    drained_bytes += n;
+  }
+  stream.close();
+}
+
+HttpServer::HttpServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() {
+  impl_->stop();
+}
+
+std::expected<std::unique_ptr<HttpServer>, std::string> HttpServer::bind(
+    asio::any_io_executor executor, std::string_view address, Routes routes) {
+  return bind(std::move(executor), address, std::move(routes), HttpServerOptions{});
+}
+
+std::expected<std::unique_ptr<HttpServer>, std::string> HttpServer::bind(
+    asio::any_io_executor executor, std::string_view address, Routes routes,
+    HttpServerOptions options) {
+  auto endpoint = parse_address(address);
+  if (!endpoint) return std::unexpected(std::move(endpoint.error()));
+
+  tcp::acceptor acceptor{executor};
+  beast::error_code ec;
+  if (endpoint->host) {
+    ec = open_and_listen(acceptor, tcp::endpoint{*endpoint->host, endpoint->port}, false);
+  } else {
+    // Every interface: IPv6 and IPv4 on one dual-stack socket where the
+    // machine has IPv6, else IPv4 alone.
+    ec = open_and_listen(acceptor, tcp::endpoint{tcp::v6(), endpoint->port}, true);
+    if (ec && ec != asio::error::address_in_use && ec != asio::error::access_denied) {
+      ec = open_and_listen(acceptor, tcp::endpoint{tcp::v4(), endpoint->port}, false);
+    }
+  }
+  if (ec) {
+    return std::unexpected("cannot listen on \"" + std::string{address} + "\": " + ec.message());
+  }
+  const auto port = acceptor.local_endpoint(ec).port();
+  auto impl = std::make_shared<Impl>(std::move(acceptor), std::move(routes), options);
+  impl->port = port;
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+unsigned short HttpServer::port() const {
+  return impl_->port;
+}
+
+// Not a coroutine itself: the loop holds Impl, not `this`, so the server may
+// be destroyed before the loop first runs.
+asio::awaitable<void> HttpServer::run() {
+  return Impl::accept_loop(impl_);
+}
+
+asio::awaitable<void> HttpServer::Impl::accept_loop(std::shared_ptr<Impl> self) {
+  while (!self->stopped) {
+    auto [ec, socket] = co_await self->acceptor.async_accept(use_nothrow);
+    if (self->stopped) break;
+    if (ec == asio::error::operation_aborted) {  // our coroutine was cancelled
+      self->stop();
+      co_return;
+    }
+    if (ec) {
+      // Out of descriptors and the like: count it and pause rather than spin.
+      ++self->stats.io_errors;
+      asio::steady_timer pause{self->executor, std::chrono::milliseconds{100}};
+      co_await pause.async_wait(use_nothrow);
+      continue;
+    }
+    if (self->active >= self->options.max_connections) {
+      ++self->stats.rejected;
+      beast::error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
+    ++self->stats.connections;
+    ++self->active;  // counted now, not when the coroutine starts, so the cap holds
+    asio::co_spawn(self->executor, Impl::serve(self, std::move(socket)),
+                   [self](std::exception_ptr e) {
+                     if (e) ++self->stats.io_errors;
+                   });
+  }
+  // stop() closed every connection; wait for their coroutines to notice.
+  while (self->active > 0) {
+    self->drained.expires_at(Clock::time_point::max());
+    co_await self->drained.async_wait(use_nothrow);
+    auto state = co_await asio::this_coro::cancellation_state;
+    if (state.cancelled() != asio::cancellation_type::none) co_return;
+  }
+}
+
+void HttpServer::stop() {
+  impl_->stop();
+}
+
+const HttpServerStats& HttpServer::stats() const {
+  return impl_->stats;
+}
+
+std::size_t HttpServer::open_connections() const {
+  return impl_->active;
+}
+
+Routes metrics_routes(const Metrics& metrics) {
+  Routes routes;
+  routes.emplace("/metrics", [&metrics] {
+    Response r;
+    r.content_type = std::string{Metrics::content_type};
+    r.body = metrics.serialize();
+    return r;
+  });
+  return routes;
+}
+
+Routes health_routes(std::function<std::string()> unhealthy,
+                     std::function<std::string()> not_ready) {
+  auto check = [](const std::function<std::string()>& probe, int failing_status) {
+    std::string reason = probe ? probe() : std::string{};
+    if (reason.empty()) return text(200, "ok");
+    return text(failing_status, std::move(reason));
+  };
+  Routes routes;
+  routes.emplace("/healthz", [check, probe = std::move(unhealthy)] { return check(probe, 500); });
+  routes.emplace("/readyz", [check, probe = std::move(not_ready)] { return check(probe, 503); });
+  return routes;
+}
+
+}  // namespace gracekeeper::server

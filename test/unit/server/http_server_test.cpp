@@ -1,0 +1,466 @@
+// The HTTP server over real loopback sockets (port 0), client and server as
+// coroutines on one io_context.
+#include "gracekeeper/server/http_server.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "gracekeeper/server/metrics.h"
+
+namespace gracekeeper::server {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+
+using Body = std::function<asio::awaitable<void>(HttpServer&)>;
+
+// Binds a server on 127.0.0.1:0, runs it and `body` side by side, stops the
+// server when `body` ends, and checks that run() returned. Gives up after 10 s.
+void with_server(Routes routes, HttpServerOptions options, const Body& body) {
+  asio::io_context io;
+  auto bound = HttpServer::bind(io.get_executor(), "127.0.0.1:0", std::move(routes), options);
+  ASSERT_TRUE(bound) << bound.error();
+  HttpServer& server = **bound;
+  ASSERT_NE(server.port(), 0);
+
+  bool run_returned = false;
+  bool body_done = false;
+  asio::co_spawn(io, server.run(), [&](std::exception_ptr e) {
+    run_returned = true;
+    if (e) ADD_FAILURE() << "run() threw";
+  });
+  asio::co_spawn(io, body(server), [&](std::exception_ptr e) {
+    body_done = true;
+    server.stop();
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        ADD_FAILURE() << "test body threw: " << x.what();
+      }
+    }
+  });
+  io.run_for(10s);
+  EXPECT_TRUE(body_done) << "the test body did not finish in time";
+  EXPECT_TRUE(run_returned) << "run() did not return after stop()";
+}
+
+asio::awaitable<beast::tcp_stream> connect(unsigned short port) {
+  beast::tcp_stream stream{co_await asio::this_coro::executor};
+  tcp::endpoint endpoint{asio::ip::address_v4::loopback(), port};
+  stream.expires_after(5s);
+  co_await stream.async_connect(endpoint, asio::use_awaitable);
+  co_return stream;
+}
+
+struct Answer {
+  beast::error_code error;  // set: no (complete) response
+  http::response<http::string_body> response;
+};
+
+asio::awaitable<Answer> read_answer(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                    bool head = false) {
+  http::response_parser<http::string_body> parser;
+  parser.skip(head);  // a response to HEAD has no body, whatever Content-Length says
+  stream.expires_after(5s);
+  auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_nothrow);
+  Answer out;
+  out.error = ec;
+  if (!ec) out.response = parser.release();
+  co_return out;
+}
+
+asio::awaitable<Answer> ask(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                            http::verb method, std::string_view target, bool keep_alive = true) {
+  // Names every temporary before co_await (GCC 12 coroutine bugs); targets are literals.
+  http::request<http::string_body> request{method, target, 11};
+  request.set(http::field::host, "localhost");
+  request.keep_alive(keep_alive);
+  stream.expires_after(5s);
+  auto [ec, n] = co_await http::async_write(stream, request, use_nothrow);
+  if (ec) {
+    Answer failed;
+    failed.error = ec;
+    co_return failed;
+  }
+  co_return co_await read_answer(stream, buffer, method == http::verb::head);
+}
+
+// One request on a fresh connection.
+asio::awaitable<Answer> fetch(HttpServer& server, http::verb method, std::string_view target) {
+  auto stream = co_await connect(server.port());
+  beast::flat_buffer buffer;
+  co_return co_await ask(stream, buffer, method, target);
+}
+
+asio::awaitable<void> send_raw(beast::tcp_stream& stream, const std::string& bytes) {
+  stream.expires_after(5s);
+  co_await asio::async_write(stream, asio::buffer(bytes), asio::use_awaitable);
+}
+
+// Reads until the server closes the connection; the error that ended it.
+asio::awaitable<beast::error_code> wait_closed(beast::tcp_stream& stream) {
+  char scratch[1024];
+  stream.expires_after(5s);
+  for (;;) {
+    auto [ec, n] = co_await stream.async_read_some(asio::buffer(scratch), use_nothrow);
+    if (ec) co_return ec;
+  }
+}
+
+Routes routes_with(Routes a, Routes b) {
+  a.merge(b);
+  return a;
+}
+
+Response hello() {
+  Response r;
+  r.body = "hello";
+  return r;
+}
+
+TEST(HttpServer, ServesMetrics) {
+  Metrics metrics{"9.9.9"};
+  metrics.set_leader(true);
+  with_server(metrics_routes(metrics), {}, [](HttpServer& server) -> asio::awaitable<void> {
+    auto answer = co_await fetch(server, http::verb::get, "/metrics");
+    EXPECT_FALSE(answer.error) << answer.error.message();
+    EXPECT_EQ(answer.response.result_int(), 200);
+    EXPECT_EQ(answer.response[http::field::content_type],
+              "text/plain; version=0.0.4; charset=utf-8");
+    EXPECT_NE(answer.response.body().find("gracekeeper_build_info{version=\"9.9.9\"} 1"),
+              std::string::npos);
+    EXPECT_NE(answer.response.body().find("\ngracekeeper_leader 1\n"), std::string::npos);
+    // The query string is not part of the path.
+    auto with_query = co_await fetch(server, http::verb::get, "/metrics?name[]=x");
+    EXPECT_EQ(with_query.response.result_int(), 200);
+  });
+}
+
+TEST(HttpServer, HealthzAndReadyzReportTheirProbes) {
+  std::string unhealthy;
+  std::string not_ready = "caches not synced";
+  auto routes = health_routes([&] { return unhealthy; }, [&] { return not_ready; });
+  with_server(std::move(routes), {}, [&](HttpServer& server) -> asio::awaitable<void> {
+    auto healthz = co_await fetch(server, http::verb::get, "/healthz");
+    EXPECT_EQ(healthz.response.result_int(), 200);
+    EXPECT_EQ(healthz.response.body(), "ok");
+    auto readyz = co_await fetch(server, http::verb::get, "/readyz");
+    EXPECT_EQ(readyz.response.result_int(), 503);
+    EXPECT_EQ(readyz.response.body(), "caches not synced");
+
+    not_ready.clear();
+    unhealthy = "event loop stalled";
+    readyz = co_await fetch(server, http::verb::get, "/readyz");
+    EXPECT_EQ(readyz.response.result_int(), 200);
+    EXPECT_EQ(readyz.response.body(), "ok");
+    healthz = co_await fetch(server, http::verb::get, "/healthz");
+    EXPECT_EQ(healthz.response.result_int(), 500);
+    EXPECT_EQ(healthz.response.body(), "event loop stalled");
+  });
+}
+
+TEST(HttpServer, EmptyProbesAreOk) {
+  with_server(health_routes({}, {}), {}, [](HttpServer& server) -> asio::awaitable<void> {
+    auto readyz = co_await fetch(server, http::verb::get, "/readyz");
+    EXPECT_EQ(readyz.response.result_int(), 200);
+  });
+}
+
+TEST(HttpServer, UnknownPathIs404) {
+  with_server(health_routes({}, {}), {}, [](HttpServer& server) -> asio::awaitable<void> {
+    auto answer = co_await fetch(server, http::verb::get, "/metrics");
+    EXPECT_EQ(answer.response.result_int(), 404);
+    answer = co_await fetch(server, http::verb::get, "/healthz/");
+    EXPECT_EQ(answer.response.result_int(), 404);
+  });
+}
+
+TEST(HttpServer, OtherMethodsAre405WithAllow) {
+  with_server(health_routes({}, {}), {}, [](HttpServer& server) -> asio::awaitable<void> {
+    for (auto method : {http::verb::post, http::verb::put, http::verb::delete_}) {
+      auto answer = co_await fetch(server, method, "/healthz");
+      EXPECT_EQ(answer.response.result_int(), 405);
+      EXPECT_EQ(answer.response[http::field::allow], "GET, HEAD");
+    }
+  });
+}
+
+TEST(HttpServer, HeadSendsHeadersOnly) {
+  Routes routes{{"/hello", hello}};
+  with_server(std::move(routes), {}, [](HttpServer& server) -> asio::awaitable<void> {
+    auto stream = co_await connect(server.port());
+    beast::flat_buffer buffer;
+    auto head = co_await ask(stream, buffer, http::verb::head, "/hello");
+    EXPECT_FALSE(head.error) << head.error.message();
+    EXPECT_EQ(head.response.result_int(), 200);
+    EXPECT_EQ(head.response[http::field::content_length], "5");
+    EXPECT_EQ(head.response.body(), "");
+    // Had the server sent a body, it would be read here as the next response.
+    auto get = co_await ask(stream, buffer, http::verb::get, "/hello");
+    EXPECT_FALSE(get.error) << get.error.message();
+    EXPECT_EQ(get.response.result_int(), 200);
+    EXPECT_EQ(get.response.body(), "hello");
+  });
+}
+
+TEST(HttpServer, KeepAliveServesTwoRequestsOnOneConnection) {
+  Metrics metrics;
+  auto routes = routes_with(metrics_routes(metrics), health_routes({}, {}));
+  with_server(std::move(routes), {}, [](HttpServer& server) -> asio::awaitable<void> {
+    auto stream = co_await connect(server.port());
+    beast::flat_buffer buffer;
+    auto first = co_await ask(stream, buffer, http::verb::get, "/healthz");
+    EXPECT_EQ(first.response.result_int(), 200);
+    EXPECT_TRUE(first.response.keep_alive());
+    auto second = co_await ask(stream, buffer, http::verb::get, "/metrics");
+    EXPECT_FALSE(second.error) << second.error.message();
+    EXPECT_EQ(second.response.result_int(), 200);
+    EXPECT_EQ(server.stats().connections, 1u);
+    EXPECT_EQ(server.stats().requests, 2u);
+  });
+}
+
+TEST(HttpServer, ConnectionCloseIsHonoured) {
+  with_server(health_routes({}, {}), {}, [](HttpServer& server) -> asio::awaitable<void> {
+    auto stream = co_await connect(server.port());
+    beast::flat_buffer buffer;
+    auto answer = co_await ask(stream, buffer, http::verb::get, "/healthz", false);
+    EXPECT_EQ(answer.response.result_int(), 200);
+    EXPECT_FALSE(answer.response.keep_alive());
+    auto ended = co_await wait_closed(stream);
+    EXPECT_EQ(ended, asio::error::eof) << ended.message();
+  });
+}
+
+TEST(HttpServer, HandlerThatThrowsIs500) {
+  Routes routes{{"/boom", []() -> Response { throw std::runtime_error("kaput"); }}};
+  with_server(std::move(routes), {}, [](HttpServer& server) -> asio::awaitable<void> {
+    auto answer = co_await fetch(server, http::verb::get, "/boom");
+    EXPECT_EQ(answer.response.result_int(), 500);
+    EXPECT_EQ(server.stats().handler_errors, 1u);
+  });
+}
+
+TEST(HttpServer, MalformedRequestIs400) {
+  with_server(health_routes({}, {}), {}, [](HttpServer& server) -> asio::awaitable<void> {
+    auto stream = co_await connect(server.port());
+    const std::string malformed = "GET /healthz HTTP/1.1\r\nHost localhost\r\n\r\n";
+    co_await send_raw(stream, malformed);
+    beast::flat_buffer buffer;
+    auto answer = co_await read_answer(stream, buffer);
+    EXPECT_FALSE(answer.error) << answer.error.message();
+    EXPECT_EQ(answer.response.result_int(), 400);
+    EXPECT_EQ(server.stats().bad_requests, 1u);
+  });
+}
+
+TEST(HttpServer, OversizedHeaderIsRefused) {
+  HttpServerOptions options;
+  options.max_request_bytes = 2048;
+  with_server(health_routes({}, {}), options, [](HttpServer& server) -> asio::awaitable<void> {
+    auto stream = co_await connect(server.port());
+    const std::string big =
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: " + std::string(64 * 1024, 'a') +
+        "\r\n\r\n";
+    co_await send_raw(stream, big);
+    beast::flat_buffer buffer;
+    auto answer = co_await read_answer(stream, buffer);
+    EXPECT_FALSE(answer.error) << answer.error.message();
+    EXPECT_EQ(answer.response.result_int(), 431);
+    EXPECT_FALSE(answer.response.keep_alive());
+    EXPECT_EQ(server.stats().bad_requests, 1u);
+  });
+}
+
+TEST(HttpServer, OversizedBodyIsRefused) {
+  HttpServerOptions options;
+  options.max_request_bytes = 2048;
+  with_server(health_routes({}, {}), options, [](HttpServer& server) -> asio::awaitable<void> {
+    auto stream = co_await connect(server.port());
+    const std::string big =
+        "POST /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n" +
+        std::string(8 * 1024, 'b');
+    co_await send_raw(stream, big);
+    beast::flat_buffer buffer;
+    auto answer = co_await read_answer(stream, buffer);
+    EXPECT_FALSE(answer.error) << answer.error.message();
+    EXPECT_EQ(answer.response.result_int(), 413);
+  });
+}
+
+TEST(HttpServer, StalledRequestIsCutByTheTimeout) {
+  HttpServerOptions options;
+  options.timeout = 200ms;
+  with_server(health_routes({}, {}), options, [](HttpServer& server) -> asio::awaitable<void> {
+    auto stream = co_await connect(server.port());
+    const std::string half = "GET /healthz HTTP/1.1\r\nHost: loc";  // and nothing more
+    co_await send_raw(stream, half);
+    const auto start = Clock::now();
+    auto ended = co_await wait_closed(stream);
+    const auto waited = Clock::now() - start;
+    EXPECT_TRUE(ended == asio::error::eof || ended == asio::error::connection_reset)
+        << ended.message();
+    EXPECT_GE(waited, 150ms);
+    EXPECT_LT(waited, 2s);
+    EXPECT_EQ(server.stats().timeouts, 1u);
+    EXPECT_EQ(server.open_connections(), 0u);
+  });
+}
+
+TEST(HttpServer, IdleKeepAliveConnectionIsClosedByTheTimeout) {
+  HttpServerOptions options;
+  options.timeout = 200ms;
+  with_server(health_routes({}, {}), options, [](HttpServer& server) -> asio::awaitable<void> {
+    auto stream = co_await connect(server.port());
+    beast::flat_buffer buffer;
+    auto answer = co_await ask(stream, buffer, http::verb::get, "/healthz");
+    EXPECT_EQ(answer.response.result_int(), 200);
+    auto ended = co_await wait_closed(stream);
+    EXPECT_TRUE(ended == asio::error::eof || ended == asio::error::connection_reset)
+        << ended.message();
+  });
+}
+
+TEST(HttpServer, ConnectionsBeyondTheCapAreClosed) {
+  HttpServerOptions options;
+  options.max_connections = 1;
+  with_server(health_routes({}, {}), options, [](HttpServer& server) -> asio::awaitable<void> {
+    auto first = co_await connect(server.port());
+    beast::flat_buffer buffer;
+    auto answer = co_await ask(first, buffer, http::verb::get, "/healthz");  // surely accepted
+    EXPECT_EQ(answer.response.result_int(), 200);
+
+    auto second = co_await connect(server.port());
+    auto ended = co_await wait_closed(second);
+    EXPECT_TRUE(ended == asio::error::eof || ended == asio::error::connection_reset)
+        << ended.message();
+    EXPECT_EQ(server.stats().rejected, 1u);
+
+    answer = co_await ask(first, buffer, http::verb::get, "/healthz");  // still served
+    EXPECT_EQ(answer.response.result_int(), 200);
+  });
+}
+
+TEST(HttpServer, StopEndsRunPromptlyWithIdleConnectionsOpen) {
+  asio::io_context io;
+  HttpServerOptions options;
+  options.timeout = 30s;  // far longer than the deadline below
+  auto bound = HttpServer::bind(io.get_executor(), "127.0.0.1:0", health_routes({}, {}), options);
+  ASSERT_TRUE(bound) << bound.error();
+  HttpServer& server = **bound;
+
+  std::optional<Clock::time_point> stopped_at;
+  std::optional<Clock::time_point> returned_at;
+  beast::error_code client_saw;
+  asio::co_spawn(io, server.run(), [&](std::exception_ptr) { returned_at = Clock::now(); });
+  auto client = [&]() -> asio::awaitable<void> {
+    auto idle = co_await connect(server.port());  // never sends anything
+    auto used = co_await connect(server.port());
+    beast::flat_buffer buffer;
+    auto answer = co_await ask(used, buffer, http::verb::get, "/healthz");  // then idles
+    EXPECT_EQ(answer.response.result_int(), 200);
+    EXPECT_EQ(server.open_connections(), 2u);
+    stopped_at = Clock::now();
+    server.stop();
+    client_saw = co_await wait_closed(used);
+    co_await wait_closed(idle);
+  };
+  asio::co_spawn(io, client(), [](std::exception_ptr e) { EXPECT_FALSE(e); });
+  io.run_for(10s);
+  ASSERT_TRUE(stopped_at && returned_at);
+  EXPECT_LT(*returned_at - *stopped_at, 1s);
+  EXPECT_TRUE(client_saw == asio::error::eof || client_saw == asio::error::connection_reset)
+      << client_saw.message();
+  EXPECT_EQ(server.open_connections(), 0u);
+}
+
+TEST(HttpServer, DestroyingTheServerWhileConnectionsAreOpenIsSafe) {
+  asio::io_context io;
+  auto bound = HttpServer::bind(io.get_executor(), "127.0.0.1:0", health_routes({}, {}));
+  ASSERT_TRUE(bound) << bound.error();
+  std::unique_ptr<HttpServer> server = std::move(*bound);
+  bool run_returned = false;
+  asio::co_spawn(io, server->run(), [&](std::exception_ptr) { run_returned = true; });
+  auto client = [&]() -> asio::awaitable<void> {
+    auto stream = co_await connect(server->port());
+    beast::flat_buffer buffer;
+    auto answer = co_await ask(stream, buffer, http::verb::get, "/healthz");
+    EXPECT_EQ(answer.response.result_int(), 200);
+    server.reset();
+    co_await wait_closed(stream);
+  };
+  asio::co_spawn(io, client(), [](std::exception_ptr e) { EXPECT_FALSE(e); });
+  io.run_for(10s);
+  EXPECT_TRUE(run_returned);
+}
+
+TEST(HttpServer, BadAddressesAreErrorsNamingThem) {
+  asio::io_context io;
+  for (std::string address : {"", "8080", "nope", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:80x",
+                              "example.invalid:80", "::1:80", "300.1.1.1:80"}) {
+    auto bound = HttpServer::bind(io.get_executor(), address, Routes{});
+    ASSERT_FALSE(bound) << address;
+    EXPECT_NE(bound.error().find("\"" + address + "\""), std::string::npos) << bound.error();
+  }
+}
+
+TEST(HttpServer, AnOccupiedPortIsAnError) {
+  asio::io_context io;
+  auto first = HttpServer::bind(io.get_executor(), "127.0.0.1:0", Routes{});
+  ASSERT_TRUE(first) << first.error();
+  const auto address = "127.0.0.1:" + std::to_string((*first)->port());
+  auto second = HttpServer::bind(io.get_executor(), address, Routes{});
+  ASSERT_FALSE(second);
+  EXPECT_NE(second.error().find(address), std::string::npos) << second.error();
+  EXPECT_NE(second.error().find("in use"), std::string::npos) << second.error();
+}
+
+TEST(HttpServer, ListensOnEveryInterfaceAndOnLocalhost) {
+  for (std::string address : {":0", "localhost:0"}) {
+    asio::io_context io;
+    auto bound = HttpServer::bind(io.get_executor(), address, Routes{{"/hello", hello}});
+    ASSERT_TRUE(bound) << bound.error();
+    HttpServer& server = **bound;
+    asio::co_spawn(io, server.run(), [](std::exception_ptr) {});
+    int status = 0;
+    auto client = [&]() -> asio::awaitable<void> {
+      auto answer = co_await fetch(server, http::verb::get, "/hello");  // over 127.0.0.1
+      status = answer.response.result_int();
+      server.stop();
+    };
+    asio::co_spawn(io, client(), [](std::exception_ptr e) { EXPECT_FALSE(e); });
+    io.run_for(10s);
+    EXPECT_EQ(status, 200) << address;
+  }
+}
+
+}  // namespace
+}  // namespace gracekeeper::server
