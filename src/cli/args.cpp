@@ -34,6 +34,28 @@ std::optional<int> parse_minor(std::string_view text) {
 
 }  // namespace
 
+bool FlagCursor::next() {
+  if (next_ >= args_.size()) return false;
+  flag_ = args_[next_++];
+  inline_value_.reset();
+  if (flag_.starts_with("--") && flag_.find('=') != std::string_view::npos) {
+    inline_value_ = flag_.substr(flag_.find('=') + 1);
+    flag_ = flag_.substr(0, flag_.find('='));
+  }
+  return true;
+}
+
+std::expected<std::string_view, std::string> FlagCursor::value() {
+  if (inline_value_) return *inline_value_;
+  if (next_ >= args_.size()) return std::unexpected(fmt::format("flag {} needs a value", flag_));
+  return args_[next_++];
+}
+
+std::expected<void, std::string> FlagCursor::no_value() const {
+  if (inline_value_) return std::unexpected(fmt::format("flag {} takes no value", flag_));
+  return {};
+}
+
 std::string offline_usage(std::string_view command) {
   const bool plan = command == "plan";
   return fmt::format(
@@ -67,22 +89,11 @@ std::expected<OfflineOptions, std::string> parse_offline_args(
     std::string_view command, std::span<const std::string_view> args) {
   OfflineOptions options;
   options.output = command == "plan" ? "yaml" : "text";
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view arg = args[i];
-    std::optional<std::string_view> inline_value;
-    if (arg.starts_with("--") && arg.find('=') != std::string_view::npos) {
-      inline_value = arg.substr(arg.find('=') + 1);
-      arg = arg.substr(0, arg.find('='));
-    }
-    auto value = [&]() -> std::expected<std::string_view, std::string> {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= args.size()) return std::unexpected(fmt::format("flag {} needs a value", arg));
-      return args[++i];
-    };
-    auto takes_no_value = [&]() -> std::expected<void, std::string> {
-      if (inline_value) return std::unexpected(fmt::format("flag {} takes no value", arg));
-      return {};
-    };
+  FlagCursor cursor(args);
+  while (cursor.next()) {
+    const std::string_view arg = cursor.flag();
+    auto value = [&] { return cursor.value(); };
+    auto takes_no_value = [&] { return cursor.no_value(); };
 
     if (arg == "-h" || arg == "--help") {
       options.help = true;

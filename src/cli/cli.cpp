@@ -28,7 +28,7 @@ constexpr const char* kUsage =
     "Commands:\n"
     "  plan      print manifests with the termination budget applied\n"
     "  check     report termination-budget findings in manifests (exit 1 on errors)\n"
-    "  run       run the operator in a cluster (not part of this build yet)\n"
+    "  run       run the operator in a cluster\n"
     "  version   print the version\n"
     "\n"
     "Run 'gracekeeper COMMAND --help' for a command's flags.\n";
@@ -185,11 +185,7 @@ int main(std::span<const std::string_view> args, Streams io) {
     io.out << "gracekeeper " << GRACEKEEPER_VERSION << "\n";
     return kExitOk;
   }
-  if (command == "run") {
-    io.err << "gracekeeper run: the operator is not part of this build yet; `plan` and `check` "
-              "are (see README, Status)\n";
-    return kExitUsage;
-  }
+  if (command == "run") return run_command(rest, io.out, io.err);
   io.err << "gracekeeper: unknown command \"" << command << "\"\n\n" << kUsage;
   return kExitUsage;
 }

@@ -1,0 +1,49 @@
+// `gracekeeper run`: the operator. Watches ShutdownPolicies and opted-in
+// Deployments and keeps every governed Deployment's termination budget true
+// (API.md), until SIGTERM or SIGINT.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace gracekeeper::controller {
+
+struct OperatorOptions {
+  // Cluster access: in-cluster when running in a pod and no kubeconfig is
+  // given, else the kubeconfig (KUBECONFIG / ~/.kube/config) and context.
+  std::optional<std::filesystem::path> kubeconfig{};
+  std::string context{};
+
+  bool leader_elect = false;
+  std::string leader_election_namespace{};  // "" = the pod's / the context's namespace
+  std::string leader_election_id = "gracekeeper-leader";
+  std::string identity{};  // "" = hostname + "_" + a random suffix
+  std::chrono::milliseconds lease_duration{15'000};
+  std::chrono::milliseconds renew_deadline{10'000};
+  std::chrono::milliseconds retry_period{2'000};
+
+  std::string metrics_address = ":8080";  // "0" disables
+  std::string health_address = ":8081";   // "0" disables
+
+  std::string prometheus_url{};  // "" = no Prometheus: such policies use their fallback
+  std::optional<std::filesystem::path> prometheus_ca_file{};
+  std::optional<std::filesystem::path> prometheus_token_file{};
+
+  std::string log_format = "json";  // json | text
+  std::string log_level = "info";   // debug | info | warn | error
+
+  std::size_t workers = 4;                       // Deployment reconcile workers
+  std::chrono::seconds propagation_refresh{60};  // how often a policy's source is asked
+  std::string watch_namespace{};                 // "" = all namespaces
+  std::chrono::seconds shutdown_timeout{8};      // in-flight work gets this long after SIGTERM
+};
+
+// Runs until SIGTERM/SIGINT; returns the process exit code (0 after a clean
+// shutdown, 1 when startup failed or leadership was lost). Startup problems
+// (unreadable kubeconfig, an address in use) are logged with what was wrong.
+int run_operator(const OperatorOptions&);
+
+}  // namespace gracekeeper::controller

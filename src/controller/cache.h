@@ -1,0 +1,44 @@
+// What the operator's informers keep of each object: projections with only
+// the fields the reconcilers read (ARCHITECTURE.md, "Data flow").
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "gracekeeper/budget/deployment.h"
+#include "gracekeeper/budget/policy.h"
+#include "gracekeeper/kube/client.h"
+
+namespace gracekeeper::controller {
+
+inline const kube::Resource shutdown_policies{"gracekeeper.dev", "v1alpha1", "shutdownpolicies",
+                                              true};
+
+// An opted-in Deployment. A Deployment the budget engine cannot read keeps
+// its errors, so the reconciler can report them instead of guessing.
+struct CachedDeployment {
+  std::string uid;
+  std::int64_t generation = 0;
+  std::expected<budget::Deployment, budget::FieldErrors> deployment;
+};
+
+// nullopt for a Deployment that is not opted in (gracekeeper.dev/enabled is
+// not "true"): such Deployments are never cached and never touched.
+std::optional<CachedDeployment> project_deployment(const nlohmann::json& object);
+
+struct CachedPolicy {
+  std::string name;
+  std::string namespace_;
+  std::string uid;
+  std::string resource_version;
+  std::int64_t generation = 0;
+  std::expected<budget::PolicySpec, budget::FieldErrors> spec;
+  nlohmann::json status;  // as the server has it; null when none yet
+};
+
+std::optional<CachedPolicy> project_policy(const nlohmann::json& object);
+
+}  // namespace gracekeeper::controller

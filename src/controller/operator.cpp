@@ -1,0 +1,369 @@
+// `gracekeeper run`: wires the informers, work queues, reconcilers, leader
+// election and HTTP endpoints onto one io_context (ARCHITECTURE.md,
+// "Concurrency"), and shuts them down in order on SIGTERM.
+#include "gracekeeper/controller/operator.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <csignal>
+#include <map>
+#include <random>
+
+#include "cache.h"
+#include "gracekeeper/kube/config.h"
+#include "gracekeeper/kube/leader_election.h"
+#include "gracekeeper/server/http_server.h"
+#include "log.h"
+#include "reconciler.h"
+
+namespace gracekeeper::controller {
+namespace {
+
+namespace asio = boost::asio;
+using namespace boost::asio::experimental::awaitable_operators;
+using std::chrono::steady_clock;
+
+asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+  asio::steady_timer timer(co_await asio::this_coro::executor, d);
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+// Runs `op` for at most `limit`; false when the time ran out (op is cancelled).
+template <class T>
+asio::awaitable<bool> within(asio::awaitable<T> op, std::chrono::milliseconds limit) {
+  auto result = co_await (std::move(op) || sleep_for(limit));
+  co_return result.index() == 0;
+}
+
+std::string default_identity() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "gracekeeper");
+  std::random_device random;
+  return fmt::format("{}_{:08x}", host, random());
+}
+
+std::expected<kube::ClusterConfig, kube::ConfigError> load_config(const OperatorOptions& o) {
+  if (!o.kubeconfig && o.context.empty() && std::getenv("KUBERNETES_SERVICE_HOST")) {
+    return kube::load_in_cluster();
+  }
+  kube::KubeconfigOptions k;
+  if (o.kubeconfig) k.files = {*o.kubeconfig};
+  k.context = o.context;
+  return kube::load_kubeconfig(k);
+}
+
+// "v1.37.2" with major "1", minor "37" (or "37+"): the native sleep action
+// arrived in 1.30.
+bool has_native_sleep(const kube::ServerVersion& v) {
+  int major = 0, minor = 0;
+  std::sscanf(v.major.c_str(), "%d", &major);
+  std::sscanf(v.minor.c_str(), "%d", &minor);
+  return major > 1 || (major == 1 && minor >= 30);
+}
+
+class Operator {
+ public:
+  Operator(asio::io_context& io, const OperatorOptions& options, kube::ClusterConfig config,
+           std::unique_ptr<propagation::Prometheus> prometheus)
+      : io_(io),
+        options_(options),
+        config_(std::move(config)),
+        client_(io.get_executor(), config_),
+        deployments_(client_, kube::resources::deployments, informer_options(),
+                     &controller::project_deployment),
+        policies_(client_, shutdown_policies, informer_options(), &controller::project_policy),
+        deployment_queue_(io.get_executor()),
+        policy_queue_(io.get_executor()),
+        events_(io.get_executor(), client_, recorder_options()),
+        prometheus_(std::move(prometheus)),
+        reconciler_({client_, deployments_, policies_, deployment_queue_, policy_queue_, events_,
+                     metrics_, prometheus_.get()}) {}
+
+  int run() {
+    asio::signal_set signals(io_, SIGINT, SIGTERM);
+    signals.async_wait([this](const boost::system::error_code& ec, int signal) {
+      if (ec) return;
+      log::info("signal received, shutting down", {{"signal", std::to_string(signal)}});
+      begin_shutdown(0);
+    });
+    asio::co_spawn(io_, start(), [this](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        log::error("startup failed", {{"error", ex.what()}});
+      }
+      begin_shutdown(1);
+    });
+    io_.run();
+    return exit_code_;
+  }
+
+ private:
+  kube::InformerOptions informer_options() const {
+    kube::InformerOptions o;
+    o.namespace_ = options_.watch_namespace;
+    return o;
+  }
+  kube::EventRecorderOptions recorder_options() const {
+    kube::EventRecorderOptions o;
+    o.reporting_instance = identity();
+    return o;
+  }
+  std::string identity() const {
+    static const std::string generated = default_identity();
+    return options_.identity.empty() ? generated : options_.identity;
+  }
+
+  asio::awaitable<void> start() {
+    auto version = co_await client_.server_version();
+    if (!version) throw std::runtime_error("API server version: " + version.error().format());
+    ReconcilerOptions ro;
+    ro.capabilities.native_sleep = has_native_sleep(*version);
+    ro.propagation_refresh = options_.propagation_refresh;
+    reconciler_.configure(ro);
+    log::info("connected", {{"server", config_.server},
+                            {"version", version->git_version},
+                            {"nativeSleep", ro.capabilities.native_sleep ? "true" : "false"}});
+    if (!start_http()) co_return;
+    co_await seed_reported_events();
+
+    deployments_.set_handlers(reconciler_.deployment_handlers());
+    policies_.set_handlers(reconciler_.policy_handlers());
+    asio::co_spawn(io_, policies_.run(), asio::detached);
+    asio::co_spawn(io_, deployments_.run(), asio::detached);
+    asio::co_spawn(io_, publish_metrics(), asio::detached);
+    while (!(policies_.has_synced() && deployments_.has_synced()) && !shutting_down_) {
+      co_await sleep_for(std::chrono::milliseconds(20));
+    }
+    if (shutting_down_) co_return;
+    log::info("caches synced", {{"policies", std::to_string(policies_.size())},
+                                {"deployments", std::to_string(deployments_.size())}});
+    if (!options_.leader_elect) {
+      start_workers();
+      co_return;
+    }
+    kube::LeaderElectionConfig le;
+    le.namespace_ = options_.leader_election_namespace.empty() ? config_.namespace_
+                                                               : options_.leader_election_namespace;
+    le.name = options_.leader_election_id;
+    le.identity = identity();
+    le.lease_duration = options_.lease_duration;
+    le.renew_deadline = options_.renew_deadline;
+    le.retry_period = options_.retry_period;
+    le.on_started_leading = [this] {
+      log::info("started leading", {{"identity", identity()}});
+      metrics_.set_leader(true);
+      start_workers();
+    };
+    le.on_stopped_leading = [this] {
+      metrics_.set_leader(false);
+      if (!shutting_down_) {
+        log::error("lost leadership, exiting", {{"identity", identity()}});
+        begin_shutdown(1);
+      }
+    };
+    elector_.emplace(client_, le);
+    log::info("waiting for leadership", {{"lease", le.namespace_ + "/" + le.name}});
+    asio::co_spawn(io_, elector_->run(),
+                   asio::bind_cancellation_slot(elector_cancel_.slot(), asio::detached));
+  }
+
+  bool start_http() {
+    server::Routes metrics = server::metrics_routes(metrics_);
+    server::Routes health =
+        server::health_routes([] { return std::string(); },
+                              [this]() -> std::string {
+                                if (shutting_down_) return "shutting down";
+                                if (!policies_.has_synced() || !deployments_.has_synced())
+                                  return "caches not synced";
+                                return {};
+                              });
+    std::map<std::string, server::Routes> by_address;
+    if (options_.metrics_address != "0") by_address[options_.metrics_address].merge(metrics);
+    if (options_.health_address != "0") by_address[options_.health_address].merge(health);
+    for (auto& [address, routes] : by_address) {
+      auto bound = server::HttpServer::bind(io_.get_executor(), address, std::move(routes));
+      if (!bound) {
+        log::error("cannot serve HTTP", {{"address", address}, {"error", bound.error()}});
+        begin_shutdown(1);
+        return false;
+      }
+      log::info("serving HTTP", {{"address", address}, {"port", std::to_string((*bound)->port())}});
+      asio::co_spawn(io_, (*bound)->run(), asio::detached);
+      http_.push_back(std::move(*bound));
+    }
+    return true;
+  }
+
+  // Events this operator reported before a restart are not reported again.
+  asio::awaitable<void> seed_reported_events() {
+    kube::ListOptions o;
+    o.limit = 500;
+    auto list = co_await client_.list_all(kube::events_v1, options_.watch_namespace, o);
+    if (!list) {
+      log::warn("cannot list earlier events; they may be reported again",
+                {{"error", list.error().format()}});
+      co_return;
+    }
+    std::multimap<std::string, std::string> reported;
+    for (const auto& e : (*list)["items"]) {
+      if (e.value("reportingController", "") != "gracekeeper.dev/operator") continue;
+      const auto& regarding = e.value("regarding", nlohmann::json::object());
+      if (regarding.value("kind", "") != "Deployment") continue;
+      reported.emplace(regarding.value("namespace", "") + "/" + regarding.value("name", ""),
+                       e.value("reason", "") + '\x1f' + e.value("note", ""));
+    }
+    reconciler_.seed_reported(std::move(reported));
+  }
+
+  void start_workers() {
+    if (workers_started_ || shutting_down_) return;
+    workers_started_ = true;
+    deployment_queue_.run_workers(std::max<std::size_t>(options_.workers, 1),
+                                  [this](std::string key) { return timed(true, std::move(key)); });
+    policy_queue_.run_workers(2, [this](std::string key) { return timed(false, std::move(key)); });
+  }
+
+  asio::awaitable<bool> timed(bool deployment, std::string key) {
+    const auto start = steady_clock::now();
+    const char* controller = deployment ? "deployment" : "shutdownpolicy";
+    bool ok = false;
+    try {
+      if (deployment) {
+        ok = co_await reconciler_.reconcile_deployment(key);
+      } else {
+        ok = co_await reconciler_.reconcile_policy(key);
+      }
+    } catch (const std::exception& e) {
+      log::warn("reconcile failed, will retry",
+                {{"controller", controller}, {"key", key}, {"error", e.what()}});
+    }
+    metrics_.observe_reconcile(controller, ok ? "success" : "error",
+                               std::chrono::duration<double>(steady_clock::now() - start).count());
+    co_return ok;
+  }
+
+  asio::awaitable<void> publish_metrics() {
+    while (!shutting_down_) {
+      metrics_.update_informer("deployments", deployments_.counters());
+      metrics_.update_informer("shutdownpolicies", policies_.counters());
+      metrics_.set_queue_depth("deployment", deployment_queue_.core().len());
+      metrics_.set_queue_depth("shutdownpolicy", policy_queue_.core().len());
+      co_await sleep_for(std::chrono::milliseconds(1000));
+    }
+  }
+
+  void begin_shutdown(int code) {
+    if (shutting_down_) {
+      exit_code_ = std::max(exit_code_, code);
+      return;
+    }
+    shutting_down_ = true;
+    exit_code_ = code;
+    asio::co_spawn(io_, shutdown(), [this](std::exception_ptr) { io_.stop(); });
+  }
+
+  // Stop taking work, let in-flight reconciles finish, hand the Lease over,
+  // then stop watching and serving.
+  asio::awaitable<void> shutdown() {
+    const auto started = steady_clock::now();
+    deployment_queue_.shut_down();
+    policy_queue_.shut_down();
+    const bool drained = co_await within(wait_for_workers(), options_.shutdown_timeout);
+    if (!drained) log::warn("in-flight reconciles did not finish in time");
+    if (elector_) {
+      elector_cancel_.emit(asio::cancellation_type::terminal);
+      if (elector_->is_leader() || elector_->observed_holder() == identity()) {
+        co_await within(release(), std::chrono::milliseconds(1500));
+      }
+    }
+    for (int i = 0; i < 50 && events_.in_flight() > 0; ++i) {
+      co_await sleep_for(std::chrono::milliseconds(20));
+    }
+    deployments_.stop();
+    policies_.stop();
+    for (auto& server : http_) server->stop();
+    log::info(
+        "stopped",
+        {{"seconds",
+          fmt::format("{:.2f}",
+                      std::chrono::duration<double>(steady_clock::now() - started).count())}});
+  }
+
+  asio::awaitable<void> wait_for_workers() {
+    co_await deployment_queue_.wait_workers_exited();
+    co_await policy_queue_.wait_workers_exited();
+  }
+
+  asio::awaitable<void> release() {
+    auto r = co_await elector_->release();
+    if (r) {
+      log::info("lease released", {{"identity", identity()}});
+    } else {
+      log::warn("lease not released", {{"error", r.error().format()}});
+    }
+  }
+
+  asio::io_context& io_;
+  const OperatorOptions& options_;
+  kube::ClusterConfig config_;
+  kube::Client client_;
+  kube::Informer<CachedDeployment> deployments_;
+  kube::Informer<CachedPolicy> policies_;
+  kube::AsyncWorkQueue deployment_queue_;
+  kube::AsyncWorkQueue policy_queue_;
+  kube::EventRecorder events_;
+  server::Metrics metrics_;
+  std::unique_ptr<propagation::Prometheus> prometheus_;
+  Reconciler reconciler_;
+  std::optional<kube::LeaderElector> elector_;
+  asio::cancellation_signal elector_cancel_;
+  std::vector<std::unique_ptr<server::HttpServer>> http_;
+  bool workers_started_ = false;
+  bool shutting_down_ = false;
+  int exit_code_ = 0;
+};
+
+}  // namespace
+
+int run_operator(const OperatorOptions& options) {
+  if (!log::configure(options.log_format, options.log_level)) {
+    std::fprintf(stderr,
+                 "gracekeeper run: --log-format must be json or text and --log-level "
+                 "debug, info, warn or error\n");
+    return 2;
+  }
+  auto config = load_config(options);
+  if (!config) {
+    log::error("cannot load the cluster configuration", {{"error", config.error().format()}});
+    return 1;
+  }
+  asio::io_context io(1);
+  std::unique_ptr<propagation::Prometheus> prometheus;
+  if (!options.prometheus_url.empty()) {
+    propagation::PrometheusConfig pc;
+    pc.url = options.prometheus_url;
+    pc.ca_file = options.prometheus_ca_file;
+    pc.bearer_token_file = options.prometheus_token_file;
+    auto made = propagation::make_prometheus(io.get_executor(), pc);
+    if (!made) {
+      log::error("bad Prometheus configuration", {{"error", made.error()}});
+      return 1;
+    }
+    prometheus = std::move(*made);
+  }
+  Operator op(io, options, std::move(*config), std::move(prometheus));
+  return op.run();
+}
+
+}  // namespace gracekeeper::controller

@@ -1,0 +1,480 @@
+#include "reconciler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "gracekeeper/budget/apply.h"
+#include "log.h"
+
+namespace gracekeeper::controller {
+namespace {
+
+using Clock = std::chrono::system_clock;
+
+kube::ObjectRef deployment_ref(const std::string& ns, const std::string& name,
+                               const std::string& uid) {
+  return kube::ObjectRef{"apps/v1", "Deployment", ns, name, uid};
+}
+
+kube::EventRecord finding_event(const kube::ObjectRef& ref, const budget::Finding& f) {
+  const bool warning = f.severity != budget::Severity::Info;
+  std::string note =
+      f.container.empty() ? f.message : "container " + f.container + ": " + f.message;
+  return kube::EventRecord{ref, warning ? kube::EventType::Warning : kube::EventType::Normal,
+                           f.code, "Check", std::move(note)};
+}
+
+std::string describe_changes(const budget::Plan& plan) {
+  std::string out;
+  for (const auto& c : plan.changes) {
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{}: {} -> {}", c.field, c.from, c.to);
+  }
+  return out;
+}
+
+bool has_error(const std::vector<budget::Finding>& findings) {
+  return std::any_of(findings.begin(), findings.end(),
+                     [](const auto& f) { return f.severity == budget::Severity::Error; });
+}
+
+// The manager a server-side apply conflict names: `conflict with "kubectl" using apps/v1`.
+std::string conflicting_manager(const kube::ApiError::Cause& cause) {
+  const auto open = cause.message.find('"');
+  if (open == std::string::npos) return {};
+  const auto close = cause.message.find('"', open + 1);
+  if (close == std::string::npos) return {};
+  return cause.message.substr(open + 1, close - open - 1);
+}
+
+std::string event_key(const kube::EventRecord& e) {
+  return e.reason + '\x1f' + e.note;
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> split_key(const std::string& key) {
+  const auto slash = key.find('/');
+  if (slash == std::string::npos) return {std::string(), key};
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
+Reconciler::Reconciler(Dependencies deps, ReconcilerOptions options)
+    : deps_(deps), options_(options) {}
+
+kube::InformerHandlers Reconciler::deployment_handlers() {
+  auto added = [this](const std::string& key) {
+    deployments_by_namespace_[split_key(key).first].insert(key);
+    deps_.deployment_queue.add(key);
+  };
+  return {added, added, [this](const std::string& key) {
+            auto it = deployments_by_namespace_.find(split_key(key).first);
+            if (it != deployments_by_namespace_.end()) it->second.erase(key);
+            deps_.deployment_queue.add(key);
+          }};
+}
+
+kube::InformerHandlers Reconciler::policy_handlers() {
+  auto changed = [this](const std::string& key) {
+    const std::string ns = split_key(key).first;
+    policies_by_namespace_[ns].insert(key);
+    deps_.policy_queue.add(key);
+    // Our own status writes change the object too; only a new spec (or a new
+    // policy) can change which Deployments it governs and how.
+    const CachedPolicy* p = deps_.policies.get(key);
+    const std::int64_t generation = p ? p->generation : -1;
+    auto [it, inserted] = policy_generation_seen_.try_emplace(key, generation);
+    if (inserted || it->second != generation) {
+      it->second = generation;
+      enqueue_namespace(ns);
+    }
+  };
+  return {changed, changed, [this](const std::string& key) {
+            const std::string ns = split_key(key).first;
+            auto it = policies_by_namespace_.find(ns);
+            if (it != policies_by_namespace_.end()) it->second.erase(key);
+            policy_generation_seen_.erase(key);
+            deps_.policy_queue.add(key);
+            enqueue_namespace(ns);
+          }};
+}
+
+void Reconciler::seed_reported(std::multimap<std::string, std::string> reported) {
+  for (auto& [key, event] : reported) reported_[key].insert(std::move(event));
+}
+
+void Reconciler::enqueue_namespace(const std::string& ns) {
+  auto it = deployments_by_namespace_.find(ns);
+  if (it == deployments_by_namespace_.end()) return;
+  for (const auto& key : it->second) deps_.deployment_queue.add(key);
+}
+
+void Reconciler::remember(const std::string& key, std::optional<Record> record) {
+  auto it = records_.find(key);
+  std::string old_policy = it == records_.end() ? std::string() : it->second.policy_key;
+  const bool same = it != records_.end() && record && it->second.policy_key == record->policy_key &&
+                    it->second.state.compliant == record->state.compliant &&
+                    it->second.state.pending == record->state.pending &&
+                    it->second.state.violating == record->state.violating;
+  if (record) {
+    records_[key] = *record;
+  } else if (it != records_.end()) {
+    records_.erase(it);
+  }
+  if (same) return;
+  // The policies' counts changed: their status follows.
+  if (!old_policy.empty()) deps_.policy_queue.add(old_policy);
+  if (record && !record->policy_key.empty() && record->policy_key != old_policy) {
+    deps_.policy_queue.add(record->policy_key);
+  }
+  // A Deployment without a policy still counts for "every Deployment of the
+  // namespace has been seen" (see count()).
+  if (record && record->policy_key.empty() && old_policy.empty()) {
+    auto ps = policies_by_namespace_.find(split_key(key).first);
+    if (ps != policies_by_namespace_.end()) {
+      for (const auto& p : ps->second) deps_.policy_queue.add(p);
+    }
+  }
+}
+
+// Reports the events of a Deployment's current state that were not reported
+// for it already; forgets the ones that no longer apply, so they are
+// reported again if they come back.
+void Reconciler::report(const std::string& key, const kube::ObjectRef&,
+                        std::vector<kube::EventRecord> events) {
+  std::set<std::string> now;
+  auto& before = reported_[key];
+  for (auto& e : events) {
+    std::string k = event_key(e);
+    now.insert(k);
+    if (before.contains(k)) continue;
+    deps_.metrics.count_event(to_string(e.type), e.reason);
+    deps_.events.record(std::move(e));
+  }
+  before = std::move(now);
+}
+
+boost::asio::awaitable<bool> Reconciler::reconcile_deployment(std::string key) {
+  const CachedDeployment* cached = deps_.deployments.get(key);
+  if (!cached) {
+    // Deleted, or no longer opted in: left as it is, no longer managed.
+    remember(key, std::nullopt);
+    reported_.erase(key);
+    conflicted_.erase(key);
+    co_return true;
+  }
+  const CachedDeployment snapshot = *cached;  // the cache may change while we await
+  Outcome outcome = co_await decide(key, snapshot);
+  if (outcome.wait) co_return true;
+  const auto [ns, name] = split_key(key);
+  const kube::ObjectRef ref = deployment_ref(ns, name, snapshot.uid);
+  for (auto& e : outcome.events) e.regarding = ref;
+  report(key, ref, std::move(outcome.events));
+  remember(key, Record{outcome.policy_key, outcome.state});
+  co_return true;
+}
+
+boost::asio::awaitable<Reconciler::Outcome> Reconciler::decide(const std::string& key,
+                                                               const CachedDeployment& cached) {
+  Outcome out;
+  const kube::ObjectRef none{};
+  if (!cached.deployment) {
+    std::string note = "gracekeeper cannot read this Deployment; left unchanged:";
+    for (const auto& e : cached.deployment.error()) note += " " + e.format() + ";";
+    out.events.push_back({none, kube::EventType::Warning, "InvalidDeployment", "Check", note});
+    co_return out;
+  }
+  const budget::Deployment& d = *cached.deployment;
+
+  // The governing policy.
+  std::vector<const CachedPolicy*> policies;
+  std::vector<budget::PolicyCandidate> candidates;
+  if (auto ps = policies_by_namespace_.find(d.namespace_); ps != policies_by_namespace_.end()) {
+    for (const auto& pkey : ps->second) {
+      const CachedPolicy* p = deps_.policies.get(pkey);
+      if (!p || !p->spec) continue;  // an invalid policy governs nothing; its status says why
+      policies.push_back(p);
+      candidates.push_back({p->name, &p->spec->selector, ""});
+    }
+  }
+  auto chosen = budget::select_policy(d, candidates, "in namespace " + d.namespace_);
+  if (!chosen) {
+    out.events.push_back(finding_event(none, chosen.error()));
+    co_return out;
+  }
+  // A copy: the informer may replace its cache entry while this coroutine waits.
+  const CachedPolicy policy = *policies[*chosen];
+  out.policy_key = d.namespace_ + "/" + policy.name;
+  auto runtime = policy_runtime_.find(out.policy_key);
+  if (runtime == policy_runtime_.end() || !runtime->second.propagation) {
+    // Not measured yet: the policy's first measurement enqueues this key again.
+    deps_.policy_queue.add(out.policy_key);
+    out.wait = true;
+    co_return out;
+  }
+  const PropagationState& propagation = *runtime->second.propagation;
+
+  budget::Context ctx;
+  ctx.policy = &*policy.spec;
+  ctx.policy_name = policy.name;
+  ctx.propagation_seconds = propagation.seconds;
+  // Never shorten a wait because the source went away (API.md): while the
+  // metrics are unavailable, the figure this Deployment was tuned to holds.
+  if (!propagation.available && d.applied) {
+    ctx.propagation_seconds = std::max(ctx.propagation_seconds, d.applied->propagation_seconds);
+  }
+  ctx.capabilities = options_.capabilities;
+  ctx.now = Clock::now();
+  budget::Plan plan = budget::plan(d, ctx);
+
+  if (!plan.invalid.empty()) {
+    for (const auto& e : plan.invalid) {
+      out.events.push_back({none, kube::EventType::Warning, "InvalidAnnotation", "Check",
+                            e.format() + "; left unchanged"});
+    }
+    out.state.violating = has_error(plan.findings);
+    co_return out;
+  }
+
+  out.state.violating = has_error(plan.findings);
+  out.state.compliant = !out.state.violating && !plan.budget_broken;
+  const bool dry_run = policy.spec->mode == budget::Mode::DryRun;
+  if (plan.changed() && !dry_run) {
+    if (co_await write(d, plan, policy, out)) {
+      // Findings are reported on the state that stays: the next reconcile
+      // sees the patched object.
+      out.state = DeploymentState{true, false, false};
+      co_return out;
+    }
+  } else if (plan.changed()) {
+    out.state.pending = true;
+    out.events.push_back({none, kube::EventType::Normal, "DryRun", "Tune",
+                          "DryRun: would set " + describe_changes(plan)});
+  }
+  if (plan.deferred) out.state.pending = true;
+  for (const auto& f : plan.findings) out.events.push_back(finding_event(none, f));
+  co_return out;
+}
+
+// Applies the plan; true when the Deployment was patched. A field conflict
+// is reported in `out` (and false returned).
+boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
+                                               const budget::Plan& plan, const CachedPolicy& policy,
+                                               Outcome& out) {
+  const std::string key = budget::key(d);
+  const auto now = Clock::now();
+  nlohmann::json configuration(budget::apply_configuration(d, plan, policy.name, now));
+  // The same apply (minus its timestamp) already failed on a conflict: wait
+  // for the Deployment or the plan to change instead of repeating the write.
+  nlohmann::json fingerprint = configuration;
+  fingerprint["metadata"].erase("annotations");
+  const std::string attempt = fingerprint.dump();
+  if (auto it = conflicted_.find(key); it != conflicted_.end() && it->second == attempt) {
+    out.state.pending = true;
+    co_return false;
+  }
+
+  kube::ApplyOptions options;
+  options.field_manager = kFieldManager;
+  options.force = policy.spec->pre_stop.existing == budget::ExistingHook::Replace;
+  auto result = co_await deps_.client.apply(kube::resources::deployments, d.namespace_, d.name,
+                                            configuration, options);
+  if (!result && result.error().reason == kube::ApiError::Reason::Conflict &&
+      !result.error().causes.empty() && !options.force) {
+    std::string owners;
+    if (co_await may_force(d, result.error(), owners)) {
+      options.force = true;
+      result = co_await deps_.client.apply(kube::resources::deployments, d.namespace_, d.name,
+                                           configuration, options);
+    } else {
+      conflicted_[key] = attempt;
+      out.state.pending = true;
+      out.events.push_back(
+          {{},
+           kube::EventType::Warning,
+           "FieldConflict",
+           "Tune",
+           fmt::format("not changed: {} owned by {}; gracekeeper takes fields over from another "
+                       "applier only with spec.preStop.existing: Replace (wanted {})",
+                       result.error().causes.size() == 1 ? "a field is" : "fields are", owners,
+                       describe_changes(plan))});
+      log::warn("field conflict", {{"deployment", key}, {"owners", owners}});
+      co_return false;
+    }
+  }
+  if (!result) {
+    log::error("apply failed", {{"deployment", key}, {"error", result.error().format()}});
+    throw std::runtime_error("apply " + key + ": " + result.error().format());
+  }
+  conflicted_.erase(key);
+  deps_.metrics.count_patch(d.namespace_);
+  log::info("tuned",
+            {{"deployment", key}, {"policy", policy.name}, {"changes", describe_changes(plan)}});
+  kube::EventRecord tuned{
+      {},
+      kube::EventType::Normal,
+      "Tuned",
+      "Tune",
+      describe_changes(plan) + fmt::format(" (policy {}, propagation {}s)", policy.name,
+                                           plan.budget.propagation_seconds)};
+  // Tuned is reported every time: it is about a write, not a state.
+  deps_.metrics.count_event("Normal", "Tuned");
+  tuned.regarding =
+      deployment_ref(d.namespace_, d.name,
+                     deps_.deployments.get(key) ? deps_.deployments.get(key)->uid : std::string());
+  deps_.events.record(std::move(tuned));
+  co_return true;
+}
+
+// A conflict with managers that wrote with Update (kubectl create/edit/
+// client-side apply, other controllers' updates) is taken over: those
+// writers do not re-assert their values, and raising the budget is what the
+// Deployment opted in for. A conflict with another *applier* (a GitOps
+// controller re-applying its manifest) is not: forcing would start a fight
+// that restarts pods on every sync.
+boost::asio::awaitable<bool> Reconciler::may_force(const budget::Deployment& d,
+                                                   const kube::ApiError& conflict,
+                                                   std::string& owners) {
+  std::set<std::string> managers;
+  for (const auto& cause : conflict.causes) {
+    if (auto m = conflicting_manager(cause); !m.empty()) managers.insert(m);
+  }
+  for (const auto& m : managers) owners += (owners.empty() ? "\"" : ", \"") + m + "\"";
+  if (managers.empty()) co_return false;
+  // Named arguments: GCC 12 miscompiles a defaulted `= {}` argument inside co_await.
+  const std::string subresource;
+  auto object =
+      co_await deps_.client.get(kube::resources::deployments, d.namespace_, d.name, subresource);
+  if (!object) co_return false;
+  const nlohmann::json fields =
+      (*object)["metadata"].value("managedFields", nlohmann::json::array());
+  for (const auto& m : managers) {
+    for (const auto& entry : fields) {
+      if (entry.value("manager", "") == m && entry.value("operation", "") == "Apply") {
+        owners += " (an applier)";
+        co_return false;
+      }
+    }
+  }
+  co_return true;
+}
+
+DeploymentCounts Reconciler::count(const std::string& policy_key, bool& complete) const {
+  DeploymentCounts c;
+  complete = true;
+  auto ds = deployments_by_namespace_.find(split_key(policy_key).first);
+  if (ds == deployments_by_namespace_.end()) return c;
+  for (const auto& key : ds->second) {
+    auto it = records_.find(key);
+    if (it == records_.end()) {
+      complete = false;
+      continue;
+    }
+    if (it->second.policy_key != policy_key) continue;
+    const DeploymentState& s = it->second.state;
+    ++c.managed;
+    c.compliant += s.compliant;
+    c.pending += s.pending;
+    c.violations += s.violating;
+    if (!s.compliant) c.not_compliant.push_back(split_key(key).second);
+  }
+  return c;
+}
+
+boost::asio::awaitable<void> Reconciler::measure(const std::string& key, const CachedPolicy& policy,
+                                                 PolicyRuntime& rt) {
+  const auto now = Clock::now();
+  propagation::Measurement m =
+      co_await propagation::measure(*policy.spec, deps_.prometheus, rt.last_good, now);
+  rt.last_good = m.last_good;
+  PropagationState next;
+  next.seconds = m.seconds;
+  // API.md: the source reads Static when a failing source fell back to staticSeconds.
+  const bool static_fallback =
+      m.fallback && (!m.last_good || now - m.last_good->sampled_at > std::chrono::hours(1));
+  next.source = static_fallback ? "Static" : m.source;
+  next.sampled_at = m.sampled_at;
+  next.message = m.message;
+  next.available = m.metrics_available;
+  next.reason = m.reason;
+  const bool moved = !rt.propagation || rt.propagation->seconds != next.seconds ||
+                     rt.propagation->available != next.available;
+  if (!m.metrics_available) {
+    log::warn("propagation source unavailable",
+              {{"policy", key}, {"reason", m.reason}, {"message", m.message}});
+  } else if (moved) {
+    log::info(
+        "propagation measured",
+        {{"policy", key}, {"source", next.source}, {"seconds", fmt::format("{}", next.seconds)}});
+  }
+  rt.propagation = std::move(next);
+  rt.measured_generation = policy.generation;
+  rt.next_measurement = std::chrono::steady_clock::now() + options_.propagation_refresh;
+  deps_.metrics.set_propagation(policy.namespace_, policy.name, rt.propagation->source,
+                                rt.propagation->seconds);
+  if (moved) enqueue_namespace(policy.namespace_);
+}
+
+boost::asio::awaitable<bool> Reconciler::reconcile_policy(std::string key) {
+  const CachedPolicy* cached = deps_.policies.get(key);
+  const auto [ns, name] = split_key(key);
+  if (!cached) {
+    policy_runtime_.erase(key);
+    deps_.metrics.forget_policy(ns, name);
+    co_return true;
+  }
+  const CachedPolicy policy = *cached;
+  StatusInput in;
+  in.generation = policy.generation;
+  in.now = Clock::now();
+  if (!policy.spec) {
+    std::string message;
+    for (const auto& e : policy.spec.error()) message += (message.empty() ? "" : "; ") + e.format();
+    in.invalid_spec = message;
+    policy_runtime_.erase(key);
+    co_return co_await write_status(policy, desired_status(in, policy.status));
+  }
+  PolicyRuntime& rt = policy_runtime_[key];
+  if (!rt.propagation || rt.measured_generation != policy.generation ||
+      std::chrono::steady_clock::now() >= *rt.next_measurement) {
+    co_await measure(key, policy, rt);
+    deps_.policy_queue.add_after(key, options_.propagation_refresh);
+  }
+  in.quantile = policy.spec->propagation.quantile;
+  in.propagation = rt.propagation;
+  in.recommended =
+      budget::compute_budget(*policy.spec, rt.propagation->seconds, policy.spec->drain_seconds);
+  bool complete = false;
+  DeploymentCounts counts = count(key, complete);
+  if (complete) {
+    deps_.metrics.set_deployments(ns, name, counts.managed, counts.compliant, counts.violations);
+    in.deployments = std::move(counts);
+  }
+  co_return co_await write_status(policy, desired_status(in, policy.status));
+}
+
+// PUT .../status with the resourceVersion the status was computed from; a
+// Conflict (someone wrote in between) is retried with the next cache state.
+boost::asio::awaitable<bool> Reconciler::write_status(const CachedPolicy& policy,
+                                                      nlohmann::json status) {
+  if (status == policy.status) co_return true;
+  nlohmann::json object{{"apiVersion", "gracekeeper.dev/v1alpha1"},
+                        {"kind", "ShutdownPolicy"},
+                        {"metadata",
+                         {{"name", policy.name},
+                          {"namespace", policy.namespace_},
+                          {"resourceVersion", policy.resource_version}}},
+                        {"status", std::move(status)}};
+  kube::WriteOptions options;
+  options.field_manager = kFieldManager;
+  auto result = co_await deps_.client.update_status(shutdown_policies, policy.namespace_,
+                                                    policy.name, std::move(object), options);
+  if (result) co_return true;
+  if (result.error().reason == kube::ApiError::Reason::NotFound) co_return true;
+  log::info("status update retried", {{"policy", policy.namespace_ + "/" + policy.name},
+                                      {"error", result.error().format()}});
+  co_return false;
+}
+
+}  // namespace gracekeeper::controller

@@ -1,0 +1,118 @@
+#include "status.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace gracekeeper::controller {
+namespace {
+
+const nlohmann::json* find_condition(const nlohmann::json& status, const std::string& type) {
+  if (!status.is_object()) return nullptr;
+  auto conditions = status.find("conditions");
+  if (conditions == status.end() || !conditions->is_array()) return nullptr;
+  for (const auto& c : *conditions) {
+    if (c.is_object() && c.value("type", "") == type) return &c;
+  }
+  return nullptr;
+}
+
+// metav1.Condition; lastTransitionTime moves only when the status flips.
+nlohmann::json condition(const StatusInput& in, const nlohmann::json& current,
+                         const std::string& type, bool ok, const std::string& reason,
+                         const std::string& message) {
+  const std::string status = ok ? "True" : "False";
+  std::string since = format_time(in.now);
+  if (const auto* old = find_condition(current, type); old && old->value("status", "") == status &&
+                                                       old->contains("lastTransitionTime") &&
+                                                       (*old)["lastTransitionTime"].is_string()) {
+    since = (*old)["lastTransitionTime"].get<std::string>();
+  }
+  return nlohmann::json{{"type", type},
+                        {"status", status},
+                        {"observedGeneration", in.generation},
+                        {"lastTransitionTime", since},
+                        {"reason", reason},
+                        {"message", message.substr(0, 32768)}};
+}
+
+nlohmann::json propagation_json(const StatusInput& in, const nlohmann::json& current) {
+  const PropagationState& p = *in.propagation;
+  nlohmann::json out{{"seconds", p.seconds},
+                     {"quantile", in.quantile},
+                     {"source", p.source},
+                     {"sampledAt", format_time(p.sampled_at)},
+                     {"message", p.message.substr(0, 32768)}};
+  // The figure has not changed since the server's copy: keep its time, so a
+  // steady measurement causes no write.
+  if (current.is_object() && current.contains("propagation")) {
+    const auto& old = current["propagation"];
+    if (old.is_object() && old.value("seconds", -1.0) == p.seconds &&
+        old.value("source", "") == p.source && old.value("message", "") == out["message"] &&
+        old.contains("sampledAt")) {
+      out["sampledAt"] = old["sampledAt"];
+    }
+  }
+  return out;
+}
+
+std::string budget_message(const DeploymentCounts& c) {
+  if (c.managed == 0) return "no opted-in Deployment is governed by this policy";
+  if (c.not_compliant.empty()) {
+    return fmt::format("all {} governed Deployments satisfy the budget", c.managed);
+  }
+  std::vector<std::string> names = c.not_compliant;
+  std::string list;
+  for (std::size_t i = 0; i < names.size() && i < 10; ++i) list += (i ? ", " : "") + names[i];
+  if (names.size() > 10) list += fmt::format(" and {} more", names.size() - 10);
+  return fmt::format("{} of {} governed Deployments do not satisfy the budget: {}", names.size(),
+                     c.managed, list);
+}
+
+}  // namespace
+
+std::string format_time(TimePoint t) {
+  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", std::chrono::floor<std::chrono::seconds>(t));
+}
+
+nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& current) {
+  nlohmann::json status = nlohmann::json::object();
+  status["observedGeneration"] = in.generation;
+  nlohmann::json conditions = nlohmann::json::array();
+  if (in.invalid_spec) {
+    conditions.push_back(condition(in, current, "Ready", false, "InvalidSpec", *in.invalid_spec));
+    status["conditions"] = std::move(conditions);
+    return status;
+  }
+  conditions.push_back(condition(in, current, "Ready", true, "Reconciled",
+                                 "the spec is valid and the policy is reconciled"));
+  if (in.propagation) {
+    status["propagation"] = propagation_json(in, current);
+    conditions.push_back(condition(in, current, "MetricsAvailable", in.propagation->available,
+                                   in.propagation->reason, in.propagation->message));
+  }
+  if (in.recommended) {
+    status["recommended"] = {{"preStopSeconds", in.recommended->pre_stop_seconds},
+                             {"terminationGracePeriodSeconds", in.recommended->grace_seconds}};
+  }
+  if (in.deployments) {
+    const DeploymentCounts& c = *in.deployments;
+    status["deployments"] = {{"managed", c.managed},
+                             {"compliant", c.compliant},
+                             {"pending", c.pending},
+                             {"violations", c.violations}};
+    const bool holds = c.not_compliant.empty();
+    conditions.push_back(condition(in, current, "BudgetHolds", holds,
+                                   holds ? "AllCompliant" : "NotCompliant", budget_message(c)));
+  } else if (current.is_object() && current.contains("deployments")) {
+    // Not every Deployment is reconciled yet (e.g. just after a restart): keep
+    // what the server has rather than write a partial count.
+    status["deployments"] = current["deployments"];
+    if (const auto* old = find_condition(current, "BudgetHolds")) conditions.push_back(*old);
+  }
+  status["conditions"] = std::move(conditions);
+  return status;
+}
+
+}  // namespace gracekeeper::controller

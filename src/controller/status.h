@@ -1,0 +1,61 @@
+// A ShutdownPolicy's status, computed without I/O: what the operator would
+// write given what it measured and what its Deployments look like. Built
+// against the status the server has, so that an unchanged state gives an
+// identical object (no write) and conditions keep their transition times.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gracekeeper/budget/engine.h"
+
+namespace gracekeeper::controller {
+
+using TimePoint = std::chrono::system_clock::time_point;
+
+// One governed Deployment as its last reconcile left it.
+struct DeploymentState {
+  bool compliant = false;  // the current settings satisfy the budget
+  bool pending = false;    // a change is due but held back (DryRun, churn control, conflict)
+  bool violating = false;  // at least one error finding remains
+};
+
+struct DeploymentCounts {
+  std::int64_t managed = 0;
+  std::int64_t compliant = 0;
+  std::int64_t pending = 0;
+  std::int64_t violations = 0;
+  std::vector<std::string> not_compliant;  // names, sorted, for the BudgetHolds message
+};
+
+struct PropagationState {
+  double seconds = 0;
+  std::string source;  // Static, Prometheus, Observed
+  TimePoint sampled_at{};
+  std::string message;
+  bool available = true;  // MetricsAvailable
+  std::string reason;     // MetricsAvailable's reason
+};
+
+struct StatusInput {
+  std::int64_t generation = 0;
+  double quantile = 0.99;
+  // Set when the spec is invalid (Ready=False, InvalidSpec); the rest is then ignored.
+  std::optional<std::string> invalid_spec;
+  std::optional<PropagationState> propagation;  // nullopt: not measured yet
+  std::optional<budget::Budget> recommended;
+  std::optional<DeploymentCounts> deployments;  // nullopt: not all reconciled yet
+  TimePoint now{};
+};
+
+std::string format_time(TimePoint);
+
+// The full status object to write. `current` is the status on the server
+// (null if none): unchanged parts keep its timestamps.
+nlohmann::json desired_status(const StatusInput&, const nlohmann::json& current);
+
+}  // namespace gracekeeper::controller

@@ -1,0 +1,72 @@
+# Shared by the operator's integration tests: TAP-ish checks, starting and
+# stopping `gracekeeper run` against a cluster, and reading the audit log.
+# Sourced; expects ROOT, GK (the binary), CLUSTER (test/cluster dir), WORK.
+
+PASSED=0
+FAILED=0
+ok() { PASSED=$((PASSED + 1)); echo "ok - $*"; }
+not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $*"; }
+note() { sed 's/^/#   /'; }
+expect() {  # expect DESCRIPTION ACTUAL WANTED
+  if [ "$2" = "$3" ]; then ok "$1 ($2)"; else not_ok "$1: got '$2', want '$3'"; fi
+}
+finish() {
+  echo "$PASSED passed, $FAILED failed"
+  [ "$FAILED" -eq 0 ]
+  exit $?
+}
+
+export KUBECONFIG="$CLUSTER/kubeconfig"
+k() { kubectl --request-timeout=20s "$@"; }
+
+# wait_for SECONDS COMMAND...: polls every 0.1 s until COMMAND succeeds.
+wait_for() {
+  local deadline=$(($(date +%s%N) + $1 * 1000000000))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s%N)" -ge "$deadline" ] && return 1
+    sleep 0.1
+  done
+}
+
+# start_operator NAME [FLAGS...]: runs `gracekeeper run` in the background,
+# logs to $WORK/NAME.log (JSON lines); sets OP_PID and OP_PORT (metrics and
+# health on one loopback port).
+start_operator() {
+  local name=$1
+  shift
+  "$GK" run --kubeconfig "$KUBECONFIG" --metrics-bind-address 127.0.0.1:0 \
+    --health-probe-bind-address 127.0.0.1:0 --log-format json "$@" >"$WORK/$name.log" 2>&1 &
+  OP_PID=$!
+  OP_LOG="$WORK/$name.log"
+  OP_PORT=""
+  local i
+  for i in $(seq 1 100); do
+    OP_PORT=$(jq -r 'select(.msg == "serving HTTP") | .port' "$OP_LOG" 2>/dev/null | head -1)
+    [ -n "$OP_PORT" ] && break
+    sleep 0.1
+  done
+  wait_for 20 curl -sf "http://127.0.0.1:$OP_PORT/readyz"
+}
+
+stop_operator() {  # SIGTERM; sets OP_EXIT and STOP_MS (how long it took to exit)
+  local pid=${1:-$OP_PID} start
+  start=$(date +%s%N)
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  OP_EXIT=$?
+  STOP_MS=$((($(date +%s%N) - start) / 1000000))
+}
+
+# Audit entries (stage ResponseComplete) of gracekeeper's own requests after
+# the given RFC 3339 time: "verb resource name code" per line.
+gk_requests_since() {
+  jq -r --arg since "$1" 'select(.stage == "ResponseComplete" and
+      (.userAgent // "" | startswith("gracekeeper")) and .stageTimestamp > $since) |
+      "\(.verb) \(.objectRef.resource // "-")/\(.objectRef.subresource // "") \(.objectRef.name // "-") \(.responseStatus.code)"' \
+    "$CLUSTER/audit.log"
+}
+gk_writes_since() {
+  gk_requests_since "$1" | grep -E '^(create|update|patch|delete|deletecollection) ' || true
+}
+now_rfc3339() { date -u +%Y-%m-%dT%H:%M:%S.%6NZ; }

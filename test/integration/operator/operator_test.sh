@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# `gracekeeper run` end to end against the real control plane, seen through
+# kubectl and the API server's audit log (issue: the operator).
+#
+# usage: test/integration/operator/operator_test.sh GRACEKEEPER_BINARY CLUSTER_DIR
+#
+# Uses namespaces op-*; installs the CRD. Restarts the cluster's API server
+# once. Output: `ok - ...` / `not ok - ...`, then `N passed, M failed`.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+GK="${1:?usage: operator_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
+CLUSTER="${2:?usage: operator_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
+WORK="$(mktemp -d)"
+. "$ROOT/test/integration/operator/lib.sh"
+
+cleanup() {
+  for pid in ${OP_PID:-} ${RACER_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
+  k delete namespace op-basic op-dry op-amb op-steady op-restart --wait=false >/dev/null 2>&1
+  if [ "$FAILED" -gt 0 ]; then
+    for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# policy NS NAME [SPEC-YAML-LINES]: a Static policy (4 s) unless the lines say otherwise.
+policy() {
+  local ns=$1 name=$2 extra=${3:-}
+  k apply -f - >/dev/null <<YAML
+apiVersion: gracekeeper.dev/v1alpha1
+kind: ShutdownPolicy
+metadata: {name: $name, namespace: $ns}
+spec:
+  propagation: {source: Static, staticSeconds: 4}
+$extra
+YAML
+}
+
+# deployment NS NAME ANNOTATIONS-JSON [STRATEGY-JSON] [LIFECYCLE-JSON]: created
+# with kubectl create (an Update manager), 3 replicas, grace 30, one container
+# with a port and an HTTP readiness probe.
+deployment() {
+  local ns=$1 name=$2 annotations=${3:-'{}'}
+  local strategy=${4:-'{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"25%","maxSurge":"25%"}}'}
+  local lifecycle=${5:-'{}'}
+  k create -f - >/dev/null <<JSON
+{"apiVersion":"apps/v1","kind":"Deployment",
+ "metadata":{"name":"$name","namespace":"$ns","labels":{"app":"$name"},"annotations":$annotations},
+ "spec":{"replicas":3,"strategy":$strategy,"selector":{"matchLabels":{"app":"$name"}},
+  "template":{"metadata":{"labels":{"app":"$name"}},
+   "spec":{"terminationGracePeriodSeconds":30,
+    "containers":[{"name":"app","image":"app:1","ports":[{"containerPort":8080}],
+      "lifecycle":$lifecycle,
+      "readinessProbe":{"httpGet":{"path":"/ready","port":8080}},
+      "livenessProbe":{"httpGet":{"path":"/live","port":8080}}}]}}}}
+JSON
+}
+OPTED='{"gracekeeper.dev/enabled":"true"}'
+
+jp() { k get "$1" -n "$2" "$3" -o jsonpath="$4" 2>/dev/null; }
+settings() {  # "preStop grace maxUnavailable maxSurge" of a Deployment
+  local d
+  d=$(k get deployment -n "$1" "$2" -o json) || return 1
+  jq -r '[(.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds // "none"),
+          .spec.template.spec.terminationGracePeriodSeconds,
+          .spec.strategy.rollingUpdate.maxUnavailable // "-", .spec.strategy.rollingUpdate.maxSurge // "-"]
+         | map(tostring) | join(" ")' <<<"$d"
+}
+settings_are() { [ "$(settings "$1" "$2")" = "$3" ]; }
+managed_by_gk() { k get deployment -n "$1" "$2" -o json --show-managed-fields | jq -e '[.metadata.managedFields[].manager] | index("gracekeeper")' >/dev/null; }
+# event_reasons NS NAME: the reasons of the events about a Deployment, sorted, comma-separated.
+event_reasons() {
+  k get events.events.k8s.io -n "$1" -o json |
+    jq -r --arg n "$2" '[.items[] | select(.regarding.name == $n) | .reason] | unique | join(",")'
+}
+has_event() { event_reasons "$1" "$2" | tr ',' '\n' | grep -qx "$3"; }
+event_note() {
+  k get events.events.k8s.io -n "$1" -o json |
+    jq -r --arg n "$2" --arg r "$3" '[.items[] | select(.regarding.name == $n and .reason == $r) | .note][0] // ""'
+}
+
+k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
+k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
+for ns in op-basic op-dry op-amb op-steady op-restart; do k create namespace "$ns" >/dev/null; done
+
+# ------------------------------------------------------------- the basics
+policy op-basic default
+start_operator op1 || not_ok "operator became ready"
+
+start=$(date +%s%N)
+deployment op-basic web "$OPTED"
+if wait_for 10 settings_are op-basic web "6 46 0 1"; then
+  ms=$((($(date +%s%N) - start) / 1000000))
+  if [ "$ms" -le 2000 ]; then ok "opted-in Deployment tuned within 2 s of creation (${ms} ms)"
+  else not_ok "opted-in Deployment tuned in ${ms} ms, more than 2 s"; fi
+else
+  not_ok "opted-in Deployment tuned: settings are '$(settings op-basic web)', want '6 46 0 1'"
+fi
+expect "preStop is the native sleep action" \
+  "$(jp deployment op-basic web '{.spec.template.spec.containers[0].lifecycle.preStop}')" '{"sleep":{"seconds":6}}'
+expect "applied annotation records the policy" \
+  "$(jp deployment op-basic web '{.metadata.annotations.gracekeeper\.dev/applied}' | jq -r '.policy + " " + (.preStop|tostring) + " " + (.grace|tostring)')" "default 6 46"
+managed_by_gk op-basic web && ok "gracekeeper owns fields of the tuned Deployment (managedFields)" || not_ok "no gracekeeper managedFields entry on web"
+wait_for 5 has_event op-basic web Tuned && ok "Tuned event on the Deployment" || not_ok "no Tuned event"
+note_tuned=$(event_note op-basic web Tuned)
+case "$note_tuned" in
+  *"terminationGracePeriodSeconds: 30s -> 46s"*"maxUnavailable=0"*) ok "Tuned event names old -> new values";;
+  *) not_ok "Tuned event note: $note_tuned";;
+esac
+k describe deployment -n op-basic web | grep -q "Tuned" && ok "kubectl describe shows the Tuned event" || not_ok "kubectl describe shows no Tuned event"
+
+deployment op-basic plain '{}'
+deployment op-basic batch "$OPTED" '{"type":"Recreate"}'
+deployment op-basic legacy "$OPTED" "" '{"preStop":{"httpGet":{"path":"/drain","port":8080}}}'
+deployment op-basic bad-drain '{"gracekeeper.dev/enabled":"true","gracekeeper.dev/drain-seconds":"abc"}'
+deployment op-basic bad-containers '{"gracekeeper.dev/enabled":"true","gracekeeper.dev/containers":"nope"}'
+
+wait_for 10 has_event op-basic batch RecreateStrategy && ok "Recreate is reported (RecreateStrategy event)" || not_ok "no RecreateStrategy event: $(event_reasons op-basic batch)"
+expect "Recreate is not converted" "$(jp deployment op-basic batch '{.spec.strategy.type}')" "Recreate"
+wait_for 10 has_event op-basic legacy ExistingPreStopKept && ok "user preStop kept, with an ExistingPreStopKept event" || not_ok "no ExistingPreStopKept event: $(event_reasons op-basic legacy)"
+expect "user preStop hook unchanged" "$(jp deployment op-basic legacy '{.spec.template.spec.containers[0].lifecycle.preStop.httpGet.path}')" "/drain"
+expect "grace raised around the kept hook (counted as 6 s)" "$(jp deployment op-basic legacy '{.spec.template.spec.terminationGracePeriodSeconds}')" "46"
+wait_for 10 has_event op-basic bad-drain InvalidAnnotation && ok "bad drain-seconds gives an InvalidAnnotation event" || not_ok "no InvalidAnnotation event for bad-drain"
+case "$(event_note op-basic bad-drain InvalidAnnotation)" in
+  *drain-seconds*abc*) ok "the event names the annotation and the value";;
+  *) not_ok "InvalidAnnotation note: $(event_note op-basic bad-drain InvalidAnnotation)";;
+esac
+expect "a Deployment with a bad annotation is left as it was" "$(settings op-basic bad-drain)" "none 30 25% 25%"
+wait_for 10 has_event op-basic bad-containers InvalidAnnotation && ok "unknown container in gracekeeper.dev/containers gives an event" || not_ok "no event for bad-containers"
+sleep 1
+if managed_by_gk op-basic plain; then not_ok "a Deployment without the annotation has a gracekeeper managedFields entry"
+else ok "a Deployment without the annotation is untouched (no gracekeeper managedFields entry)"; fi
+expect "no events about the Deployment without the annotation" "$(event_reasons op-basic plain)" ""
+
+# kubectl get shutdownpolicies: five governed, three compliant (web, legacy,
+# batch); the bad-* ones are left unchanged.
+columns() { k get shutdownpolicies -n op-basic default --no-headers | awk '{print $2, $3, $4, $5, $6, $7, $8, $9}'; }
+wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.deployments.managed}')\" = 5 ]"
+expect "kubectl get shutdownpolicies columns (MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT READY)" \
+  "$(columns)" "Enforce Static 4 6 46 5 3 True"
+k get shutdownpolicies -A | head -1 | grep -q "MODE *SOURCE *PROPAGATION *PRESTOP *GRACE *MANAGED *COMPLIANT *READY *AGE" \
+  && ok "kubectl get shutdownpolicies -A header" || not_ok "header: $(k get shutdownpolicies -A | head -1)"
+expect "condition BudgetHolds" "$(jp sdp op-basic default '{.status.conditions[?(@.type=="BudgetHolds")].status}')" "False"
+expect "condition MetricsAvailable (Static)" "$(jp sdp op-basic default '{.status.conditions[?(@.type=="MetricsAvailable")].reason}')" "StaticSource"
+expect "status.observedGeneration" "$(jp sdp op-basic default '{.status.observedGeneration}')" "$(jp sdp op-basic default '{.metadata.generation}')"
+
+# A new propagation figure re-tunes: 20 s * 1.5 = 30 s wait; the old wait is
+# too short, so churn control does not hold the repair back.
+k patch sdp -n op-basic default --type merge -p '{"spec":{"propagation":{"staticSeconds":20}}}' >/dev/null
+wait_for 10 settings_are op-basic web "30 70 0 1" && ok "a new propagation figure re-tunes the Deployment (30 s wait, grace 70)" \
+  || not_ok "after staticSeconds 20: '$(settings op-basic web)'"
+expect "status follows" "$(columns)" "Enforce Static 20 30 70 5 3 True"
+
+# An invalid spec the schema cannot catch: Ready=False, InvalidSpec.
+k patch sdp -n op-basic default --type merge -p '{"spec":{"rollout":{"maxSurge":0}}}' >/dev/null 2>"$WORK/patch.err"
+if [ -s "$WORK/patch.err" ]; then
+  ok "maxSurge 0 is refused by the schema already ($(head -c 80 "$WORK/patch.err"))"
+else
+  wait_for 10 bash -c "kubectl get sdp -n op-basic default -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].reason}' | grep -q InvalidSpec" \
+    && ok "invalid spec: Ready=False, InvalidSpec" || not_ok "no InvalidSpec condition"
+  k patch sdp -n op-basic default --type merge -p '{"spec":{"rollout":{"maxSurge":1}}}' >/dev/null
+fi
+
+# ------------------------------------------------------------- DryRun and ambiguity
+policy op-dry default "  mode: DryRun"
+deployment op-dry web "$OPTED"
+wait_for 10 has_event op-dry web DryRun && ok "DryRun reports the change as an event" || not_ok "no DryRun event: $(event_reasons op-dry web)"
+wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-dry default -o jsonpath='{.status.deployments.pending}')\" = 1 ]" \
+  && ok "DryRun writes status (1 pending)" || not_ok "DryRun status: $(jp sdp op-dry default '{.status.deployments}')"
+expect "DryRun does not change the Deployment" "$(settings op-dry web)" "none 30 25% 25%"
+managed_by_gk op-dry web && not_ok "DryRun wrote the Deployment (managedFields)" || ok "DryRun wrote no Deployment (no managedFields entry)"
+
+policy op-amb one
+policy op-amb two
+deployment op-amb web "$OPTED"
+wait_for 10 has_event op-amb web AmbiguousPolicy && ok "two matching policies give an AmbiguousPolicy event" || not_ok "no AmbiguousPolicy event: $(event_reasons op-amb web)"
+expect "... and no change" "$(settings op-amb web)" "none 30 25% 25%"
+
+# ------------------------------------------------------------- /metrics
+curl -sf "http://127.0.0.1:$OP_PORT/metrics" >"$WORK/metrics.txt"
+if promtool check metrics <"$WORK/metrics.txt" >"$WORK/promtool.out" 2>&1; then ok "promtool check metrics accepts /metrics"
+else not_ok "promtool check metrics:"; note <"$WORK/promtool.out"; fi
+grep -q '^gracekeeper_deployments_managed{namespace="op-basic",policy="default"} 5' "$WORK/metrics.txt" \
+  && ok "gracekeeper_deployments_managed for op-basic/default is 5" || not_ok "managed gauge: $(grep deployments_managed "$WORK/metrics.txt" | head -3)"
+grep -q '^gracekeeper_patches_applied_total{namespace="op-basic"}' "$WORK/metrics.txt" && ok "patches are counted" || not_ok "no patches counter"
+
+# ------------------------------------------------------------- a status write that hits 409 is retried
+# A racing writer bumps the policy's resourceVersion (label patches) while spec
+# changes make the operator write status; the audit log shows the 409s.
+SERVER=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+racer() {
+  local i=0
+  while :; do
+    i=$((i + 1))
+    curl -s --cacert "$CLUSTER/pki/ca.crt" --cert "$CLUSTER/pki/admin.crt" --key "$CLUSTER/pki/admin.key" \
+      -X PATCH -H 'Content-Type: application/merge-patch+json' \
+      -d "{\"metadata\":{\"labels\":{\"race\":\"r$i\"}}}" \
+      "$SERVER/apis/gracekeeper.dev/v1alpha1/namespaces/op-basic/shutdownpolicies/default" >/dev/null
+  done
+}
+since=$(now_rfc3339)
+racer &
+RACER_PID=$!
+for s in 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+  k patch sdp -n op-basic default --type merge -p "{\"spec\":{\"propagation\":{\"staticSeconds\":$s}}}" >/dev/null
+  sleep 0.2
+  gk_requests_since "$since" | grep -q '^update shutdownpolicies/status .* 409$' && break
+done
+kill "$RACER_PID" 2>/dev/null; wait "$RACER_PID" 2>/dev/null; RACER_PID=""
+conflicts=$(gk_requests_since "$since" | grep -c '^update shutdownpolicies/status .* 409$')
+[ "$conflicts" -ge 1 ] && ok "status updates hit 409 under a racing writer ($conflicts)" || not_ok "no 409 provoked"
+wait_for 15 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.propagation.seconds}')\" = \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.spec.propagation.staticSeconds}')\" ]" \
+  && ok "... and the status converges to the latest spec ($(jp sdp op-basic default '{.status.propagation.seconds}') s)" \
+  || not_ok "status after the race: $(jp sdp op-basic default '{.status.propagation}')"
+
+# ------------------------------------------------------------- steady state
+policy op-steady default
+pids=()
+for i in $(seq 1 50); do deployment op-steady "svc-$i" "$OPTED" & pids+=($!); done
+wait "${pids[@]}"
+wait_for 60 bash -c "[ \"\$(kubectl get sdp -n op-steady default -o jsonpath='{.status.deployments.compliant}')\" = 50 ]" \
+  && ok "50 opted-in Deployments converge" || not_ok "op-steady: $(jp sdp op-steady default '{.status.deployments}')"
+sleep 3
+since=$(now_rfc3339)
+sleep 60
+writes=$(gk_writes_since "$since")
+expect "60 s of steady state: writes by gracekeeper in the audit log" "$(printf '%s' "$writes" | grep -c . || true)" "0"
+[ -n "$writes" ] && printf '%s\n' "$writes" | head | note
+reads=$(gk_requests_since "$since" | grep -vc '^watch ' || true)
+ok "requests other than watches in those 60 s: $reads"
+
+stop_operator
+ms=$STOP_MS
+expect "SIGTERM: exit status" "$OP_EXIT" "0"
+[ "$ms" -lt 10000 ] && ok "SIGTERM: exited in ${ms} ms" || not_ok "SIGTERM: took ${ms} ms"
+since=$(now_rfc3339)
+start_operator op2 || not_ok "restarted operator became ready"
+sleep 8
+writes=$(gk_writes_since "$since")
+expect "after a restart: no write repeated, no event re-emitted" "$(printf '%s' "$writes" | grep -c . || true)" "0"
+[ -n "$writes" ] && printf '%s\n' "$writes" | head | note
+
+# ------------------------------------------------------------- API server restarted mid-reconcile
+policy op-restart default
+pids=()
+for i in $(seq 1 20); do deployment op-restart "r-$i" "$OPTED" & pids+=($!); done
+wait "${pids[@]}"
+"$ROOT/test/cluster/restart-apiserver" "$CLUSTER" --kill --down-seconds 5 >"$WORK/restart.log" 2>&1 \
+  && ok "API server killed and restarted mid-reconcile ($(tail -1 "$WORK/restart.log"))" || not_ok "restart-apiserver failed"
+deployment op-restart after-restart "$OPTED"
+converged() {
+  local n
+  n=$(kubectl get deployments -n op-restart -o json | jq '[.items[] | select(.spec.template.spec.terminationGracePeriodSeconds == 46)] | length')
+  [ "$n" = 21 ]
+}
+wait_for 90 converged && ok "the operator recovers and converges (21 Deployments tuned)" \
+  || not_ok "after the restart: $(kubectl get deployments -n op-restart -o json | jq '[.items[] | select(.spec.template.spec.terminationGracePeriodSeconds == 46)] | length') of 21 tuned"
+kill -0 "$OP_PID" 2>/dev/null && ok "the operator is still running" || not_ok "the operator died"
+stop_operator
+ms=$STOP_MS
+
+# ------------------------------------------------------------- leader election + SIGTERM
+start_operator op3 --leader-elect --leader-election-namespace default --leader-election-id gk-test-leader || not_ok "leader-elected operator ready"
+wait_for 20 bash -c "kubectl get lease -n default gk-test-leader -o jsonpath='{.spec.holderIdentity}' | grep -q ." \
+  && ok "the operator holds the Lease ($(jp lease default gk-test-leader '{.spec.holderIdentity}'))" || not_ok "no Lease holder"
+grep -q '^gracekeeper_leader 1' <(curl -sf "http://127.0.0.1:$OP_PORT/metrics") && ok "gracekeeper_leader is 1" || not_ok "gracekeeper_leader is not 1"
+stop_operator
+ms=$STOP_MS
+[ "$ms" -lt 10000 ] && ok "SIGTERM as leader: exited in ${ms} ms" || not_ok "SIGTERM as leader took ${ms} ms"
+expect "the Lease was released" "$(jp lease default gk-test-leader '{.spec.holderIdentity}')" ""
+OP_PID=""
+
+finish

@@ -1,0 +1,73 @@
+// The informers' projections: only opted-in Deployments are cached, and what
+// the engine cannot read is kept as errors instead of being guessed.
+#include "../../../src/controller/cache.h"  // private: the projections
+
+#include <gtest/gtest.h>
+
+namespace gracekeeper::controller {
+namespace {
+
+nlohmann::json deployment(nlohmann::json annotations) {
+  return {{"apiVersion", "apps/v1"},
+          {"kind", "Deployment"},
+          {"metadata",
+           {{"name", "web"},
+            {"namespace", "shop"},
+            {"uid", "u-1"},
+            {"generation", 4},
+            {"annotations", std::move(annotations)}}},
+          {"spec",
+           {{"template", {{"spec", {{"containers", {{{"name", "app"}, {"image", "app:1"}}}}}}}}}}};
+}
+
+TEST(Cache, OnlyOptedInDeploymentsAreCached) {
+  EXPECT_FALSE(project_deployment(deployment(nlohmann::json::object())));
+  EXPECT_FALSE(project_deployment(deployment({{"gracekeeper.dev/enabled", "false"}})));
+  EXPECT_FALSE(project_deployment(deployment({{"gracekeeper.dev/enabled", true}})));
+  EXPECT_FALSE(project_deployment(nlohmann::json::array()));
+  auto d = project_deployment(deployment({{"gracekeeper.dev/enabled", "true"}}));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->uid, "u-1");
+  EXPECT_EQ(d->generation, 4);
+  ASSERT_TRUE(d->deployment);
+  EXPECT_EQ(d->deployment->name, "web");
+  EXPECT_EQ(d->deployment->containers.size(), 1u);
+}
+
+TEST(Cache, UnreadableDeploymentKeepsItsErrors) {
+  auto object = deployment({{"gracekeeper.dev/enabled", "true"}});
+  object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = "abc";
+  auto d = project_deployment(object);
+  ASSERT_TRUE(d);
+  ASSERT_FALSE(d->deployment);
+  EXPECT_EQ(d->deployment.error().front().path, "spec.template.spec.terminationGracePeriodSeconds");
+}
+
+TEST(Cache, PolicyKeepsStatusAndVersion) {
+  nlohmann::json object{
+      {"apiVersion", "gracekeeper.dev/v1alpha1"},
+      {"kind", "ShutdownPolicy"},
+      {"metadata",
+       {{"name", "default"}, {"namespace", "shop"}, {"resourceVersion", "42"}, {"generation", 2}}},
+      {"spec", {{"drainSeconds", 20}}},
+      {"status", {{"observedGeneration", 1}}}};
+  auto p = project_policy(object);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->resource_version, "42");
+  EXPECT_EQ(p->generation, 2);
+  ASSERT_TRUE(p->spec);
+  EXPECT_EQ(p->spec->drain_seconds, 20);
+  EXPECT_EQ(p->status["observedGeneration"], 1);
+}
+
+TEST(Cache, InvalidPolicySpecIsKeptAsErrors) {
+  nlohmann::json object{{"metadata", {{"name", "p"}, {"namespace", "shop"}}},
+                        {"spec", {{"preStop", {{"minSeconds", 30}, {"maxSeconds", 20}}}}}};
+  auto p = project_policy(object);
+  ASSERT_TRUE(p);
+  ASSERT_FALSE(p->spec);
+  EXPECT_NE(p->spec.error().front().format().find("minSeconds"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gracekeeper::controller
