@@ -218,6 +218,39 @@ TEST_F(CliTest, VersionAndHelp) {
   EXPECT_EQ(run({"frobnicate"}).code, 2);
 }
 
+// `run`: bad flags are exit 2 naming the flag, before anything connects; a
+// kubeconfig that does not exist is a startup failure naming the file.
+TEST_F(CliTest, RunFlagsAreCheckedBeforeStarting) {
+  EXPECT_EQ(run({"run", "--help"}).code, 0);
+  EXPECT_THAT(run({"run", "--help"}).out, HasSubstr("--prometheus-url"));
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"run", "--workers", "0"},
+       "flag --workers: expected a whole number from 1 to 256, got \"0\""},
+      {{"run", "--workers=many"}, "flag --workers: expected a whole number"},
+      {{"run", "--log-format", "xml"}, "flag --log-format: expected json or text, got \"xml\""},
+      {{"run", "--log-level", "loud"}, "flag --log-level: expected debug, info, warn or error"},
+      {{"run", "--lease-duration", "-3"}, "flag --lease-duration: expected a whole number"},
+      {{"run", "--leader-elect=yes"}, "flag --leader-elect takes no value"},
+      {{"run", "--kubeconfig"}, "flag --kubeconfig needs a value"},
+      {{"run", "--frobnicate", "1"}, "unknown flag --frobnicate"},
+      {{"run", "extra"}, "unexpected argument \"extra\""},
+      {{"run", "--leader-elect", "--lease-duration", "5", "--renew-deadline", "10"},
+       "--lease-duration > --renew-deadline > --retry-period"},
+  };
+  for (const auto& c : cases) {
+    auto r = run(c.args);
+    EXPECT_EQ(r.code, 2) << c.message;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_EQ(r.out, "");
+  }
+  auto missing = run({"run", "--kubeconfig", "/nonexistent/kubeconfig", "--log-format", "text"});
+  EXPECT_EQ(missing.code, 1);
+}
+
 // Unusable input: exit 2, a message naming the file, the line and what was
 // expected, and nothing at all on stdout.
 struct BadInput {
