@@ -6,6 +6,7 @@
 
 #include "gracekeeper/budget/apply.h"
 #include "log.h"
+#include "takeover.h"
 
 namespace gracekeeper::controller {
 namespace {
@@ -161,7 +162,6 @@ boost::asio::awaitable<bool> Reconciler::reconcile_deployment(std::string key) {
     // Deleted, or no longer opted in: left as it is, no longer managed.
     remember(key, std::nullopt);
     reported_.erase(key);
-    conflicted_.erase(key);
     co_return true;
   }
   const CachedDeployment snapshot = *cached;  // the cache may change while we await
@@ -265,21 +265,32 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
   const std::string key = budget::key(d);
   const auto now = Clock::now();
   nlohmann::json configuration(budget::apply_configuration(d, plan, policy.name, now));
-  // The same apply (minus its timestamp) already failed on a conflict: wait
-  // for the Deployment or the plan to change instead of repeating the write.
-  nlohmann::json fingerprint = configuration;
-  fingerprint["metadata"].erase("annotations");
-  const std::string attempt = fingerprint.dump();
-  if (auto it = conflicted_.find(key); it != conflicted_.end() && it->second == attempt) {
-    out.state.pending = true;
-    co_return false;
+  // This change already failed on a field conflict (its FieldConflict event
+  // names it, also when reported before a restart): wait for the Deployment
+  // or the plan to change instead of repeating the write.
+  const std::string wanted = "(wanted " + describe_changes(plan) + ")";
+  if (auto it = reported_.find(key); it != reported_.end()) {
+    for (const auto& e : it->second) {
+      if (e.starts_with("FieldConflict\x1f") && e.ends_with(wanted)) {
+        out.state.pending = true;
+        out.events.push_back(
+            {{}, kube::EventType::Warning, "FieldConflict", "Tune", e.substr(e.find('\x1f') + 1)});
+        co_return false;
+      }
+    }
   }
 
   kube::ApplyOptions options;
   options.field_manager = kFieldManager;
   options.force = policy.spec->pre_stop.existing == budget::ExistingHook::Replace;
-  auto result = co_await deps_.client.apply(kube::resources::deployments, d.namespace_, d.name,
-                                            configuration, options);
+  std::expected<nlohmann::json, kube::ApiError> result;
+  if (options.force && replaces_foreign_handler(d, plan)) {
+    co_await replace_hooks(d, configuration);
+    result = nlohmann::json::object();
+  } else {
+    result = co_await deps_.client.apply(kube::resources::deployments, d.namespace_, d.name,
+                                         configuration, options);
+  }
   if (!result && result.error().reason == kube::ApiError::Reason::Conflict &&
       !result.error().causes.empty() && !options.force) {
     std::string owners;
@@ -288,7 +299,6 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
       result = co_await deps_.client.apply(kube::resources::deployments, d.namespace_, d.name,
                                            configuration, options);
     } else {
-      conflicted_[key] = attempt;
       out.state.pending = true;
       out.events.push_back(
           {{},
@@ -296,9 +306,9 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
            "FieldConflict",
            "Tune",
            fmt::format("not changed: {} owned by {}; gracekeeper takes fields over from another "
-                       "applier only with spec.preStop.existing: Replace (wanted {})",
+                       "applier only with spec.preStop.existing: Replace {}",
                        result.error().causes.size() == 1 ? "a field is" : "fields are", owners,
-                       describe_changes(plan))});
+                       wanted)});
       log::warn("field conflict", {{"deployment", key}, {"owners", owners}});
       co_return false;
     }
@@ -307,7 +317,6 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
     log::error("apply failed", {{"deployment", key}, {"error", result.error().format()}});
     throw std::runtime_error("apply " + key + ": " + result.error().format());
   }
-  conflicted_.erase(key);
   deps_.metrics.count_patch(d.namespace_);
   log::info("tuned",
             {{"deployment", key}, {"policy", policy.name}, {"changes", describe_changes(plan)}});
@@ -325,6 +334,24 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
                      deps_.deployments.get(key) ? deps_.deployments.get(key)->uid : std::string());
   deps_.events.record(std::move(tuned));
   co_return true;
+}
+
+// See takeover.h: the hooks are swapped with a JSON patch, in one write.
+boost::asio::awaitable<void> Reconciler::replace_hooks(const budget::Deployment& d,
+                                                       const nlohmann::json& configuration) {
+  const std::string subresource;
+  auto current =
+      co_await deps_.client.get(kube::resources::deployments, d.namespace_, d.name, subresource);
+  if (!current) throw std::runtime_error("get " + budget::key(d) + ": " + current.error().format());
+  nlohmann::json patch = replacement_patch(*current, configuration);
+  kube::WriteOptions options;
+  options.field_manager = kFieldManager;
+  auto result = co_await deps_.client.json_patch(kube::resources::deployments, d.namespace_, d.name,
+                                                 std::move(patch), options);
+  if (!result) {
+    throw std::runtime_error("replacing the preStop hooks of " + budget::key(d) + ": " +
+                             result.error().format());
+  }
 }
 
 // A conflict with managers that wrote with Update (kubectl create/edit/
@@ -346,7 +373,8 @@ boost::asio::awaitable<bool> Reconciler::may_force(const budget::Deployment& d,
   const std::string subresource;
   auto object =
       co_await deps_.client.get(kube::resources::deployments, d.namespace_, d.name, subresource);
-  if (!object) co_return false;
+  // Not knowing who owns the fields is not a conflict: retry the reconcile.
+  if (!object) throw std::runtime_error("get " + budget::key(d) + ": " + object.error().format());
   const nlohmann::json fields =
       (*object)["metadata"].value("managedFields", nlohmann::json::array());
   for (const auto& m : managers) {
@@ -439,8 +467,13 @@ boost::asio::awaitable<bool> Reconciler::reconcile_policy(std::string key) {
   if (!rt.propagation || rt.measured_generation != policy.generation ||
       std::chrono::steady_clock::now() >= *rt.next_measurement) {
     co_await measure(key, policy, rt);
-    deps_.policy_queue.add_after(key, options_.propagation_refresh);
   }
+  // Re-armed on every run, not only after measuring: a failed run is retried
+  // with a short backoff, and the queue keeps only the earliest time per key,
+  // so the refresh must be scheduled again by whichever run comes next.
+  deps_.policy_queue.add_after(key,
+                               std::max(std::chrono::steady_clock::duration::zero(),
+                                        *rt.next_measurement - std::chrono::steady_clock::now()));
   in.quantile = policy.spec->propagation.quantile;
   in.propagation = rt.propagation;
   in.recommended =

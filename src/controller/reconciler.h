@@ -89,6 +89,8 @@ class Reconciler {
   boost::asio::awaitable<Outcome> decide(const std::string& key, const CachedDeployment&);
   boost::asio::awaitable<bool> write(const budget::Deployment&, const budget::Plan&,
                                      const CachedPolicy&, Outcome&);
+  boost::asio::awaitable<void> replace_hooks(const budget::Deployment&,
+                                             const nlohmann::json& configuration);
   boost::asio::awaitable<bool> may_force(const budget::Deployment&, const kube::ApiError&,
                                          std::string& owners);
   void remember(const std::string& key, std::optional<Record> record);
@@ -108,9 +110,6 @@ class Reconciler {
   std::map<std::string, std::set<std::string>> policies_by_namespace_;
   // Deployment key -> events reported for its current state.
   std::unordered_map<std::string, std::set<std::string>> reported_;
-  // Deployment key -> the apply that hit a field conflict, so it is not
-  // re-sent until the Deployment or the plan changes.
-  std::unordered_map<std::string, std::string> conflicted_;
 };
 
 // "ns/name" -> {ns, name}.
