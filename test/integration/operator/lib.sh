@@ -35,7 +35,7 @@ wait_for() {
 start_operator() {
   local name=$1
   shift
-  "$GK" run --kubeconfig "$KUBECONFIG" --metrics-bind-address 127.0.0.1:0 \
+  "$GK" run --kubeconfig "${GK_OPERATOR_KUBECONFIG:-$KUBECONFIG}" --metrics-bind-address 127.0.0.1:0 \
     --health-probe-bind-address 127.0.0.1:0 --log-format json "$@" >"$WORK/$name.log" 2>&1 &
   OP_PID=$!
   OP_LOG="$WORK/$name.log"
@@ -70,3 +70,35 @@ gk_writes_since() {
   gk_requests_since "$1" | grep -E '^(create|update|patch|delete|deletecollection) ' || true
 }
 now_rfc3339() { date -u +%Y-%m-%dT%H:%M:%S.%6NZ; }
+
+# deployment NS NAME ANNOTATIONS-JSON [STRATEGY-JSON] [LIFECYCLE-JSON]: created
+# with kubectl create (an Update manager; CREATE overrides the command), 3
+# replicas, grace 30, one container with a port and an HTTP readiness probe.
+deployment() {
+  local ns=$1 name=$2 annotations=${3:-'{}'}
+  local strategy=${4:-'{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"25%","maxSurge":"25%"}}'}
+  local lifecycle=${5:-'{}'}
+  k ${CREATE:-create} -f - >/dev/null <<JSON
+{"apiVersion":"apps/v1","kind":"Deployment",
+ "metadata":{"name":"$name","namespace":"$ns","labels":{"app":"$name"},"annotations":$annotations},
+ "spec":{"replicas":3,"strategy":$strategy,"selector":{"matchLabels":{"app":"$name"}},
+  "template":{"metadata":{"labels":{"app":"$name"}},
+   "spec":{"terminationGracePeriodSeconds":30,
+    "containers":[{"name":"app","image":"app:1","ports":[{"containerPort":8080}],
+      "lifecycle":$lifecycle,
+      "readinessProbe":{"httpGet":{"path":"/ready","port":8080}},
+      "livenessProbe":{"httpGet":{"path":"/live","port":8080}}}]}}}}
+JSON
+}
+OPTED='{"gracekeeper.dev/enabled":"true"}'
+
+jp() { k get "$1" -n "$2" "$3" -o jsonpath="$4" 2>/dev/null; }
+settings() {  # "preStop grace maxUnavailable maxSurge" of a Deployment
+  local d
+  d=$(k get deployment -n "$1" "$2" -o json) || return 1
+  jq -r '[(.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds // "none"),
+          .spec.template.spec.terminationGracePeriodSeconds,
+          .spec.strategy.rollingUpdate.maxUnavailable // "-", .spec.strategy.rollingUpdate.maxSurge // "-"]
+         | map(tostring) | join(" ")' <<<"$d"
+}
+settings_are() { [ "$(settings "$1" "$2")" = "$3" ]; }

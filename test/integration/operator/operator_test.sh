@@ -16,7 +16,7 @@ WORK="$(mktemp -d)"
 
 cleanup() {
   for pid in ${OP_PID:-} ${RACER_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
-  k delete namespace op-basic op-dry op-amb op-steady op-restart --wait=false >/dev/null 2>&1
+  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-steady op-restart --wait=false >/dev/null 2>&1
   if [ "$FAILED" -gt 0 ]; then
     for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
   fi
@@ -37,37 +37,6 @@ $extra
 YAML
 }
 
-# deployment NS NAME ANNOTATIONS-JSON [STRATEGY-JSON] [LIFECYCLE-JSON]: created
-# with kubectl create (an Update manager), 3 replicas, grace 30, one container
-# with a port and an HTTP readiness probe.
-deployment() {
-  local ns=$1 name=$2 annotations=${3:-'{}'}
-  local strategy=${4:-'{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"25%","maxSurge":"25%"}}'}
-  local lifecycle=${5:-'{}'}
-  k create -f - >/dev/null <<JSON
-{"apiVersion":"apps/v1","kind":"Deployment",
- "metadata":{"name":"$name","namespace":"$ns","labels":{"app":"$name"},"annotations":$annotations},
- "spec":{"replicas":3,"strategy":$strategy,"selector":{"matchLabels":{"app":"$name"}},
-  "template":{"metadata":{"labels":{"app":"$name"}},
-   "spec":{"terminationGracePeriodSeconds":30,
-    "containers":[{"name":"app","image":"app:1","ports":[{"containerPort":8080}],
-      "lifecycle":$lifecycle,
-      "readinessProbe":{"httpGet":{"path":"/ready","port":8080}},
-      "livenessProbe":{"httpGet":{"path":"/live","port":8080}}}]}}}}
-JSON
-}
-OPTED='{"gracekeeper.dev/enabled":"true"}'
-
-jp() { k get "$1" -n "$2" "$3" -o jsonpath="$4" 2>/dev/null; }
-settings() {  # "preStop grace maxUnavailable maxSurge" of a Deployment
-  local d
-  d=$(k get deployment -n "$1" "$2" -o json) || return 1
-  jq -r '[(.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds // "none"),
-          .spec.template.spec.terminationGracePeriodSeconds,
-          .spec.strategy.rollingUpdate.maxUnavailable // "-", .spec.strategy.rollingUpdate.maxSurge // "-"]
-         | map(tostring) | join(" ")' <<<"$d"
-}
-settings_are() { [ "$(settings "$1" "$2")" = "$3" ]; }
 managed_by_gk() { k get deployment -n "$1" "$2" -o json --show-managed-fields | jq -e '[.metadata.managedFields[].manager] | index("gracekeeper")' >/dev/null; }
 # event_reasons NS NAME: the reasons of the events about a Deployment, sorted, comma-separated.
 event_reasons() {
@@ -82,7 +51,7 @@ event_note() {
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
-for ns in op-basic op-dry op-amb op-steady op-restart; do k create namespace "$ns" >/dev/null; done
+for ns in op-basic op-dry op-amb op-conflict op-replace op-steady op-restart; do k create namespace "$ns" >/dev/null; done
 
 # ------------------------------------------------------------- the basics
 policy op-basic default
@@ -177,6 +146,30 @@ deployment op-amb web "$OPTED"
 wait_for 10 has_event op-amb web AmbiguousPolicy && ok "two matching policies give an AmbiguousPolicy event" || not_ok "no AmbiguousPolicy event: $(event_reasons op-amb web)"
 expect "... and no change" "$(settings op-amb web)" "none 30 25% 25%"
 
+# ------------------------------------------------------------- field conflicts and existing: Replace
+# A Deployment whose fields belong to another *applier* (a GitOps controller
+# using server-side apply) is not fought over: FieldConflict, pending.
+policy op-conflict default
+CREATE="apply --server-side --field-manager=flux" deployment op-conflict gitops "$OPTED"
+wait_for 10 has_event op-conflict gitops FieldConflict && ok "another applier's fields give a FieldConflict event" \
+  || not_ok "no FieldConflict event: $(event_reasons op-conflict gitops)"
+case "$(event_note op-conflict gitops FieldConflict)" in
+  *'"flux"'*) ok "the event names the manager (flux)";;
+  *) not_ok "FieldConflict note: $(event_note op-conflict gitops FieldConflict)";;
+esac
+expect "... and the Deployment is left as it was" "$(settings op-conflict gitops)" "none 30 25% 25%"
+wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-conflict default -o jsonpath='{.status.deployments.pending}')\" = 1 ]" \
+  && ok "the conflict counts as pending in the policy's status" || not_ok "op-conflict status: $(jp sdp op-conflict default '{.status.deployments}')"
+
+# existing: Replace replaces a user's hook and takes fields over from appliers.
+policy op-replace default "  preStop: {existing: Replace}"
+deployment op-replace legacy "$OPTED" "" '{"preStop":{"httpGet":{"path":"/drain","port":8080}}}'
+CREATE="apply --server-side --field-manager=flux" deployment op-replace gitops "$OPTED"
+wait_for 10 settings_are op-replace legacy "6 46 0 1" && ok "existing: Replace replaces a user-written hook with the sleep" \
+  || not_ok "op-replace legacy: '$(settings op-replace legacy)'"
+wait_for 10 settings_are op-replace gitops "6 46 0 1" && ok "existing: Replace takes fields over from another applier" \
+  || not_ok "op-replace gitops: '$(settings op-replace gitops)'"
+
 # ------------------------------------------------------------- /metrics
 curl -sf "http://127.0.0.1:$OP_PORT/metrics" >"$WORK/metrics.txt"
 if promtool check metrics <"$WORK/metrics.txt" >"$WORK/promtool.out" 2>&1; then ok "promtool check metrics accepts /metrics"
@@ -213,6 +206,15 @@ conflicts=$(gk_requests_since "$since" | grep -c '^update shutdownpolicies/statu
 wait_for 15 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.propagation.seconds}')\" = \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.spec.propagation.staticSeconds}')\" ]" \
   && ok "... and the status converges to the latest spec ($(jp sdp op-basic default '{.status.propagation.seconds}') s)" \
   || not_ok "status after the race: $(jp sdp op-basic default '{.status.propagation}')"
+
+# ------------------------------------------------------------- deleting a policy
+# Its Deployments stay as they are and are no longer managed.
+k delete sdp -n op-basic default >/dev/null
+wait_for 10 has_event op-basic web NoMatchingPolicy && ok "deleting the policy: NoMatchingPolicy event" \
+  || not_ok "no NoMatchingPolicy event after deleting the policy: $(event_reasons op-basic web)"
+expect "deleting the policy leaves the Deployment as it was" "$(settings op-basic web | cut -d' ' -f3,4)" "0 1"
+wait_for 5 bash -c "! curl -sf http://127.0.0.1:$OP_PORT/metrics | grep -q 'gracekeeper_deployments_managed{namespace=\"op-basic\"'" \
+  && ok "its metrics series are removed" || not_ok "op-basic series still exported"
 
 # ------------------------------------------------------------- steady state
 policy op-steady default
