@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The Helm chart without a cluster: helm lint (also --strict), values.schema.json
+# rejecting bad values, what the templates render for each values switch, and
+# that the chart and config/ (kustomize) grant the same rights and run the
+# operator the same way.
+#
+# usage: test/integration/ship/chart_test.sh   (no cluster)
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+. "$ROOT/test/integration/ship/lib.sh"
+helm_binary
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+# ------------------------------------------------------------- lint
+for mode in "" --strict; do
+  if "$HELM" lint "$CHART" $mode >"$WORK/lint.out" 2>&1 && grep -q '1 chart(s) linted, 0 chart(s) failed' "$WORK/lint.out"; then
+    if grep -qE '^\[(WARNING|ERROR)\]' "$WORK/lint.out"; then not_ok "helm lint ${mode:-(default)}: warnings"; note <"$WORK/lint.out"
+    else ok "helm lint ${mode:-(default)} is clean"; fi
+  else
+    not_ok "helm lint ${mode:-(default)} failed"; note <"$WORK/lint.out"
+  fi
+done
+"$HELM" lint "$CHART" --strict --set watchNamespace=shop-prod --set serviceMonitor.enabled=true \
+  --set prometheus.url=https://prometheus.monitoring.svc:9090 --set prometheus.caSecret=prom-ca \
+  --set prometheus.tokenSecret=prom-token >"$WORK/lint2.out" 2>&1 \
+  && ok "helm lint --strict with every switch on" || { not_ok "helm lint --strict with switches"; note <"$WORK/lint2.out"; }
+"$HELM" package "$CHART" -d "$WORK" >/dev/null 2>&1 && [ -f "$WORK/gracekeeper-0.1.0.tgz" ] \
+  && ok "helm package gives gracekeeper-0.1.0.tgz" || not_ok "helm package"
+tar -tzf "$WORK/gracekeeper-0.1.0.tgz" 2>/dev/null | grep -qx 'gracekeeper/crds/shutdownpolicies.gracekeeper.dev.yaml' \
+  && ok "the package carries the CRD in crds/" || not_ok "no crds/ in the package"
+
+# ------------------------------------------------------------- the schema
+# rejected NAME HELM-FLAGS...: helm template must fail, naming the schema.
+rejected() {
+  local what=$1
+  shift
+  if "$HELM" template gracekeeper "$CHART" "$@" >/dev/null 2>"$WORK/err"; then
+    not_ok "values.schema.json accepts $what"
+  elif grep -q "values don't meet the specifications of the schema" "$WORK/err"; then
+    ok "values.schema.json rejects $what ($(grep -m1 -oE '^- at .*|^- [a-zA-Z.]+:.*' "$WORK/err" | head -c 90))"
+  else
+    not_ok "$what: failed, but not by the schema: $(head -c 200 "$WORK/err")"
+  fi
+}
+rejected 'replicas: "two"' --set-string replicas=two
+rejected 'replicas: -1' --set replicas=-1
+rejected 'an unknown top-level key' --set replica=2
+rejected 'an unknown nested key' --set image.registry=example
+rejected 'image.pullPolicy: Sometimes' --set image.pullPolicy=Sometimes
+rejected 'logFormat: xml' --set logFormat=xml
+rejected 'logLevel: trace' --set logLevel=trace
+rejected 'prometheus.url without http(s)://' --set prometheus.url=prometheus:9090
+rejected 'watchNamespace: a list' --set 'watchNamespace={a,b}'
+rejected 'watchNamespace: Not_A_Name' --set watchNamespace=Not_A_Name
+rejected 'leaderElection.enabled: "yes"' --set-string leaderElection.enabled=yes
+rejected 'metrics.service.port: 70000' --set metrics.service.port=70000
+rejected 'serviceMonitor.interval: 30' --set serviceMonitor.interval=30
+rejected 'pdb.minAvailable: "half"' --set-string pdb.minAvailable=half
+rejected 'extraArgs without --' --set 'extraArgs={oops}'
+rejected 'terminationGracePeriodSeconds: 5 (the operator needs 10 s)' --set terminationGracePeriodSeconds=5
+rejected 'resources.requests.gpu' --set resources.requests.gpu=1
+
+# ------------------------------------------------------------- what renders
+d=$(render)
+expect "default objects" "$(kinds "$d")" \
+  "ClusterRole/gracekeeper ClusterRoleBinding/gracekeeper Deployment/gracekeeper PodDisruptionBudget/gracekeeper Role/gracekeeper-leader-election RoleBinding/gracekeeper-leader-election Service/gracekeeper-metrics ServiceAccount/gracekeeper"
+dep() { jq -c "[.[] | select(.kind == \"Deployment\")][0] | $1" <<<"$d"; }
+expect "replicas" "$(dep .spec.replicas)" 2
+expect "image (no registry)" "$(dep '.spec.template.spec.containers[0].image')" '"gracekeeper:0.1.0"'
+expect "args" "$(dep '.spec.template.spec.containers[0].args | join(" ")')" \
+  '"--leader-elect --leader-election-namespace=$(POD_NAMESPACE) --metrics-bind-address=:8080 --health-probe-bind-address=:8081 --log-format=json --log-level=info --workers=4 --propagation-refresh=60"'
+expect "terminationGracePeriodSeconds" "$(dep .spec.template.spec.terminationGracePeriodSeconds)" 15
+expect "pod securityContext" "$(dep '.spec.template.spec.securityContext | [.runAsNonRoot, .runAsUser, .seccompProfile.type] | join(" ")')" '"true 65532 RuntimeDefault"'
+expect "container securityContext" "$(dep '.spec.template.spec.containers[0].securityContext | [.readOnlyRootFilesystem, .allowPrivilegeEscalation, (.capabilities.drop | join(","))] | join(" ")')" '"true false ALL"'
+expect "resources" "$(dep '.spec.template.spec.containers[0].resources | [.requests.cpu, .requests.memory, .limits.cpu, .limits.memory] | join(" ")')" '"50m 32Mi 500m 128Mi"'
+expect "probes" "$(dep '.spec.template.spec.containers[0] | [.livenessProbe.httpGet.path, .livenessProbe.httpGet.port, .readinessProbe.httpGet.path, .readinessProbe.httpGet.port] | join(" ")')" '"/healthz health /readyz health"'
+expect "rollout keeps a replica" "$(dep '.spec.strategy.rollingUpdate | "\(.maxUnavailable) \(.maxSurge)"')" '"0 1"'
+expect "PDB minAvailable" "$(jq -c '.[] | select(.kind == "PodDisruptionBudget") | .spec.minAvailable' <<<"$d")" 1
+expect "metrics Service selects the operator pods" \
+  "$(jq -c '[.[] | select(.kind == "Service")][0].spec.selector == ([.[] | select(.kind == "Deployment")][0].spec.selector.matchLabels)' <<<"$d")" true
+
+d1=$(render --set replicas=1 --set leaderElection.enabled=false)
+expect "one replica, no leader election: no PDB, no Lease Role" "$(kinds "$d1")" \
+  "ClusterRole/gracekeeper ClusterRoleBinding/gracekeeper Deployment/gracekeeper Service/gracekeeper-metrics ServiceAccount/gracekeeper"
+expect "... and no --leader-elect" "$(jq -c '[.[] | select(.kind == "Deployment")][0].spec.template.spec.containers[0].args | map(select(startswith("--leader"))) | length' <<<"$d1")" 0
+"$HELM" template gracekeeper "$CHART" --set replicas=2 --set leaderElection.enabled=false >/dev/null 2>"$WORK/err" \
+  && not_ok "2 replicas without leader election rendered" \
+  || ok "2 replicas without leader election fail to render ($(grep -o 'replicas > 1 needs leaderElection.enabled' "$WORK/err"))"
+
+dw=$(render --set watchNamespace=shop-prod)
+expect "watchNamespace: --namespace flag" "$(jq -c '[.[] | select(.kind == "Deployment")][0].spec.template.spec.containers[0].args | map(select(startswith("--namespace")))' <<<"$dw")" '["--namespace=shop-prod"]'
+expect "watchNamespace: the ClusterRole is bound in that namespace only" \
+  "$(jq -c '[.[] | select(.roleRef.kind == "ClusterRole")] | map("\(.kind) \(.metadata.namespace)")' <<<"$dw")" '["RoleBinding shop-prod"]'
+
+dp=$(render --set prometheus.url=https://prometheus.monitoring.svc:9090 --set prometheus.caSecret=prom-ca \
+  --set prometheus.caKey=bundle.pem --set prometheus.tokenSecret=prom-token)
+pc() { jq -c "[.[] | select(.kind == \"Deployment\")][0].spec.template.spec | $1" <<<"$dp"; }
+expect "prometheus flags" "$(pc '.containers[0].args | map(select(startswith("--prometheus")))')" \
+  '["--prometheus-url=https://prometheus.monitoring.svc:9090","--prometheus-ca-file=/etc/gracekeeper/prometheus-ca/bundle.pem","--prometheus-bearer-token-file=/etc/gracekeeper/prometheus-token/token"]'
+expect "prometheus Secrets mounted as files" "$(pc '[.volumes[] | "\(.secret.secretName):\(.secret.items[0].key)"] | join(" ")')" '"prom-ca:bundle.pem prom-token:token"'
+expect "... read-only" "$(pc '[.containers[0].volumeMounts[] | "\(.mountPath):\(.readOnly)"] | join(" ")')" \
+  '"/etc/gracekeeper/prometheus-ca:true /etc/gracekeeper/prometheus-token:true"'
+
+ds=$(render --set serviceMonitor.enabled=true --set serviceMonitor.labels.release=kube-prometheus)
+expect "serviceMonitor.enabled renders a ServiceMonitor" "$(jq -c '.[] | select(.kind == "ServiceMonitor") | "\(.apiVersion) \(.spec.endpoints[0].port) \(.metadata.labels.release)"' <<<"$ds")" '"monitoring.coreos.com/v1 metrics kube-prometheus"'
+expect "serviceMonitor is off by default" "$(jq -c '[.[] | select(.kind == "ServiceMonitor")] | length' <<<"$d")" 0
+dx=$(render --set 'extraArgs={--lease-duration=30}' --set image.repository=mirror/gk --set image.tag=dev)
+expect "extraArgs appended; image repository and tag" \
+  "$(jq -c '[.[] | select(.kind == "Deployment")][0].spec.template.spec.containers[0] | "\(.image) \(.args[-1])"' <<<"$dx")" '"mirror/gk:dev --lease-duration=30"'
+
+# ------------------------------------------------------------- chart == config/ (kustomize)
+k=$(kubectl kustomize "$ROOT/config/default" | yaml2json)
+expect "kustomize objects" "$(kinds "$k")" \
+  "ClusterRole/gracekeeper ClusterRoleBinding/gracekeeper CustomResourceDefinition/shutdownpolicies.gracekeeper.dev Deployment/gracekeeper Namespace/gracekeeper-system Role/gracekeeper-leader-election RoleBinding/gracekeeper-leader-election Service/gracekeeper-metrics ServiceAccount/gracekeeper"
+same() {  # same WHAT JQ: the jq expression gives the same JSON on both
+  local a b
+  a=$(jq -cS "$2" <<<"$d")
+  b=$(jq -cS "$2" <<<"$k")
+  if [ "$a" = "$b" ] && [ "$a" != null ]; then ok "chart and config/ agree: $1"
+  else not_ok "chart and config/ differ in $1"; echo "chart:     $a" | note; echo "kustomize: $b" | note; fi
+}
+same "ClusterRole rules" '.[] | select(.kind == "ClusterRole") | .rules'
+same "Lease Role rules" '.[] | select(.kind == "Role") | .rules'
+same "ServiceAccount and namespace bound" '[.[] | select(.kind | endswith("Binding")) | .subjects] | sort'
+same "Deployment: replicas, grace, strategy" '.[] | select(.kind == "Deployment") | .spec | [.replicas, .template.spec.terminationGracePeriodSeconds, .strategy]'
+same "Deployment: security contexts" '.[] | select(.kind == "Deployment") | .spec.template.spec | [.securityContext, .containers[0].securityContext]'
+same "Deployment: image, args, env, ports, probes, resources" \
+  '.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0] | [.image, .args[:6], .env, .ports, .livenessProbe, .readinessProbe, .resources]'
+same "metrics Service ports" '.[] | select(.kind == "Service") | .spec.ports'
+
+finish

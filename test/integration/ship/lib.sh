@@ -1,0 +1,38 @@
+# shellcheck shell=bash
+# Shared by the ship tests (sourced): TAP-ish checks and reading YAML.
+# Expects ROOT (the repository).
+
+PASSED=0
+FAILED=0
+ok() { PASSED=$((PASSED + 1)); echo "ok - $*"; }
+not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $*"; }
+note() { sed 's/^/#   /'; }
+expect() {  # expect DESCRIPTION ACTUAL WANTED
+  if [ "$2" = "$3" ]; then ok "$1 ($2)"; else not_ok "$1: got '$2', want '$3'"; fi
+}
+finish() {
+  echo "$PASSED passed, $FAILED failed"
+  [ "$FAILED" -eq 0 ]
+  exit $?
+}
+
+# The pinned Helm, built once and cached (test/tools/build-helm).
+helm_binary() {
+  HELM=$("$ROOT/test/tools/build-helm") || { echo "Bail out! test/tools/build-helm failed"; exit 1; }
+}
+
+# yaml2json: multi-document YAML on stdin -> a JSON array of the documents
+# (empty documents dropped) on stdout.
+yaml2json() {
+  python3 -c 'import json, sys, yaml
+print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))'
+}
+
+CHART="$ROOT/charts/gracekeeper"
+# render [helm template flags...]: the chart as release "gracekeeper" in
+# namespace gracekeeper-system, as a JSON array.
+render() {
+  "$HELM" template gracekeeper "$CHART" --namespace gracekeeper-system "$@" | yaml2json
+}
+# kinds JSON: "Kind/name" of every document, sorted, one line.
+kinds() { jq -r '[.[] | "\(.kind)/\(.metadata.name)"] | sort | join(" ")' <<<"$1"; }
