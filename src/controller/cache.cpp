@@ -32,6 +32,14 @@ std::optional<CachedDeployment> project_deployment(const nlohmann::json& object)
   }
   CachedDeployment out{string_member(*metadata, "uid"), int_member(*metadata, "generation"),
                        budget::project_deployment(budget::Json(object))};
+  if (out.deployment) {
+    // Only gracekeeper's own annotations are read; kubectl's
+    // last-applied-configuration alone can be the size of the whole object.
+    std::erase_if(out.deployment->annotations,
+                  [](const auto& a) { return !a.first.starts_with("gracekeeper.dev/"); });
+    // Pod labels only tell offline `check` which Services select the pods.
+    out.deployment->pod_labels.clear();
+  }
   return out;
 }
 

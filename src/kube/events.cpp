@@ -217,17 +217,31 @@ void EventRecorder::record(EventRecord e) {
   ++stats_.recorded;
   std::string key = dedupe_key(e);
   if (!cache_.observe(e, std::chrono::system_clock::now(), new_name(e.regarding))) return;
-  ++in_flight_;
-  asio::co_spawn(executor_, write_loop(std::move(key)), [this](std::exception_ptr error) {
-    --in_flight_;
-    if (!error) return;
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& x) {
-      std::cerr << "event recorder: writer stopped: " << x.what() << "\n";
-    } catch (...) {
-    }
-  });
+  waiting_.push_back(std::move(key));
+  start_writers();
+}
+
+// At most max_writers writers at a time: a burst of events (thousands of
+// Deployments tuned at once) must not become thousands of concurrent
+// requests, each with its own connection.
+void EventRecorder::start_writers() {
+  while (writers_ < std::max<std::size_t>(options_.max_writers, 1) && !waiting_.empty()) {
+    std::string key = std::move(waiting_.front());
+    waiting_.pop_front();
+    ++writers_;
+    asio::co_spawn(executor_, write_loop(std::move(key)), [this](std::exception_ptr error) {
+      --writers_;
+      if (error) {
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& x) {
+          std::cerr << "event recorder: writer stopped: " << x.what() << "\n";
+        } catch (...) {
+        }
+      }
+      start_writers();
+    });
+  }
 }
 
 asio::awaitable<void> EventRecorder::write_loop(std::string key) {

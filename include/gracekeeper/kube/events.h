@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -119,6 +120,7 @@ struct EventRecorderOptions {
   std::string reporting_instance{};     // this replica's identity (pod name)
   std::chrono::seconds window{6 * 60};  // client-go: a series ends after 6 min without repeats
   std::size_t cache_size = 1024;
+  std::size_t max_writers = 2;  // concurrent Event writes; the rest wait in order
 };
 
 class EventRecorder {
@@ -144,7 +146,8 @@ class EventRecorder {
               std::string note);
 
   Stats stats() const { return stats_; }
-  std::size_t in_flight() const { return in_flight_; }
+  // Writes waiting or running.
+  std::size_t in_flight() const { return writers_ + waiting_.size(); }
 
  private:
   boost::asio::awaitable<void> write_loop(std::string key);
@@ -155,7 +158,10 @@ class EventRecorder {
   EventRecorderOptions options_;
   EventSeriesCache cache_;
   Stats stats_{};
-  std::size_t in_flight_ = 0;
+  void start_writers();
+
+  std::deque<std::string> waiting_{};  // keys whose writer has not started yet
+  std::size_t writers_ = 0;
   std::uint64_t sequence_ = 0;
 };
 

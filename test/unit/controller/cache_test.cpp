@@ -34,6 +34,16 @@ TEST(Cache, OnlyOptedInDeploymentsAreCached) {
   EXPECT_EQ(d->deployment->containers.size(), 1u);
 }
 
+TEST(Cache, KeepsOnlyGracekeepersAnnotations) {
+  auto d = project_deployment(
+      deployment({{"gracekeeper.dev/enabled", "true"},
+                  {"gracekeeper.dev/drain-seconds", "20"},
+                  {"kubectl.kubernetes.io/last-applied-configuration", std::string(10000, 'x')}}));
+  ASSERT_TRUE(d && d->deployment);
+  EXPECT_EQ(d->deployment->annotations.size(), 2u);
+  EXPECT_EQ(d->deployment->annotations.at("gracekeeper.dev/drain-seconds"), "20");
+}
+
 TEST(Cache, UnreadableDeploymentKeepsItsErrors) {
   auto object = deployment({{"gracekeeper.dev/enabled", "true"}});
   object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = "abc";
