@@ -265,16 +265,18 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
   const std::string key = budget::key(d);
   const auto now = Clock::now();
   nlohmann::json configuration(budget::apply_configuration(d, plan, policy.name, now));
-  // This change already failed on a field conflict (its FieldConflict event
-  // names it, also when reported before a restart): wait for the Deployment
+  // This change already failed on a field conflict or was rejected (its
+  // FieldConflict or ApplyRejected event names it, also when reported before
+  // a restart): wait for the Deployment
   // or the plan to change instead of repeating the write.
   const std::string wanted = "(wanted " + describe_changes(plan) + ")";
   if (auto it = reported_.find(key); it != reported_.end()) {
     for (const auto& e : it->second) {
-      if (e.starts_with("FieldConflict\x1f") && e.ends_with(wanted)) {
+      const std::string reason = e.substr(0, e.find('\x1f'));
+      if ((reason == "FieldConflict" || reason == "ApplyRejected") && e.ends_with(wanted)) {
         out.state.pending = true;
         out.events.push_back(
-            {{}, kube::EventType::Warning, "FieldConflict", "Tune", e.substr(e.find('\x1f') + 1)});
+            {{}, kube::EventType::Warning, reason, "Tune", e.substr(e.find('\x1f') + 1)});
         co_return false;
       }
     }
@@ -284,7 +286,7 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
   options.field_manager = kFieldManager;
   options.force = policy.spec->pre_stop.existing == budget::ExistingHook::Replace;
   std::expected<nlohmann::json, kube::ApiError> result;
-  if (options.force && replaces_foreign_handler(d, plan)) {
+  if (changes_handler(d, plan)) {
     co_await replace_hooks(d, configuration);
     result = nlohmann::json::object();
   } else {
@@ -312,6 +314,19 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
       log::warn("field conflict", {{"deployment", key}, {"owners", owners}});
       co_return false;
     }
+  }
+  if (!result && result.error().reason == kube::ApiError::Reason::Invalid) {
+    // The server refuses this configuration; sending it again cannot help
+    // until the Deployment or the plan changes.
+    out.state.pending = true;
+    out.events.push_back({{},
+                          kube::EventType::Warning,
+                          "ApplyRejected",
+                          "Tune",
+                          "not changed: the API server rejected the change: " +
+                              result.error().message + " " + wanted});
+    log::warn("apply rejected", {{"deployment", key}, {"error", result.error().format()}});
+    co_return false;
   }
   if (!result) {
     log::error("apply failed", {{"deployment", key}, {"error", result.error().format()}});

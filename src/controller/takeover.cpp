@@ -46,16 +46,13 @@ nlohmann::json add(std::string path, nlohmann::json value) {
 
 }  // namespace
 
-bool replaces_foreign_handler(const budget::Deployment& d, const budget::Plan& plan) {
+bool changes_handler(const budget::Deployment& d, const budget::Plan& plan) {
   using Action = budget::ContainerPlan::Action;
   return std::any_of(plan.containers.begin(), plan.containers.end(), [&](const auto& cp) {
     if (cp.action == Action::Keep) return false;
     auto c = std::find_if(d.containers.begin(), d.containers.end(),
                           [&](const auto& c) { return c.name == cp.name; });
-    if (c == d.containers.end() || c->pre_stop.kind == PreStopHook::Kind::None ||
-        c->pre_stop.owned) {
-      return false;
-    }
+    if (c == d.containers.end() || c->pre_stop.kind == PreStopHook::Kind::None) return false;
     return handler(c->pre_stop.kind) != (cp.action == Action::SetSleep ? "sleep" : "exec");
   });
 }

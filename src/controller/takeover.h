@@ -1,13 +1,14 @@
-// Replacing a preStop hook that another manager wrote, under
-// `existing: Replace`. A server-side apply cannot remove a field another
-// manager owns: applying `sleep` next to a user's `httpGet` keeps both (even
+// Changing the handler of an existing preStop hook (`httpGet` or `exec` ->
+// `sleep`): a user's hook under `existing: Replace`, or an `exec sleep` that
+// was written (by gracekeeper's `plan` or by hand) before the API server had
+// the native action. A server-side apply cannot remove a field another
+// manager owns: applying `sleep` next to the old handler keeps both (even
 // when gracekeeper first takes the old value over, ownership of an equal
 // value is only shared), and the API server rejects two handlers. So this
-// one case is written as a JSON patch (an update by manager `gracekeeper`)
-// that swaps the hooks and sets the other owned fields in the same request:
-// still one template change, one rollout. Later server-side applies take
-// those fields back from gracekeeper's update entry like from any other
-// updater.
+// case is written as a JSON patch (an update by manager `gracekeeper`) that
+// swaps the hooks and sets the other owned fields in the same request: still
+// one template change, one rollout. Later server-side applies take those
+// fields back from gracekeeper's update entry like from any other updater.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -17,9 +18,9 @@
 
 namespace gracekeeper::controller {
 
-// Whether applying `plan` replaces a hook whose handler (sleep, exec,
-// httpGet, tcpSocket) differs from the new one and that gracekeeper does not own.
-bool replaces_foreign_handler(const budget::Deployment&, const budget::Plan&);
+// Whether applying `plan` replaces an existing hook by one of another
+// handler (sleep, exec, httpGet, tcpSocket).
+bool changes_handler(const budget::Deployment&, const budget::Plan&);
 
 // The RFC 6902 patch that turns `current` (the object on the server) into
 // what the apply `configuration` describes: it tests the resourceVersion

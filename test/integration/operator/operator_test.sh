@@ -102,12 +102,32 @@ if managed_by_gk op-basic plain; then not_ok "a Deployment without the annotatio
 else ok "a Deployment without the annotation is untouched (no gracekeeper managedFields entry)"; fi
 expect "no events about the Deployment without the annotation" "$(event_reasons op-basic plain)" ""
 
-# kubectl get shutdownpolicies: five governed, three compliant (web, legacy,
-# batch); the bad-* ones are left unchanged.
+# An exec sleep written before the API server had the native action (by
+# `gracekeeper plan --kubernetes-version 1.29`, created by kubectl): the
+# operator switches it to the native sleep. Server-side apply cannot remove
+# the exec handler kubectl owns, so this goes out as one JSON patch.
+cat >"$WORK/old.json" <<'JSON'
+{"apiVersion":"apps/v1","kind":"Deployment",
+ "metadata":{"name":"old-exec","namespace":"op-basic","labels":{"app":"old-exec"},
+  "annotations":{"gracekeeper.dev/enabled":"true"}},
+ "spec":{"replicas":3,"selector":{"matchLabels":{"app":"old-exec"}},
+  "template":{"metadata":{"labels":{"app":"old-exec"}},
+   "spec":{"containers":[{"name":"app","image":"app:1","ports":[{"containerPort":8080}],
+      "readinessProbe":{"httpGet":{"path":"/ready","port":8080}}}]}}}}
+JSON
+SOURCE_DATE_EPOCH=1790000000 "$GK" plan -f "$WORK/old.json" --kubernetes-version 1.29 \
+  --propagation-seconds 4 2>/dev/null | k create -f - >/dev/null
+wait_for 10 bash -c "kubectl get deployment -n op-basic old-exec -o jsonpath='{.spec.template.spec.containers[0].lifecycle.preStop}' | grep -q '\"sleep\"'" \
+  && ok "an exec sleep hook is switched to the native sleep action" \
+  || not_ok "old-exec preStop: $(jp deployment op-basic old-exec '{.spec.template.spec.containers[0].lifecycle.preStop}')"
+expect "... with the exec handler gone" "$(jp deployment op-basic old-exec '{.spec.template.spec.containers[0].lifecycle.preStop}')" '{"sleep":{"seconds":6}}'
+
+# kubectl get shutdownpolicies: six governed, four compliant (web, legacy,
+# batch, old-exec); the bad-* ones are left unchanged.
 columns() { k get shutdownpolicies -n op-basic default --no-headers | awk '{print $2, $3, $4, $5, $6, $7, $8, $9}'; }
-wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.deployments.managed}')\" = 5 ]"
+wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.deployments.managed}')\" = 6 ]"
 expect "kubectl get shutdownpolicies columns (MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT READY)" \
-  "$(columns)" "Enforce Static 4 6 46 5 3 True"
+  "$(columns)" "Enforce Static 4 6 46 6 4 True"
 k get shutdownpolicies -A | head -1 | grep -q "MODE *SOURCE *PROPAGATION *PRESTOP *GRACE *MANAGED *COMPLIANT *READY *AGE" \
   && ok "kubectl get shutdownpolicies -A header" || not_ok "header: $(k get shutdownpolicies -A | head -1)"
 expect "condition BudgetHolds" "$(jp sdp op-basic default '{.status.conditions[?(@.type=="BudgetHolds")].status}')" "False"
@@ -119,7 +139,9 @@ expect "status.observedGeneration" "$(jp sdp op-basic default '{.status.observed
 k patch sdp -n op-basic default --type merge -p '{"spec":{"propagation":{"staticSeconds":20}}}' >/dev/null
 wait_for 10 settings_are op-basic web "30 70 0 1" && ok "a new propagation figure re-tunes the Deployment (30 s wait, grace 70)" \
   || not_ok "after staticSeconds 20: '$(settings op-basic web)'"
-expect "status follows" "$(columns)" "Enforce Static 20 30 70 5 3 True"
+columns_are() { [ "$(columns)" = "$1" ]; }
+wait_for 10 columns_are "Enforce Static 20 30 70 6 4 True"
+expect "status follows" "$(columns)" "Enforce Static 20 30 70 6 4 True"
 
 # An invalid spec the schema cannot catch: Ready=False, InvalidSpec.
 k patch sdp -n op-basic default --type merge -p '{"spec":{"rollout":{"maxSurge":0}}}' >/dev/null 2>"$WORK/patch.err"
@@ -174,8 +196,8 @@ wait_for 10 settings_are op-replace gitops "6 46 0 1" && ok "existing: Replace t
 curl -sf "http://127.0.0.1:$OP_PORT/metrics" >"$WORK/metrics.txt"
 if promtool check metrics <"$WORK/metrics.txt" >"$WORK/promtool.out" 2>&1; then ok "promtool check metrics accepts /metrics"
 else not_ok "promtool check metrics:"; note <"$WORK/promtool.out"; fi
-grep -q '^gracekeeper_deployments_managed{namespace="op-basic",policy="default"} 5' "$WORK/metrics.txt" \
-  && ok "gracekeeper_deployments_managed for op-basic/default is 5" || not_ok "managed gauge: $(grep deployments_managed "$WORK/metrics.txt" | head -3)"
+grep -q '^gracekeeper_deployments_managed{namespace="op-basic",policy="default"} 6' "$WORK/metrics.txt" \
+  && ok "gracekeeper_deployments_managed for op-basic/default is 6" || not_ok "managed gauge: $(grep deployments_managed "$WORK/metrics.txt" | head -3)"
 grep -q '^gracekeeper_patches_applied_total{namespace="op-basic"}' "$WORK/metrics.txt" && ok "patches are counted" || not_ok "no patches counter"
 
 # ------------------------------------------------------------- a status write that hits 409 is retried

@@ -61,7 +61,7 @@ TEST(Takeover, PatchCreatesMissingLifecycleAndAnnotations) {
             6);
 }
 
-TEST(Takeover, OnlyForeignHooksOfAnotherHandlerNeedIt) {
+TEST(Takeover, OnlyAChangeOfHandlerNeedsThePatch) {
   budget::Deployment d;
   d.containers.push_back({});
   d.containers[0].name = "app";
@@ -71,18 +71,18 @@ TEST(Takeover, OnlyForeignHooksOfAnotherHandlerNeedIt) {
   plan.containers[0].action = budget::ContainerPlan::Action::SetSleep;
 
   d.containers[0].pre_stop.kind = budget::PreStopHook::Kind::HttpGet;
-  EXPECT_TRUE(replaces_foreign_handler(d, plan));
+  EXPECT_TRUE(changes_handler(d, plan));
   d.containers[0].pre_stop.kind = budget::PreStopHook::Kind::ExecSleep;
-  EXPECT_TRUE(replaces_foreign_handler(d, plan));
+  EXPECT_TRUE(changes_handler(d, plan));
   d.containers[0].pre_stop.kind = budget::PreStopHook::Kind::Sleep;  // same handler: one apply
-  EXPECT_FALSE(replaces_foreign_handler(d, plan));
+  EXPECT_FALSE(changes_handler(d, plan));
   d.containers[0].pre_stop.kind = budget::PreStopHook::Kind::None;
-  EXPECT_FALSE(replaces_foreign_handler(d, plan));
+  EXPECT_FALSE(changes_handler(d, plan));
   d.containers[0].pre_stop = {budget::PreStopHook::Kind::ExecSleep, 6, /*owned=*/true};
-  EXPECT_FALSE(replaces_foreign_handler(d, plan));  // gracekeeper's own: released by omission
+  EXPECT_TRUE(changes_handler(d, plan));  // owned or not, other managers may share it
   d.containers[0].pre_stop = {budget::PreStopHook::Kind::HttpGet, std::nullopt, false};
   plan.containers[0].action = budget::ContainerPlan::Action::Keep;
-  EXPECT_FALSE(replaces_foreign_handler(d, plan));
+  EXPECT_FALSE(changes_handler(d, plan));
 }
 
 }  // namespace
