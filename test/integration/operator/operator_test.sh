@@ -77,7 +77,8 @@ case "$note_tuned" in
   *"terminationGracePeriodSeconds: 30s -> 46s"*"maxUnavailable=0"*) ok "Tuned event names old -> new values";;
   *) not_ok "Tuned event note: $note_tuned";;
 esac
-k describe deployment -n op-basic web | grep -q "Tuned" && ok "kubectl describe shows the Tuned event" || not_ok "kubectl describe shows no Tuned event"
+described=$(k describe deployment -n op-basic web)
+grep -q "Tuned" <<<"$described" && ok "kubectl describe shows the Tuned event" || not_ok "kubectl describe shows no Tuned event"
 
 deployment op-basic plain '{}'
 deployment op-basic batch "$OPTED" '{"type":"Recreate"}'
@@ -128,8 +129,10 @@ columns() { k get shutdownpolicies -n op-basic default --no-headers | awk '{prin
 wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.deployments.managed}')\" = 6 ]"
 expect "kubectl get shutdownpolicies columns (MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT READY)" \
   "$(columns)" "Enforce Static 4 6 46 6 4 True"
-k get shutdownpolicies -A | head -1 | grep -q "MODE *SOURCE *PROPAGATION *PRESTOP *GRACE *MANAGED *COMPLIANT *READY *AGE" \
-  && ok "kubectl get shutdownpolicies -A header" || not_ok "header: $(k get shutdownpolicies -A | head -1)"
+# Captured first: with pipefail, `head` closing the pipe early fails kubectl.
+header=$(k get shutdownpolicies -A 2>&1 | sed -n 1p)
+grep -q "MODE *SOURCE *PROPAGATION *PRESTOP *GRACE *MANAGED *COMPLIANT *READY *AGE" <<<"$header" \
+  && ok "kubectl get shutdownpolicies -A header" || not_ok "header: $header"
 expect "condition BudgetHolds" "$(jp sdp op-basic default '{.status.conditions[?(@.type=="BudgetHolds")].status}')" "False"
 expect "condition MetricsAvailable (Static)" "$(jp sdp op-basic default '{.status.conditions[?(@.type=="MetricsAvailable")].reason}')" "StaticSource"
 expect "status.observedGeneration" "$(jp sdp op-basic default '{.status.observedGeneration}')" "$(jp sdp op-basic default '{.metadata.generation}')"
