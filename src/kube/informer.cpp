@@ -234,6 +234,9 @@ asio::awaitable<void> InformerCore::wait_wake() {
 template <class T>
 asio::awaitable<std::optional<T>> InformerCore::interruptible(asio::awaitable<T> op) {
   using namespace asio::experimental::awaitable_operators;
+  // stop() may have come while nothing waited on wake_ (its cancel() then
+  // reached no one): do not start another wait that nothing would end.
+  if (stopping_) co_return std::nullopt;
   auto result = co_await (std::move(op) || wait_wake());
   if (result.index() == 0) co_return std::move(std::get<0>(result));
   co_return std::nullopt;
