@@ -102,3 +102,18 @@ settings() {  # "preStop grace maxUnavailable maxSurge" of a Deployment
          | map(tostring) | join(" ")' <<<"$d"
 }
 settings_are() { [ "$(settings "$1" "$2")" = "$3" ]; }
+
+# racer NS: patches the labels of NS's policy "default" as fast as it can, as
+# a second writer, so the operator's status updates hit 409. Run it in the
+# background and kill it.
+racer() {
+  local ns=$1 i=0 server
+  server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  while :; do
+    i=$((i + 1))
+    curl -s --cacert "$CLUSTER/pki/ca.crt" --cert "$CLUSTER/pki/admin.crt" --key "$CLUSTER/pki/admin.key" \
+      -X PATCH -H 'Content-Type: application/merge-patch+json' \
+      -d "{\"metadata\":{\"labels\":{\"race\":\"r$i\"}}}" \
+      "$server/apis/gracekeeper.dev/v1alpha1/namespaces/$ns/shutdownpolicies/default" >/dev/null
+  done
+}

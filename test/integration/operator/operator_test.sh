@@ -206,19 +206,8 @@ grep -q '^gracekeeper_patches_applied_total{namespace="op-basic"}' "$WORK/metric
 # ------------------------------------------------------------- a status write that hits 409 is retried
 # A racing writer bumps the policy's resourceVersion (label patches) while spec
 # changes make the operator write status; the audit log shows the 409s.
-SERVER=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-racer() {
-  local i=0
-  while :; do
-    i=$((i + 1))
-    curl -s --cacert "$CLUSTER/pki/ca.crt" --cert "$CLUSTER/pki/admin.crt" --key "$CLUSTER/pki/admin.key" \
-      -X PATCH -H 'Content-Type: application/merge-patch+json' \
-      -d "{\"metadata\":{\"labels\":{\"race\":\"r$i\"}}}" \
-      "$SERVER/apis/gracekeeper.dev/v1alpha1/namespaces/op-basic/shutdownpolicies/default" >/dev/null
-  done
-}
 since=$(now_rfc3339)
-racer &
+racer op-basic &
 RACER_PID=$!
 for s in 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
   k patch sdp -n op-basic default --type merge -p "{\"spec\":{\"propagation\":{\"staticSeconds\":$s}}}" >/dev/null

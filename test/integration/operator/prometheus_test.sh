@@ -264,17 +264,6 @@ wait_for 10 prop_near ${NS} 7 || true
 # and are retried. Once the racer stops, the policy must still be re-measured
 # every refresh: a later change of the p99 shows in its status. (A policy of
 # its own, so a failure here does not spill into the checks below.)
-SERVER=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-racer() {
-  local i=0
-  while :; do
-    i=$((i + 1))
-    curl -s --cacert "$CLUSTER/pki/ca.crt" --cert "$CLUSTER/pki/admin.crt" --key "$CLUSTER/pki/admin.key" \
-      -X PATCH -H 'Content-Type: application/merge-patch+json' \
-      -d "{\"metadata\":{\"labels\":{\"race\":\"r$i\"}}}" \
-      "$SERVER/apis/gracekeeper.dev/v1alpha1/namespaces/${RACE}/shutdownpolicies/default" >/dev/null
-  done
-}
 status_conflicts_since() {  # SINCE NS: gracekeeper's status updates of NS's policy answered 409
   jq -r --arg since "$1" --arg ns "$2" 'select(.stage == "ResponseComplete" and
       (.userAgent // "" | startswith("gracekeeper")) and .stageTimestamp > $since and
@@ -283,7 +272,7 @@ status_conflicts_since() {  # SINCE NS: gracekeeper's status updates of NS's pol
 }
 conflicted() { [ "$(status_conflicts_since "$since" ${RACE})" -ge 1 ]; }
 since=$(now_rfc3339)
-racer &
+racer "$RACE" &
 RACER_PID=$!
 for p in 9 10 9 10 9 10 9 10; do
   exporter_set "p99=$p"
