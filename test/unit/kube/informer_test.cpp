@@ -76,8 +76,10 @@ class ScriptedTransport final : public detail::Transport {
 
   // beast::test::stream ignores per-operation cancellation (the TLS stream
   // honours it, see the integration tests), so a test ends held-open
-  // watches by closing their server side.
+  // watches by closing their server side, including any that would only be
+  // held after this call (a watch whose reply is still being written).
   void close_held() {
+    closing_ = true;
     for (auto* s : held_) s->close();
   }
 
@@ -134,7 +136,7 @@ class ScriptedTransport final : public detail::Transport {
           co_await asio::async_write(*server, asio::buffer(piece), detail::use_nothrow);
       if (wec) co_return;
     }
-    if (hold_open) {  // returns when either end closes
+    if (hold_open && !closing_) {  // returns when either end closes
       held_.push_back(server.get());
       char byte;
       co_await server->async_read_some(asio::buffer(&byte, 1), detail::use_nothrow);
@@ -145,6 +147,7 @@ class ScriptedTransport final : public detail::Transport {
 
   asio::any_io_executor ex_;
   std::vector<beast::test::stream*> held_;
+  bool closing_ = false;
   detail::RequestHead head_{.host = "api.test:6443", .user_agent = "gk-test"};
   Timeouts timeouts_{};
 };
