@@ -1,5 +1,7 @@
 #include "cache.h"
 
+#include <algorithm>
+
 namespace gracekeeper::controller {
 namespace {
 
@@ -30,8 +32,21 @@ std::optional<CachedDeployment> project_deployment(const nlohmann::json& object)
   if (!annotations || string_member(*annotations, budget::kAnnotationEnabled) != "true") {
     return std::nullopt;
   }
-  CachedDeployment out{string_member(*metadata, "uid"), int_member(*metadata, "generation"),
-                       budget::project_deployment(budget::Json(object))};
+  CachedDeployment out{string_member(*metadata, "uid"),
+                       int_member(*metadata, "generation"),
+                       budget::project_deployment(budget::Json(object)),
+                       {}};
+  if (const auto* fields = member(*metadata, "managedFields"); fields && fields->is_array()) {
+    for (const auto& entry : *fields) {
+      std::string manager = string_member(entry, "manager");
+      if (string_member(entry, "operation") == "Apply" && !manager.empty() &&
+          manager != kFieldManager) {
+        out.appliers.push_back(std::move(manager));
+      }
+    }
+    std::ranges::sort(out.appliers);
+    out.appliers.erase(std::unique(out.appliers.begin(), out.appliers.end()), out.appliers.end());
+  }
   if (out.deployment) {
     // Only gracekeeper's own annotations are read; kubectl's
     // last-applied-configuration alone can be the size of the whole object.

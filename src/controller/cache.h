@@ -7,12 +7,16 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gracekeeper/budget/deployment.h"
 #include "gracekeeper/budget/policy.h"
 #include "gracekeeper/kube/client.h"
 
 namespace gracekeeper::controller {
+
+// The field manager of every gracekeeper write.
+inline constexpr const char* kFieldManager = "gracekeeper";
 
 inline const kube::Resource shutdown_policies{"gracekeeper.dev", "v1alpha1", "shutdownpolicies",
                                               true};
@@ -23,6 +27,12 @@ struct CachedDeployment {
   std::string uid;
   std::int64_t generation = 0;
   std::expected<budget::Deployment, budget::FieldErrors> deployment;
+  // The other field managers that write this Deployment with server-side
+  // apply (managedFields operation Apply), sorted: GitOps controllers whose
+  // fields gracekeeper does not take over unless told to. Usually empty, so
+  // the first apply can force over the Update writers (kubectl create/edit,
+  // controllers) in one request instead of a conflict and a second apply.
+  std::vector<std::string> appliers;
 };
 
 // nullopt for a Deployment that is not opted in (gracekeeper.dev/enabled is

@@ -53,6 +53,29 @@ std::string event_key(const kube::EventRecord& e) {
   return e.reason + '\x1f' + e.note;
 }
 
+// A conflict with managers that wrote with Update (kubectl create/edit/
+// client-side apply, other controllers' updates) is taken over: those
+// writers do not re-assert their values, and raising the budget is what the
+// Deployment opted in for. A conflict with another *applier* (a GitOps
+// controller re-applying its manifest) is not: forcing would start a fight
+// that restarts pods on every sync. `owners` gets the conflicting managers.
+bool may_force(const kube::ApiError& conflict, const std::vector<std::string>& appliers,
+               std::string& owners) {
+  std::set<std::string> managers;
+  for (const auto& cause : conflict.causes) {
+    if (auto m = conflicting_manager(cause); !m.empty()) managers.insert(m);
+  }
+  for (const auto& m : managers) owners += (owners.empty() ? "\"" : ", \"") + m + "\"";
+  if (managers.empty()) return false;
+  for (const auto& m : managers) {
+    if (std::ranges::find(appliers, m) != appliers.end()) {
+      owners += " (an applier)";
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
@@ -282,9 +305,15 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
     }
   }
 
+  // Copied: the cache may change while this coroutine waits.
+  const CachedDeployment* cached = deps_.deployments.get(key);
+  const std::vector<std::string> appliers = cached ? cached->appliers : std::vector<std::string>{};
   kube::ApplyOptions options;
   options.field_manager = kFieldManager;
-  options.force = policy.spec->pre_stop.existing == budget::ExistingHook::Replace;
+  // Without another applier every conflict is with Update writers, which
+  // may_force takes over anyway: force at once, one request instead of three.
+  options.force =
+      policy.spec->pre_stop.existing == budget::ExistingHook::Replace || appliers.empty();
   std::expected<nlohmann::json, kube::ApiError> result;
   if (changes_handler(d, plan)) {
     co_await replace_hooks(d, configuration);
@@ -296,7 +325,7 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
   if (!result && result.error().reason == kube::ApiError::Reason::Conflict &&
       !result.error().causes.empty() && !options.force) {
     std::string owners;
-    if (co_await may_force(d, result.error(), owners)) {
+    if (may_force(result.error(), appliers, owners)) {
       options.force = true;
       result = co_await deps_.client.apply(kube::resources::deployments, d.namespace_, d.name,
                                            configuration, options);
@@ -367,40 +396,6 @@ boost::asio::awaitable<void> Reconciler::replace_hooks(const budget::Deployment&
     throw std::runtime_error("replacing the preStop hooks of " + budget::key(d) + ": " +
                              result.error().format());
   }
-}
-
-// A conflict with managers that wrote with Update (kubectl create/edit/
-// client-side apply, other controllers' updates) is taken over: those
-// writers do not re-assert their values, and raising the budget is what the
-// Deployment opted in for. A conflict with another *applier* (a GitOps
-// controller re-applying its manifest) is not: forcing would start a fight
-// that restarts pods on every sync.
-boost::asio::awaitable<bool> Reconciler::may_force(const budget::Deployment& d,
-                                                   const kube::ApiError& conflict,
-                                                   std::string& owners) {
-  std::set<std::string> managers;
-  for (const auto& cause : conflict.causes) {
-    if (auto m = conflicting_manager(cause); !m.empty()) managers.insert(m);
-  }
-  for (const auto& m : managers) owners += (owners.empty() ? "\"" : ", \"") + m + "\"";
-  if (managers.empty()) co_return false;
-  // Named arguments: GCC 12 miscompiles a defaulted `= {}` argument inside co_await.
-  const std::string subresource;
-  auto object =
-      co_await deps_.client.get(kube::resources::deployments, d.namespace_, d.name, subresource);
-  // Not knowing who owns the fields is not a conflict: retry the reconcile.
-  if (!object) throw std::runtime_error("get " + budget::key(d) + ": " + object.error().format());
-  const nlohmann::json fields =
-      (*object)["metadata"].value("managedFields", nlohmann::json::array());
-  for (const auto& m : managers) {
-    for (const auto& entry : fields) {
-      if (entry.value("manager", "") == m && entry.value("operation", "") == "Apply") {
-        owners += " (an applier)";
-        co_return false;
-      }
-    }
-  }
-  co_return true;
 }
 
 DeploymentCounts Reconciler::count(const std::string& policy_key, bool& complete) const {

@@ -32,8 +32,6 @@
 
 namespace gracekeeper::controller {
 
-inline constexpr const char* kFieldManager = "gracekeeper";
-
 struct ReconcilerOptions {
   budget::Capabilities capabilities{};
   std::chrono::seconds propagation_refresh{60};
@@ -91,8 +89,6 @@ class Reconciler {
                                      const CachedPolicy&, Outcome&);
   boost::asio::awaitable<void> replace_hooks(const budget::Deployment&,
                                              const nlohmann::json& configuration);
-  boost::asio::awaitable<bool> may_force(const budget::Deployment&, const kube::ApiError&,
-                                         std::string& owners);
   void remember(const std::string& key, std::optional<Record> record);
   void report(const std::string& key, const kube::ObjectRef&, std::vector<kube::EventRecord>);
   void enqueue_namespace(const std::string& namespace_);

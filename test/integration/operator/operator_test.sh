@@ -58,6 +58,7 @@ policy op-basic default
 start_operator op1 || not_ok "operator became ready"
 
 start=$(date +%s%N)
+since_web=$(now_rfc3339)
 deployment op-basic web "$OPTED"
 if wait_for 10 settings_are op-basic web "6 46 0 1"; then
   ms=$((($(date +%s%N) - start) / 1000000))
@@ -71,6 +72,12 @@ expect "preStop is the native sleep action" \
 expect "applied annotation records the policy" \
   "$(jp deployment op-basic web '{.metadata.annotations.gracekeeper\.dev/applied}' | jq -r '.policy + " " + (.preStop|tostring) + " " + (.grace|tostring)')" "default 6 46"
 managed_by_gk op-basic web && ok "gracekeeper owns fields of the tuned Deployment (managedFields)" || not_ok "no gracekeeper managedFields entry on web"
+# kubectl create owns grace and strategy (an Update manager) and no other
+# applier writes web: one forced apply takes them, no 409 and no GET first.
+web_requests() { gk_requests_since "$since_web" | grep ' deployments/ web ' | tr '\n' ';'; }
+one_apply() { [ "$(web_requests)" = "patch deployments/ web 200;" ]; }
+wait_for 5 one_apply && ok "the first tune is one apply request, no 409 or GET (audit log)" \
+  || not_ok "gracekeeper's requests for web: $(web_requests)"
 wait_for 5 has_event op-basic web Tuned && ok "Tuned event on the Deployment" || not_ok "no Tuned event"
 note_tuned=$(event_note op-basic web Tuned)
 case "$note_tuned" in

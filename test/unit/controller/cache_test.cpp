@@ -44,6 +44,27 @@ TEST(Cache, KeepsOnlyGracekeepersAnnotations) {
   EXPECT_EQ(d->deployment->annotations.at("gracekeeper.dev/drain-seconds"), "20");
 }
 
+TEST(Cache, KeepsTheOtherAppliersOnly) {
+  auto object = deployment({{"gracekeeper.dev/enabled", "true"}});
+  object["metadata"]["managedFields"] = {
+      {{"manager", "kubectl-create"}, {"operation", "Update"}},
+      {{"manager", "gracekeeper"}, {"operation", "Apply"}},
+      {{"manager", "flux"}, {"operation", "Apply"}},
+      {{"manager", "argocd-controller"}, {"operation", "Apply"}},
+      {{"manager", "flux"}, {"operation", "Apply"}, {"subresource", "scale"}},
+      {{"operation", "Apply"}},
+      {{"manager", 7}, {"operation", "Apply"}},
+      "not an entry"};
+  auto d = project_deployment(object);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->appliers, (std::vector<std::string>{"argocd-controller", "flux"}));
+
+  object["metadata"]["managedFields"] = {{{"manager", "kubectl-create"}, {"operation", "Update"}}};
+  EXPECT_TRUE(project_deployment(object)->appliers.empty());
+  object["metadata"]["managedFields"] = "garbage";
+  EXPECT_TRUE(project_deployment(object)->appliers.empty());
+}
+
 TEST(Cache, UnreadableDeploymentKeepsItsErrors) {
   auto object = deployment({{"gracekeeper.dev/enabled", "true"}});
   object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = "abc";
