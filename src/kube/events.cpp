@@ -112,6 +112,7 @@ std::optional<EventSeriesCache::Write> EventSeriesCache::next_write(const std::s
   Entry& e = *found->second;
   if (e.written_count >= e.count) {
     e.writing = false;
+    evict();
     return std::nullopt;
   }
   e.writing = true;
@@ -150,7 +151,9 @@ void EventSeriesCache::touch(std::list<Entry>::iterator it) {
 }
 
 void EventSeriesCache::evict() {
-  while (index_.size() > capacity_ && !lru_.empty()) {
+  // An entry with a write waiting or running is not evicted: its event would
+  // be lost. Over capacity until its writer is done (next_write evicts then).
+  while (index_.size() > capacity_ && !lru_.empty() && !lru_.back().writing) {
     index_.erase(dedupe_key(lru_.back().record));
     lru_.pop_back();
   }

@@ -181,17 +181,46 @@ TEST(EventSeriesCache, OtherFailuresDropTheEntry) {
   EXPECT_TRUE(cache.observe(warning(), t0 + 1s, "web.2"));  // starts over
 }
 
+// Writes everything observed for `e` (as a writer would).
+void write_all(EventSeriesCache& cache, const EventRecord& e) {
+  const auto key = dedupe_key(e);
+  while (auto w = cache.next_write(key)) cache.write_succeeded(*w);
+}
+
 TEST(EventSeriesCache, LeastRecentlyUsedIsEvicted) {
   EventSeriesCache cache(2, 360s);
   auto a = warning("a"), b = warning("b"), c = warning("c");
   cache.observe(a, t0, "a");
   cache.observe(b, t0, "b");
+  write_all(cache, a);
+  write_all(cache, b);
   cache.observe(a, t0 + 1s, "a2");  // a is now the most recent
+  write_all(cache, a);
   cache.observe(c, t0 + 2s, "c");
   EXPECT_EQ(cache.size(), 2u);
   EXPECT_NE(cache.find(dedupe_key(a)), nullptr);
   EXPECT_EQ(cache.find(dedupe_key(b)), nullptr);
   EXPECT_NE(cache.find(dedupe_key(c)), nullptr);
+}
+
+// A burst larger than the cache (thousands of Deployments tuned at once,
+// writers capped) must not lose the events still waiting to be written.
+TEST(EventSeriesCache, EntriesWaitingToBeWrittenAreNotEvicted) {
+  EventSeriesCache cache(2, 360s);
+  std::vector<EventRecord> burst;
+  for (int i = 0; i < 5; ++i) burst.push_back(warning("burst " + std::to_string(i)));
+  for (const auto& e : burst) EXPECT_TRUE(cache.observe(e, t0, e.note));
+  EXPECT_EQ(cache.size(), 5u);
+  for (const auto& e : burst) {
+    auto w = cache.next_write(dedupe_key(e));
+    ASSERT_TRUE(w) << e.note << " was lost";
+    EXPECT_EQ(w->kind, Kind::Create);
+    cache.write_succeeded(*w);
+    EXPECT_FALSE(cache.next_write(dedupe_key(e)));  // done: now it may be evicted
+  }
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_NE(cache.find(dedupe_key(burst[4])), nullptr);
+  EXPECT_EQ(cache.find(dedupe_key(burst[0])), nullptr);
 }
 
 TEST(EventObject, ClusterScopedGoesToDefaultAndLongNoteIsCut) {
