@@ -117,6 +117,13 @@ class Operator {
   kube::EventRecorderOptions recorder_options() const {
     kube::EventRecorderOptions o;
     o.reporting_instance = identity();
+    // Events report the work; they do not compete with it (at most 30 s
+    // behind). A Deployment queue with work is what "busy" means; shutting
+    // down, the events go out at once.
+    o.busy = [this]() -> bool {
+      const kube::WorkQueue& q = deployment_queue_.core();
+      return !shutting_down_ && q.len() + q.processing() > 0;
+    };
     return o;
   }
   std::string identity() const {

@@ -4,6 +4,9 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <exception>
 #include <iostream>
 
@@ -220,7 +223,22 @@ void EventRecorder::record(EventRecord e) {
   ++stats_.recorded;
   std::string key = dedupe_key(e);
   if (!cache_.observe(e, std::chrono::system_clock::now(), new_name(e.regarding))) return;
-  waiting_.push_back(std::move(key));
+  waiting_.push_back({std::move(key), std::chrono::steady_clock::now()});
+  start_writers();
+}
+
+bool EventRecorder::deferred() const {
+  return options_.busy && options_.busy() &&
+         std::chrono::steady_clock::now() - waiting_.front().since < options_.max_defer;
+}
+
+// While deferred, look again every 100 ms: the queue running dry does not
+// tell the recorder.
+asio::awaitable<void> EventRecorder::recheck_later() {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  timer.expires_after(std::chrono::milliseconds(100));
+  co_await timer.async_wait(asio::use_awaitable);
+  rechecking_ = false;
   start_writers();
 }
 
@@ -229,7 +247,14 @@ void EventRecorder::record(EventRecord e) {
 // requests, each with its own connection.
 void EventRecorder::start_writers() {
   while (writers_ < std::max<std::size_t>(options_.max_writers, 1) && !waiting_.empty()) {
-    std::string key = std::move(waiting_.front());
+    if (deferred()) {
+      if (!rechecking_) {
+        rechecking_ = true;
+        asio::co_spawn(executor_, recheck_later(), asio::detached);
+      }
+      return;
+    }
+    std::string key = std::move(waiting_.front().key);
     waiting_.pop_front();
     ++writers_;
     asio::co_spawn(executor_, write_loop(std::move(key)), [this](std::exception_ptr error) {

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -120,7 +121,12 @@ struct EventRecorderOptions {
   std::string reporting_instance{};     // this replica's identity (pod name)
   std::chrono::seconds window{6 * 60};  // client-go: a series ends after 6 min without repeats
   std::size_t cache_size = 1024;
-  std::size_t max_writers = 2;  // concurrent Event writes; the rest wait in order
+  std::size_t max_writers = 4;  // concurrent Event writes (the default workers); the rest wait in order
+  // Events yield to the work they report: while busy() holds (the operator's
+  // work queue has work), waiting writes start only once the oldest has
+  // waited max_defer. Unset: never busy.
+  std::function<bool()> busy{};
+  std::chrono::milliseconds max_defer{30'000};
 };
 
 class EventRecorder {
@@ -159,8 +165,15 @@ class EventRecorder {
   EventSeriesCache cache_;
   Stats stats_{};
   void start_writers();
+  bool deferred() const;
+  boost::asio::awaitable<void> recheck_later();
 
-  std::deque<std::string> waiting_{};  // keys whose writer has not started yet
+  struct Waiting {
+    std::string key;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::deque<Waiting> waiting_{};  // keys whose writer has not started yet, oldest first
+  bool rechecking_ = false;        // a recheck_later() is pending
   std::size_t writers_ = 0;
   std::uint64_t sequence_ = 0;
 };

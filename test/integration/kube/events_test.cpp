@@ -7,6 +7,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -157,6 +158,46 @@ TEST_F(EventsTest, FailuresAreCountedNotThrown) {
   drain();
   EXPECT_EQ(recorder_->stats().failed, 1u);
   EXPECT_EQ(recorder_->stats().created, 0u);
+}
+
+// While the operator's queue has work, events wait (they must not slow down
+// the work they report), then go out when it is done.
+TEST_F(EventsTest, WaitWhileBusyThenAreWritten) {
+  bool busy = true;
+  EventRecorderOptions options;
+  options.reporting_instance = "gracekeeper-test-0";
+  options.busy = [&] { return busy; };
+  recorder_ = std::make_unique<EventRecorder>(io_.get_executor(), *client_, options);
+  recorder_->record(ref_, EventType::Normal, "Tuned", "Tune", "deferred");
+  io_.restart();
+  io_.run_for(std::chrono::milliseconds(400));
+  // (Not asked of the server: listing runs the executor until all work is done.)
+  EXPECT_EQ(recorder_->in_flight(), 1u);
+  EXPECT_EQ(recorder_->stats().created + recorder_->stats().failed, 0u) << "written while busy";
+  busy = false;
+  const auto freed = std::chrono::steady_clock::now();
+  drain();
+  EXPECT_LT(std::chrono::steady_clock::now() - freed, std::chrono::seconds(5));
+  auto events = events_about();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["note"], "deferred");
+}
+
+// ... but never longer than max_defer: a queue that is never empty does not
+// silence them.
+TEST_F(EventsTest, WaitAtMostMaxDefer) {
+  EventRecorderOptions options;
+  options.reporting_instance = "gracekeeper-test-0";
+  options.busy = [] { return true; };
+  options.max_defer = std::chrono::milliseconds(300);
+  recorder_ = std::make_unique<EventRecorder>(io_.get_executor(), *client_, options);
+  const auto start = std::chrono::steady_clock::now();
+  recorder_->record(ref_, EventType::Normal, "Tuned", "Tune", "busy forever");
+  drain();
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(300));
+  EXPECT_LT(waited, std::chrono::seconds(10));
+  ASSERT_EQ(events_about().size(), 1u);
 }
 
 }  // namespace
