@@ -188,7 +188,7 @@ boost::asio::awaitable<bool> Reconciler::reconcile_deployment(std::string key) {
     co_return true;
   }
   const CachedDeployment snapshot = *cached;  // the cache may change while we await
-  Outcome outcome = co_await decide(key, snapshot);
+  Outcome outcome = co_await decide(snapshot);
   if (outcome.wait) co_return true;
   const auto [ns, name] = split_key(key);
   const kube::ObjectRef ref = deployment_ref(ns, name, snapshot.uid);
@@ -198,8 +198,7 @@ boost::asio::awaitable<bool> Reconciler::reconcile_deployment(std::string key) {
   co_return true;
 }
 
-boost::asio::awaitable<Reconciler::Outcome> Reconciler::decide(const std::string& key,
-                                                               const CachedDeployment& cached) {
+boost::asio::awaitable<Reconciler::Outcome> Reconciler::decide(const CachedDeployment& cached) {
   Outcome out;
   const kube::ObjectRef none{};
   if (!cached.deployment) {
