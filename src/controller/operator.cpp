@@ -213,23 +213,33 @@ class Operator {
   }
 
   // Events this operator reported before a restart are not reported again.
+  // Read a page at a time: a cluster can hold far more Events than
+  // Deployments, and the whole list as one JSON tree would be the peak.
   asio::awaitable<void> seed_reported_events() {
     kube::ListOptions o;
     o.limit = 500;
-    auto list = co_await client_.list_all(kube::events_v1, options_.watch_namespace, o);
-    if (!list) {
-      log::warn("cannot list earlier events; they may be reported again",
-                {{"error", list.error().format()}});
-      co_return;
-    }
     std::multimap<std::string, std::string> reported;
-    for (const auto& e : (*list)["items"]) {
-      if (e.value("reportingController", "") != "gracekeeper.dev/operator") continue;
-      const auto& regarding = e.value("regarding", nlohmann::json::object());
-      if (regarding.value("kind", "") != "Deployment") continue;
-      reported.emplace(regarding.value("namespace", "") + "/" + regarding.value("name", ""),
-                       e.value("reason", "") + '\x1f' + e.value("note", ""));
-    }
+    do {
+      auto page = co_await client_.list(kube::events_v1, options_.watch_namespace, o);
+      if (!page) {
+        log::warn("cannot list earlier events; they may be reported again",
+                  {{"error", page.error().format()}});
+        break;
+      }
+      try {
+        for (const auto& e : page->value("items", nlohmann::json::array())) {
+          if (e.value("reportingController", "") != "gracekeeper.dev/operator") continue;
+          const auto& regarding = e.value("regarding", nlohmann::json::object());
+          if (regarding.value("kind", "") != "Deployment") continue;
+          reported.emplace(regarding.value("namespace", "") + "/" + regarding.value("name", ""),
+                           e.value("reason", "") + '\x1f' + e.value("note", ""));
+        }
+        o.continue_token = page->value("metadata", nlohmann::json::object()).value("continue", "");
+      } catch (const nlohmann::json::exception& x) {
+        log::warn("cannot read earlier events; they may be reported again", {{"error", x.what()}});
+        break;
+      }
+    } while (!o.continue_token.empty());
     reconciler_.seed_reported(std::move(reported));
   }
 

@@ -53,6 +53,11 @@ std::string event_key(const kube::EventRecord& e) {
   return e.reason + '\x1f' + e.note;
 }
 
+// Events whose note write() reads back: this very change failed, do not repeat it.
+bool blocks_writes(std::string_view event_key) {
+  return event_key.starts_with("FieldConflict\x1f") || event_key.starts_with("ApplyRejected\x1f");
+}
+
 // A conflict with managers that wrote with Update (kubectl create/edit/
 // client-side apply, other controllers' updates) is taken over: those
 // writers do not re-assert their values, and raising the budget is what the
@@ -124,8 +129,20 @@ kube::InformerHandlers Reconciler::policy_handlers() {
           }};
 }
 
+bool Reconciler::Reported::contains(std::size_t hash) const {
+  return std::ranges::find(hashes, hash) != hashes.end();
+}
+
+void Reconciler::seed_one(const std::string& key, std::string event) {
+  Reported& r = reported_[key];
+  const std::size_t hash = std::hash<std::string>{}(event);
+  if (r.contains(hash)) return;
+  r.hashes.push_back(hash);
+  if (blocks_writes(event)) r.blocking.push_back(std::move(event));
+}
+
 void Reconciler::seed_reported(std::multimap<std::string, std::string> reported) {
-  for (auto& [key, event] : reported) reported_[key].insert(std::move(event));
+  for (auto& [key, event] : reported) seed_one(key, std::move(event));
 }
 
 void Reconciler::enqueue_namespace(const std::string& ns) {
@@ -167,16 +184,25 @@ void Reconciler::remember(const std::string& key, std::optional<Record> record) 
 // reported again if they come back.
 void Reconciler::report(const std::string& key, const kube::ObjectRef&,
                         std::vector<kube::EventRecord> events) {
-  std::set<std::string> now;
-  auto& before = reported_[key];
+  Reported now;
+  auto found = reported_.find(key);
   for (auto& e : events) {
     std::string k = event_key(e);
-    now.insert(k);
-    if (before.contains(k)) continue;
+    const std::size_t hash = std::hash<std::string>{}(k);
+    if (now.contains(hash)) continue;
+    now.hashes.push_back(hash);
+    if (blocks_writes(k)) now.blocking.push_back(std::move(k));
+    if (found != reported_.end() && found->second.contains(hash)) continue;
     deps_.metrics.count_event(to_string(e.type), e.reason);
     deps_.events.record(std::move(e));
   }
-  before = std::move(now);
+  if (now.hashes.empty()) {
+    if (found != reported_.end()) reported_.erase(found);
+  } else if (found != reported_.end()) {
+    found->second = std::move(now);
+  } else {
+    reported_.emplace(key, std::move(now));
+  }
 }
 
 boost::asio::awaitable<bool> Reconciler::reconcile_deployment(std::string key) {
@@ -293,9 +319,9 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
   // or the plan to change instead of repeating the write.
   const std::string wanted = "(wanted " + describe_changes(plan) + ")";
   if (auto it = reported_.find(key); it != reported_.end()) {
-    for (const auto& e : it->second) {
+    for (const auto& e : it->second.blocking) {
       const std::string reason = e.substr(0, e.find('\x1f'));
-      if ((reason == "FieldConflict" || reason == "ApplyRejected") && e.ends_with(wanted)) {
+      if (e.ends_with(wanted)) {
         out.state.pending = true;
         out.events.push_back(
             {{}, kube::EventType::Warning, reason, "Tune", e.substr(e.find('\x1f') + 1)});

@@ -20,6 +20,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "cache.h"
 #include "gracekeeper/budget/engine.h"
@@ -104,8 +105,17 @@ class Reconciler {
   // namespace -> keys of opted-in Deployments / of policies, kept by the handlers.
   std::map<std::string, std::set<std::string>> deployments_by_namespace_;
   std::map<std::string, std::set<std::string>> policies_by_namespace_;
-  // Deployment key -> events reported for its current state.
-  std::unordered_map<std::string, std::set<std::string>> reported_;
+  // The events reported for a Deployment's current state. Kept per
+  // Deployment, so kept small: hashes of "reason\x1fnote", except the
+  // FieldConflict and ApplyRejected events, whose notes write() reads back.
+  struct Reported {
+    std::vector<std::size_t> hashes;
+    std::vector<std::string> blocking;
+    bool contains(std::size_t hash) const;
+  };
+  void seed_one(const std::string& key, std::string event);
+  // Deployment key -> its reported events; no entry when there are none.
+  std::unordered_map<std::string, Reported> reported_;
 };
 
 // "ns/name" -> {ns, name}.
