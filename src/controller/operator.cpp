@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>  // malloc_trim
+#endif
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -276,8 +279,28 @@ class Operator {
       metrics_.update_informer("shutdownpolicies", policies_.counters());
       metrics_.set_queue_depth("deployment", deployment_queue_.core().len());
       metrics_.set_queue_depth("shutdownpolicy", policy_queue_.core().len());
+      return_memory_after_a_burst();
       co_await sleep_for(std::chrono::milliseconds(1000));
     }
+  }
+
+  // A cold start or a mass change allocates for thousands of queued
+  // reconciles and Events at once; glibc keeps that memory after it is freed.
+  // Once all of that work is done, give the free pages back to the system.
+  void return_memory_after_a_burst() {
+    const auto& d = deployment_queue_.worker_counters();
+    const auto& p = policy_queue_.worker_counters();
+    const std::uint64_t work = d.reconciled + d.failed + p.reconciled + p.failed +
+                               events_.stats().created + events_.stats().patched;
+    const bool idle = deployment_queue_.core().len() + deployment_queue_.core().processing() +
+                          policy_queue_.core().len() + policy_queue_.core().processing() +
+                          events_.in_flight() ==
+                      0;
+    if (!idle || work - work_at_last_trim_ < kTrimAfterWork) return;
+    work_at_last_trim_ = work;
+#ifdef __GLIBC__
+    ::malloc_trim(0);
+#endif
   }
 
   void begin_shutdown(int code) {
@@ -348,6 +371,8 @@ class Operator {
   std::vector<std::unique_ptr<server::HttpServer>> http_;
   bool workers_started_ = false;
   bool shutting_down_ = false;
+  static constexpr std::uint64_t kTrimAfterWork = 1000;  // reconciles + Event writes
+  std::uint64_t work_at_last_trim_ = 0;
   int exit_code_ = 0;
 };
 
