@@ -1,6 +1,7 @@
 #include "cache.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace gracekeeper::controller {
 namespace {
@@ -23,6 +24,40 @@ std::int64_t int_member(const nlohmann::json& object, const char* key) {
 
 }  // namespace
 
+// Each string as its 4-byte length, then its bytes: key, value, key, value...
+std::string pack_labels(const std::map<std::string, std::string>& labels) {
+  std::string out;
+  auto put = [&out](const std::string& text) {
+    const auto size = static_cast<std::uint32_t>(text.size());
+    out.append(reinterpret_cast<const char*>(&size), sizeof size);
+    out.append(text);
+  };
+  for (const auto& [key, value] : labels) {
+    put(key);
+    put(value);
+  }
+  out.shrink_to_fit();
+  return out;
+}
+
+std::map<std::string, std::string> unpack_labels(std::string_view packed) {
+  std::map<std::string, std::string> out;
+  auto take = [&packed](std::string& text) {
+    std::uint32_t size = 0;
+    if (packed.size() < sizeof size) return false;
+    std::memcpy(&size, packed.data(), sizeof size);
+    packed.remove_prefix(sizeof size);
+    if (packed.size() < size) return false;
+    text.assign(packed.substr(0, size));
+    packed.remove_prefix(size);
+    return true;
+  };
+  std::string key;
+  std::string value;
+  while (take(key) && take(value)) out.emplace(std::move(key), std::move(value));
+  return out;
+}
+
 std::optional<CachedDeployment> project_deployment(const nlohmann::json& object) {
   const nlohmann::json* metadata = member(object, "metadata");
   if (!metadata) return std::nullopt;
@@ -35,6 +70,7 @@ std::optional<CachedDeployment> project_deployment(const nlohmann::json& object)
   CachedDeployment out{string_member(*metadata, "uid"),
                        int_member(*metadata, "generation"),
                        budget::project_deployment(budget::Json(object)),
+                       {},
                        {}};
   if (const auto* fields = member(*metadata, "managedFields"); fields && fields->is_array()) {
     for (const auto& entry : *fields) {
@@ -54,6 +90,8 @@ std::optional<CachedDeployment> project_deployment(const nlohmann::json& object)
                   [](const auto& a) { return !a.first.starts_with("gracekeeper.dev/"); });
     // Pod labels only tell offline `check` which Services select the pods.
     out.deployment->pod_labels.clear();
+    out.labels = pack_labels(out.deployment->labels);
+    out.deployment->labels.clear();
   }
   return out;
 }

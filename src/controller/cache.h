@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <expected>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gracekeeper/budget/deployment.h"
@@ -33,7 +35,14 @@ struct CachedDeployment {
   // the first apply can force over the Update writers (kubectl create/edit,
   // controllers) in one request instead of a conflict and a second apply.
   std::vector<std::string> appliers;
+  // The Deployment's labels (for policy selectors), packed into one string:
+  // a std::map node per label cost about 140 B. The projection's own
+  // `labels` map is left empty; unpack_labels() rebuilds it for a reconcile.
+  std::string labels;
 };
+
+std::string pack_labels(const std::map<std::string, std::string>& labels);
+std::map<std::string, std::string> unpack_labels(std::string_view packed);
 
 // nullopt for a Deployment that is not opted in (gracekeeper.dev/enabled is
 // not "true"): such Deployments are never cached and never touched.

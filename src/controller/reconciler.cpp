@@ -213,7 +213,8 @@ boost::asio::awaitable<bool> Reconciler::reconcile_deployment(std::string key) {
     reported_.erase(key);
     co_return true;
   }
-  const CachedDeployment snapshot = *cached;  // the cache may change while we await
+  CachedDeployment snapshot = *cached;  // the cache may change while we await
+  if (snapshot.deployment) snapshot.deployment->labels = unpack_labels(snapshot.labels);
   Outcome outcome = co_await decide(snapshot);
   if (outcome.wait) co_return true;
   const auto [ns, name] = split_key(key);

@@ -65,6 +65,27 @@ TEST(Cache, KeepsTheOtherAppliersOnly) {
   EXPECT_TRUE(project_deployment(object)->appliers.empty());
 }
 
+TEST(Cache, LabelsArePackedAndUnpackedWhole) {
+  auto object = deployment({{"gracekeeper.dev/enabled", "true"}});
+  object["metadata"]["labels"] = {{"app.kubernetes.io/name", "web"},
+                                  {"tier", ""},
+                                  {"team", std::string(300, 't')},
+                                  {"example.com/unicode", "\u00e9t\u00e9"}};
+  auto d = project_deployment(object);
+  ASSERT_TRUE(d && d->deployment);
+  EXPECT_TRUE(d->deployment->labels.empty()) << "kept twice";
+  const std::map<std::string, std::string> want{{"app.kubernetes.io/name", "web"},
+                                                {"tier", ""},
+                                                {"team", std::string(300, 't')},
+                                                {"example.com/unicode", "\u00e9t\u00e9"}};
+  EXPECT_EQ(unpack_labels(d->labels), want);
+  EXPECT_TRUE(unpack_labels(pack_labels({})).empty());
+  // A truncated packing yields the whole pairs before the cut, never garbage.
+  const std::string packed = pack_labels({{"a", "1"}, {"b", "2"}});
+  EXPECT_EQ(unpack_labels(std::string_view(packed).substr(0, packed.size() - 1)),
+            (std::map<std::string, std::string>{{"a", "1"}}));
+}
+
 TEST(Cache, UnreadableDeploymentKeepsItsErrors) {
   auto object = deployment({{"gracekeeper.dev/enabled", "true"}});
   object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = "abc";
