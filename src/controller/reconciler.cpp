@@ -129,20 +129,19 @@ kube::InformerHandlers Reconciler::policy_handlers() {
           }};
 }
 
-bool Reconciler::Reported::contains(std::size_t hash) const {
-  return std::ranges::find(hashes, hash) != hashes.end();
+bool Reconciler::Reported::contains(const std::string& event) const {
+  return std::ranges::find(hashes, std::hash<std::string>{}(event)) != hashes.end();
 }
 
-void Reconciler::seed_one(const std::string& key, std::string event) {
-  Reported& r = reported_[key];
-  const std::size_t hash = std::hash<std::string>{}(event);
-  if (r.contains(hash)) return;
-  r.hashes.push_back(hash);
-  if (blocks_writes(event)) r.blocking.push_back(std::move(event));
+bool Reconciler::Reported::add(std::string event) {
+  if (contains(event)) return false;
+  hashes.push_back(std::hash<std::string>{}(event));
+  if (blocks_writes(event)) blocking.push_back(std::move(event));
+  return true;
 }
 
 void Reconciler::seed_reported(std::multimap<std::string, std::string> reported) {
-  for (auto& [key, event] : reported) seed_one(key, std::move(event));
+  for (auto& [key, event] : reported) reported_[key].add(std::move(event));
 }
 
 void Reconciler::enqueue_namespace(const std::string& ns) {
@@ -188,11 +187,8 @@ void Reconciler::report(const std::string& key, const kube::ObjectRef&,
   auto found = reported_.find(key);
   for (auto& e : events) {
     std::string k = event_key(e);
-    const std::size_t hash = std::hash<std::string>{}(k);
-    if (now.contains(hash)) continue;
-    now.hashes.push_back(hash);
-    if (blocks_writes(k)) now.blocking.push_back(std::move(k));
-    if (found != reported_.end() && found->second.contains(hash)) continue;
+    const bool before = found != reported_.end() && found->second.contains(k);
+    if (!now.add(std::move(k)) || before) continue;
     deps_.metrics.count_event(to_string(e.type), e.reason);
     deps_.events.record(std::move(e));
   }
@@ -316,18 +312,17 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
   nlohmann::json configuration(budget::apply_configuration(d, plan, policy.name, now));
   // This change already failed on a field conflict or was rejected (its
   // FieldConflict or ApplyRejected event names it, also when reported before
-  // a restart): wait for the Deployment
-  // or the plan to change instead of repeating the write.
+  // a restart): wait for the Deployment or the plan to change instead of
+  // repeating the write.
   const std::string wanted = "(wanted " + describe_changes(plan) + ")";
   if (auto it = reported_.find(key); it != reported_.end()) {
     for (const auto& e : it->second.blocking) {
-      const std::string reason = e.substr(0, e.find('\x1f'));
-      if (e.ends_with(wanted)) {
-        out.state.pending = true;
-        out.events.push_back(
-            {{}, kube::EventType::Warning, reason, "Tune", e.substr(e.find('\x1f') + 1)});
-        co_return false;
-      }
+      if (!e.ends_with(wanted)) continue;
+      const auto separator = e.find('\x1f');
+      out.state.pending = true;
+      out.events.push_back(
+          {{}, kube::EventType::Warning, e.substr(0, separator), "Tune", e.substr(separator + 1)});
+      co_return false;
     }
   }
 

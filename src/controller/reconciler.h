@@ -111,9 +111,10 @@ class Reconciler {
   struct Reported {
     std::vector<std::size_t> hashes;
     std::vector<std::string> blocking;
-    bool contains(std::size_t hash) const;
+    bool contains(const std::string& event) const;
+    // Adds an event ("reason\x1fnote"); false when it is already there.
+    bool add(std::string event);
   };
-  void seed_one(const std::string& key, std::string event);
   // Deployment key -> its reported events; no entry when there are none.
   std::unordered_map<std::string, Reported> reported_;
 };
