@@ -63,14 +63,46 @@ std::string dedupe_key(const EventRecord& e) {
   return key;
 }
 
+std::optional<EventRecord> decode_key(std::string_view key) {
+  auto take = [&key](std::string& field) {
+    const auto colon = key.find(':');
+    if (colon == std::string_view::npos || colon == 0) return false;
+    std::size_t size = 0;
+    for (char c : key.substr(0, colon)) {
+      if (c < '0' || c > '9' || size > key.size()) return false;
+      size = size * 10 + static_cast<std::size_t>(c - '0');
+    }
+    if (key.size() - colon - 1 < size) return false;
+    field.assign(key.substr(colon + 1, size));
+    key.remove_prefix(colon + 1 + size);
+    return true;
+  };
+  EventRecord e;
+  std::string type;
+  if (!take(e.regarding.api_version) || !take(e.regarding.kind) || !take(e.regarding.namespace_) ||
+      !take(e.regarding.name) || !take(e.regarding.uid) || !take(type) || !take(e.reason) ||
+      !take(e.note) || !key.empty() || (type != "Normal" && type != "Warning")) {
+    return std::nullopt;
+  }
+  e.type = type == "Warning" ? EventType::Warning : EventType::Normal;
+  return e;
+}
+
+EventRecord EventSeriesCache::Entry::record() const {
+  EventRecord e = decode_key(key).value_or(EventRecord{});
+  e.action = action;
+  return e;
+}
+
 std::string event_namespace(const ObjectRef& r) {
   return r.namespace_.empty() ? std::string("default") : r.namespace_;
 }
 
-bool EventSeriesCache::observe(const EventRecord& record, Clock::time_point now,
-                               const std::string& new_name) {
+const EventSeriesCache::Entry* EventSeriesCache::observe(const EventRecord& record,
+                                                         Clock::time_point now,
+                                                         const std::string& new_name) {
   std::string key = dedupe_key(record);
-  auto found = index_.find(key);
+  auto found = index_.find(std::string_view(key));
   if (found != index_.end()) {
     auto it = found->second;
     touch(it);
@@ -89,27 +121,29 @@ bool EventSeriesCache::observe(const EventRecord& record, Clock::time_point now,
     return claim(*it);
   }
   Entry e;
-  e.record = record;
+  e.key = std::move(key);
+  e.key.shrink_to_fit();
+  e.action = record.action;
   e.name = new_name;
   e.count = 1;
   e.first_time = now;
   e.last_time = now;
   e.writing = true;  // the caller starts its writer
   lru_.push_front(std::move(e));
-  index_.emplace(std::move(key), lru_.begin());
-  evict();
-  return true;
+  index_.emplace(std::string_view(lru_.front().key), lru_.begin());
+  evict();  // never this entry: it is writing
+  return &lru_.front();
 }
 
-bool EventSeriesCache::claim(Entry& e) {
+const EventSeriesCache::Entry* EventSeriesCache::claim(Entry& e) {
   // One writer per key: set here, when the caller is told to start one, so
   // observations before that writer first runs do not start another.
-  if (e.writing) return false;
+  if (e.writing) return nullptr;
   e.writing = true;
-  return true;
+  return &e;
 }
 
-std::optional<EventSeriesCache::Write> EventSeriesCache::next_write(const std::string& key) {
+std::optional<EventSeriesCache::Write> EventSeriesCache::next_write(std::string_view key) {
   auto found = index_.find(key);
   if (found == index_.end()) return std::nullopt;
   Entry& e = *found->second;
@@ -121,7 +155,7 @@ std::optional<EventSeriesCache::Write> EventSeriesCache::next_write(const std::s
   e.writing = true;
   Write w;
   w.kind = e.written_count == 0 ? Write::Kind::Create : Write::Kind::PatchSeries;
-  w.key = key;
+  w.key = std::string(key);
   w.name = e.name;
   w.count = e.count;
   return w;
@@ -140,11 +174,12 @@ void EventSeriesCache::write_failed(const Write& w, bool not_found) {
     found->second->written_count = 0;  // deleted (or expired by TTL): create it again
     return;
   }
-  lru_.erase(found->second);
+  auto entry = found->second;
   index_.erase(found);
+  lru_.erase(entry);
 }
 
-const EventSeriesCache::Entry* EventSeriesCache::find(const std::string& key) const {
+const EventSeriesCache::Entry* EventSeriesCache::find(std::string_view key) const {
   auto found = index_.find(key);
   return found == index_.end() ? nullptr : &*found->second;
 }
@@ -157,25 +192,27 @@ void EventSeriesCache::evict() {
   // An entry with a write waiting or running is not evicted: its event would
   // be lost. Over capacity until its writer is done (next_write evicts then).
   while (index_.size() > capacity_ && !lru_.empty() && !lru_.back().writing) {
-    index_.erase(dedupe_key(lru_.back().record));
+    index_.erase(std::string_view(lru_.back().key));
     lru_.pop_back();
   }
 }
 
-json event_object(const EventSeriesCache::Entry& e, std::int64_t count,
+json event_object(const EventSeriesCache::Entry& entry, std::int64_t count,
                   const std::string& reporting_controller, const std::string& reporting_instance) {
+  const EventSeriesCache::Entry& e = entry;
+  const EventRecord record = entry.record();
   json event = {
       {"apiVersion", "events.k8s.io/v1"},
       {"kind", "Event"},
-      {"metadata", {{"name", e.name}, {"namespace", event_namespace(e.record.regarding)}}},
+      {"metadata", {{"name", e.name}, {"namespace", event_namespace(record.regarding)}}},
       {"eventTime", format_micro_time(e.first_time)},
       {"reportingController", reporting_controller},
       {"reportingInstance", reporting_instance},
-      {"action", cut(e.record.action, kShortLimit)},
-      {"reason", cut(e.record.reason, kShortLimit)},
-      {"regarding", object_ref_json(e.record.regarding)},
-      {"note", cut(e.record.note, kNoteLimit)},
-      {"type", std::string(to_string(e.record.type))},
+      {"action", cut(record.action, kShortLimit)},
+      {"reason", cut(record.reason, kShortLimit)},
+      {"regarding", object_ref_json(record.regarding)},
+      {"note", cut(record.note, kNoteLimit)},
+      {"type", std::string(to_string(record.type))},
   };
   if (count >= 2) {
     event["series"] = {{"count", count}, {"lastObservedTime", format_micro_time(e.last_time)}};
@@ -221,19 +258,24 @@ void EventRecorder::record(ObjectRef regarding, EventType type, std::string reas
 
 void EventRecorder::record(EventRecord e) {
   ++stats_.recorded;
-  std::string key = dedupe_key(e);
-  if (!cache_.observe(e, std::chrono::system_clock::now(), new_name(e.regarding))) return;
-  waiting_.push_back({std::move(key), std::chrono::steady_clock::now()});
+  const EventSeriesCache::Entry* entry =
+      cache_.observe(e, std::chrono::system_clock::now(), new_name(e.regarding));
+  if (!entry) return;  // its writer, waiting or running, sends this one too
+  waiting_.push_back({entry->key, std::chrono::steady_clock::now()});
   start_writers();
 }
 
-bool EventRecorder::deferred() const {
-  return options_.busy && options_.busy() &&
-         std::chrono::steady_clock::now() - waiting_.front().since < options_.max_defer;
+std::size_t EventRecorder::writer_limit() const {
+  const std::size_t all = std::max<std::size_t>(options_.max_writers, 1);
+  if (!options_.busy || !options_.busy()) return all;
+  // Busy: none until the oldest has waited max_defer, then one at a time.
+  const bool overdue =
+      !waiting_.empty() &&
+      std::chrono::steady_clock::now() - waiting_.front().since >= options_.max_defer;
+  return overdue ? 1 : 0;
 }
 
-// While deferred, look again every 100 ms: the queue running dry does not
-// tell the recorder.
+// While held back, look again every 100 ms.
 asio::awaitable<void> EventRecorder::recheck_later() {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   timer.expires_after(std::chrono::milliseconds(100));
@@ -246,15 +288,17 @@ asio::awaitable<void> EventRecorder::recheck_later() {
 // Deployments tuned at once) must not become thousands of concurrent
 // requests, each with its own connection.
 void EventRecorder::start_writers() {
-  while (writers_ < std::max<std::size_t>(options_.max_writers, 1) && !waiting_.empty()) {
-    if (deferred()) {
-      if (!rechecking_) {
+  while (!waiting_.empty()) {
+    const std::size_t limit = writer_limit();
+    if (writers_ >= limit) {
+      // Held back by busy(), which says nothing when it ends: look again.
+      if (limit < std::max<std::size_t>(options_.max_writers, 1) && !rechecking_) {
         rechecking_ = true;
         asio::co_spawn(executor_, recheck_later(), asio::detached);
       }
       return;
     }
-    std::string key = std::move(waiting_.front().key);
+    std::string key(waiting_.front().key);
     waiting_.pop_front();
     ++writers_;
     asio::co_spawn(executor_, write_loop(std::move(key)), [this](std::exception_ptr error) {
@@ -276,7 +320,7 @@ asio::awaitable<void> EventRecorder::write_loop(std::string key) {
   while (auto w = cache_.next_write(key)) {
     const EventSeriesCache::Entry* entry = cache_.find(key);
     if (!entry) co_return;
-    std::string ns = event_namespace(entry->record.regarding);
+    std::string ns = event_namespace(entry->record().regarding);
     Result result;
     if (w->kind == EventSeriesCache::Write::Kind::Create) {
       json body = event_object(*entry, w->count, options_.reporting_controller,

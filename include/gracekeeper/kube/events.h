@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "gracekeeper/kube/client.h"
@@ -49,8 +50,13 @@ struct EventRecord {
   std::string note{};    // human-readable; cut to 1 kB (the API's limit)
 };
 
-// What identifies "the same event" for deduplication.
+// What identifies "the same event" for deduplication: every field of the
+// record but its action, each length-prefixed. It holds the whole record, so
+// a waiting Event is kept as this one string (decode_key gives it back).
 std::string dedupe_key(const EventRecord&);
+// The record a dedupe_key was made of (action empty); nullopt for a string
+// that is not one.
+std::optional<EventRecord> decode_key(std::string_view key);
 
 // The deduplication state, without I/O: which Event (by name) each recent
 // key maps to, how often it was observed and how much of that has been
@@ -60,14 +66,18 @@ class EventSeriesCache {
  public:
   using Clock = std::chrono::system_clock;
 
+  // Kept small: thousands wait while the operator is busy (about 25,000 in
+  // a cold start at 10,000 Deployments).
   struct Entry {
-    EventRecord record{};
+    std::string key{};  // dedupe_key: the record, but its action
+    std::string action{};
     std::string name{};              // the Event object's name
     std::int64_t count = 0;          // observations in this series
     std::int64_t written_count = 0;  // count the server has (0: not created yet)
     Clock::time_point first_time{};  // eventTime
     Clock::time_point last_time{};   // series.lastObservedTime
     bool writing = false;
+    EventRecord record() const;  // decoded from key and action
   };
 
   // The next write for a key: create the Event (with a series when count >=
@@ -84,28 +94,30 @@ class EventSeriesCache {
 
   // Records an occurrence at `now`; `new_name` names the Event when this
   // starts a new series (first occurrence, or the last one is older than
-  // the window). Returns true when the caller should start a writer for the key.
-  bool observe(const EventRecord&, Clock::time_point now, const std::string& new_name);
+  // the window). Returns the entry when the caller should start a writer for
+  // it, nullptr when a writer has it already.
+  const Entry* observe(const EventRecord&, Clock::time_point now, const std::string& new_name);
   // What the writer should send next, or nullopt when the server is up to
   // date (the key is then no longer writing).
-  std::optional<Write> next_write(const std::string& key);
+  std::optional<Write> next_write(std::string_view key);
   void write_succeeded(const Write&);
   // A failed write: a PatchSeries that found no Event (NotFound) recreates
   // it next time; other failures drop the entry (counted by the caller).
   void write_failed(const Write&, bool not_found);
 
-  const Entry* find(const std::string& key) const;
+  const Entry* find(std::string_view key) const;
   std::size_t size() const { return index_.size(); }
 
  private:
-  static bool claim(Entry&);
+  static const Entry* claim(Entry&);
   void touch(std::list<Entry>::iterator);
   void evict();
 
   std::size_t capacity_;
   std::chrono::seconds window_;
   std::list<Entry> lru_{};  // most recent first
-  std::unordered_map<std::string, std::list<Entry>::iterator> index_{};
+  // Keyed by a view of the entry's own key: list nodes never move.
+  std::unordered_map<std::string_view, std::list<Entry>::iterator> index_{};
 };
 
 // The JSON sent for a Write (pure; exposed for tests).
@@ -121,10 +133,11 @@ struct EventRecorderOptions {
   std::string reporting_instance{};     // this replica's identity (pod name)
   std::chrono::seconds window{6 * 60};  // client-go: a series ends after 6 min without repeats
   std::size_t cache_size = 1024;
-  std::size_t max_writers = 4;  // concurrent Event writes (the default workers); the rest wait in order
+  std::size_t max_writers =
+      4;  // concurrent Event writes (the default workers); the rest wait in order
   // Events yield to the work they report: while busy() holds (the operator's
-  // work queue has work), waiting writes start only once the oldest has
-  // waited max_defer. Unset: never busy.
+  // work queue has work), they wait; once the oldest has waited max_defer,
+  // one is written at a time until busy() ends. Unset: never busy.
   std::function<bool()> busy{};
   std::chrono::milliseconds max_defer{30'000};
 };
@@ -154,6 +167,8 @@ class EventRecorder {
   Stats stats() const { return stats_; }
   // Writes waiting or running.
   std::size_t in_flight() const { return writers_ + waiting_.size(); }
+  // Writes running.
+  std::size_t writing() const { return writers_; }
 
  private:
   boost::asio::awaitable<void> write_loop(std::string key);
@@ -165,11 +180,13 @@ class EventRecorder {
   EventSeriesCache cache_;
   Stats stats_{};
   void start_writers();
-  bool deferred() const;
+  std::size_t writer_limit() const;  // writers allowed now
   boost::asio::awaitable<void> recheck_later();
 
   struct Waiting {
-    std::string key;
+    // The entry's key: an entry whose writer waits is never evicted (it is
+    // `writing`), so the view stays valid until its writer starts.
+    std::string_view key;
     std::chrono::steady_clock::time_point since;
   };
   std::deque<Waiting> waiting_{};  // keys whose writer has not started yet, oldest first

@@ -66,6 +66,39 @@ TEST(DedupeKey, FieldBoundariesCannotBeForged) {
   EXPECT_NE(dedupe_key(a), dedupe_key(b));
 }
 
+// A waiting Event is kept as its key alone: the key must give the record back.
+TEST(DedupeKey, DecodesBackToTheRecord) {
+  auto e = warning("a note: with \"quotes\", 12:34 and a colon");
+  e.regarding = {"", "Node", "", "node-1", ""};  // empty fields too
+  auto decoded = decode_key(dedupe_key(e));
+  ASSERT_TRUE(decoded);
+  EXPECT_EQ(decoded->regarding, e.regarding);
+  EXPECT_EQ(decoded->type, EventType::Warning);
+  EXPECT_EQ(decoded->reason, e.reason);
+  EXPECT_EQ(decoded->note, e.note);
+  EXPECT_EQ(decoded->action, "");  // not part of the key
+
+  EventSeriesCache cache(4, 360s);
+  const auto* entry = cache.observe(e, t0, "node-1.1");
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(entry->record().action, "Tune");
+  EXPECT_EQ(entry->record().note, e.note);
+}
+
+TEST(DedupeKey, DecodingRefusesWhatIsNotAKey) {
+  const std::string key = dedupe_key(warning());
+  EXPECT_FALSE(decode_key(""));
+  EXPECT_FALSE(decode_key(key.substr(0, key.size() - 1)));  // cut short
+  EXPECT_FALSE(decode_key(key + "x"));                      // trailing bytes
+  EXPECT_FALSE(decode_key("7:apps/v1"));                    // too few fields
+  EXPECT_FALSE(decode_key("x:" + key));                     // not a length
+  EXPECT_FALSE(decode_key("99999999999999999999999:a"));    // a length beyond the key
+  auto odd = warning();
+  std::string bad = dedupe_key(odd);
+  bad.replace(bad.find("7:Warning"), 9, "7:Warnung");  // not a type
+  EXPECT_FALSE(decode_key(bad));
+}
+
 TEST(EventSeriesCache, FirstOccurrenceCreatesWithoutSeries) {
   EventSeriesCache cache(16, 360s);
   ASSERT_TRUE(cache.observe(warning(), t0, "web.1"));
