@@ -24,38 +24,94 @@ std::int64_t int_member(const nlohmann::json& object, const char* key) {
 
 }  // namespace
 
-// Each string as its 4-byte length, then its bytes: key, value, key, value...
-std::string pack_labels(const std::map<std::string, std::string>& labels) {
-  std::string out;
-  auto put = [&out](const std::string& text) {
-    const auto size = static_cast<std::uint32_t>(text.size());
-    out.append(reinterpret_cast<const char*>(&size), sizeof size);
-    out.append(text);
-  };
-  for (const auto& [key, value] : labels) {
-    put(key);
-    put(value);
+namespace {
+
+// Copies the members `names` of `from` that are present into `to`.
+void copy_members(const nlohmann::json& from, nlohmann::json& to,
+                  std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (const auto* v = member(from, name)) to[name] = *v;
   }
-  out.shrink_to_fit();
+}
+
+nlohmann::json budget_container(const nlohmann::json& container) {
+  if (!container.is_object()) return container;  // an error to report, kept as it is
+  nlohmann::json out = nlohmann::json::object();
+  copy_members(
+      container, out,
+      {"name", "ports", "command", "args", "lifecycle", "readinessProbe", "livenessProbe"});
   return out;
 }
 
-std::map<std::string, std::string> unpack_labels(std::string_view packed) {
-  std::map<std::string, std::string> out;
-  auto take = [&packed](std::string& text) {
-    std::uint32_t size = 0;
-    if (packed.size() < sizeof size) return false;
-    std::memcpy(&size, packed.data(), sizeof size);
-    packed.remove_prefix(sizeof size);
-    if (packed.size() < size) return false;
-    text.assign(packed.substr(0, size));
-    packed.remove_prefix(size);
-    return true;
-  };
-  std::string key;
-  std::string value;
-  while (take(key) && take(value)) out.emplace(std::move(key), std::move(value));
+}  // namespace
+
+// Mirrors budget::project_deployment (src/budget/deployment.cpp); the unit
+// test checks both give the same projection for every Deployment it has.
+nlohmann::json budget_fields(const nlohmann::json& object) {
+  if (!object.is_object()) return object;
+  nlohmann::json out = nlohmann::json::object();
+  if (const auto* metadata = member(object, "metadata")) {
+    if (!metadata->is_object()) {
+      out["metadata"] = *metadata;
+    } else {
+      auto& m = out["metadata"] = nlohmann::json::object();
+      copy_members(*metadata, m, {"name", "namespace", "labels"});
+      if (const auto* annotations = member(*metadata, "annotations")) {
+        // Only gracekeeper's own annotations are read; kubectl's
+        // last-applied-configuration alone can be the size of the whole object.
+        if (!annotations->is_object()) {
+          m["annotations"] = *annotations;
+        } else {
+          auto& a = m["annotations"] = nlohmann::json::object();
+          for (const auto& [key, value] : annotations->items()) {
+            if (key.starts_with("gracekeeper.dev/") || !value.is_string()) a[key] = value;
+          }
+        }
+      }
+    }
+  }
+  const auto* spec = member(object, "spec");
+  if (!spec) return out;
+  if (!spec->is_object()) {
+    out["spec"] = *spec;
+    return out;
+  }
+  auto& s = out["spec"] = nlohmann::json::object();
+  copy_members(*spec, s, {"replicas", "strategy"});
+  const auto* pod_template = member(*spec, "template");
+  if (!pod_template) return out;
+  if (!pod_template->is_object()) {
+    s["template"] = *pod_template;
+    return out;
+  }
+  // The pod template's labels only tell offline `check` which Services select the pods.
+  auto& t = s["template"] = nlohmann::json::object();
+  const auto* pod_spec = member(*pod_template, "spec");
+  if (!pod_spec) return out;
+  if (!pod_spec->is_object()) {
+    t["spec"] = *pod_spec;
+    return out;
+  }
+  auto& p = t["spec"] = nlohmann::json::object();
+  copy_members(*pod_spec, p, {"terminationGracePeriodSeconds"});
+  if (const auto* containers = member(*pod_spec, "containers")) {
+    if (!containers->is_array()) {
+      p["containers"] = *containers;
+    } else {
+      auto& c = p["containers"] = nlohmann::json::array();
+      for (const auto& container : *containers) c.push_back(budget_container(container));
+    }
+  }
   return out;
+}
+
+std::expected<budget::Deployment, budget::FieldErrors> CachedDeployment::project() const {
+  budget::Json object = budget::Json::from_msgpack(source, /*strict=*/true,
+                                                   /*allow_exceptions=*/false);
+  if (object.is_discarded()) {  // not possible: `source` is written by project_deployment
+    return std::unexpected(budget::FieldErrors{{"", "the cached Deployment is unreadable"}});
+  }
+  return budget::project_deployment(object);
 }
 
 std::optional<CachedDeployment> project_deployment(const nlohmann::json& object) {
@@ -67,11 +123,8 @@ std::optional<CachedDeployment> project_deployment(const nlohmann::json& object)
   if (!annotations || string_member(*annotations, budget::kAnnotationEnabled) != "true") {
     return std::nullopt;
   }
-  CachedDeployment out{string_member(*metadata, "uid"),
-                       int_member(*metadata, "generation"),
-                       budget::project_deployment(budget::Json(object)),
-                       {},
-                       {}};
+  CachedDeployment out{
+      string_member(*metadata, "uid"), int_member(*metadata, "generation"), {}, {}};
   if (const auto* fields = member(*metadata, "managedFields"); fields && fields->is_array()) {
     for (const auto& entry : *fields) {
       std::string manager = string_member(entry, "manager");
@@ -83,16 +136,8 @@ std::optional<CachedDeployment> project_deployment(const nlohmann::json& object)
     std::ranges::sort(out.appliers);
     out.appliers.erase(std::unique(out.appliers.begin(), out.appliers.end()), out.appliers.end());
   }
-  if (out.deployment) {
-    // Only gracekeeper's own annotations are read; kubectl's
-    // last-applied-configuration alone can be the size of the whole object.
-    std::erase_if(out.deployment->annotations,
-                  [](const auto& a) { return !a.first.starts_with("gracekeeper.dev/"); });
-    // Pod labels only tell offline `check` which Services select the pods.
-    out.deployment->pod_labels.clear();
-    out.labels = pack_labels(out.deployment->labels);
-    out.deployment->labels.clear();
-  }
+  nlohmann::json::to_msgpack(budget_fields(object), out.source);
+  out.source.shrink_to_fit();
   return out;
 }
 

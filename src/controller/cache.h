@@ -23,26 +23,32 @@ inline constexpr const char* kFieldManager = "gracekeeper";
 inline const kube::Resource shutdown_policies{"gracekeeper.dev", "v1alpha1", "shutdownpolicies",
                                               true};
 
-// An opted-in Deployment. A Deployment the budget engine cannot read keeps
-// its errors, so the reconciler can report them instead of guessing.
+// An opted-in Deployment, kept small: one is cached per opted-in Deployment
+// of the cluster. The budget engine's projection is not kept; project()
+// builds it from `source` for each reconcile.
 struct CachedDeployment {
   std::string uid;
   std::int64_t generation = 0;
-  std::expected<budget::Deployment, budget::FieldErrors> deployment;
   // The other field managers that write this Deployment with server-side
   // apply (managedFields operation Apply), sorted: GitOps controllers whose
   // fields gracekeeper does not take over unless told to. Usually empty, so
   // the first apply can force over the Update writers (kubectl create/edit,
   // controllers) in one request instead of a conflict and a second apply.
   std::vector<std::string> appliers;
-  // The Deployment's labels (for policy selectors), packed into one string:
-  // a std::map node per label cost about 140 B. The projection's own
-  // `labels` map is left empty; unpack_labels() rebuilds it for a reconcile.
-  std::string labels;
+  // The fields of the Deployment that budget::project_deployment reads (and
+  // nothing else: no managedFields, no env, no status, only gracekeeper's
+  // annotations), as MessagePack: about a third of the projection's heap.
+  std::string source;
+
+  // The budget engine's view; a Deployment it cannot read gives its errors,
+  // so the reconciler can report them instead of guessing.
+  std::expected<budget::Deployment, budget::FieldErrors> project() const;
 };
 
-std::string pack_labels(const std::map<std::string, std::string>& labels);
-std::map<std::string, std::string> unpack_labels(std::string_view packed);
+// What project() reads of a Deployment object: a copy with only those
+// fields. Fields of the wrong type are kept as they are, so the errors of a
+// Deployment the engine cannot read are the same.
+nlohmann::json budget_fields(const nlohmann::json& object);
 
 // nullopt for a Deployment that is not opted in (gracekeeper.dev/enabled is
 // not "true"): such Deployments are never cached and never touched.

@@ -209,28 +209,30 @@ boost::asio::awaitable<bool> Reconciler::reconcile_deployment(std::string key) {
     reported_.erase(key);
     co_return true;
   }
-  CachedDeployment snapshot = *cached;  // the cache may change while we await
-  if (snapshot.deployment) snapshot.deployment->labels = unpack_labels(snapshot.labels);
-  Outcome outcome = co_await decide(snapshot);
+  // Copies: the cache may change while we await.
+  const std::string uid = cached->uid;
+  const auto deployment = cached->project();
+  Outcome outcome = co_await decide(deployment);
   if (outcome.wait) co_return true;
   const auto [ns, name] = split_key(key);
-  const kube::ObjectRef ref = deployment_ref(ns, name, snapshot.uid);
+  const kube::ObjectRef ref = deployment_ref(ns, name, uid);
   for (auto& e : outcome.events) e.regarding = ref;
   report(key, ref, std::move(outcome.events));
   remember(key, Record{outcome.policy_key, outcome.state});
   co_return true;
 }
 
-boost::asio::awaitable<Reconciler::Outcome> Reconciler::decide(const CachedDeployment& cached) {
+boost::asio::awaitable<Reconciler::Outcome> Reconciler::decide(
+    const std::expected<budget::Deployment, budget::FieldErrors>& deployment) {
   Outcome out;
   const kube::ObjectRef none{};
-  if (!cached.deployment) {
+  if (!deployment) {
     std::string note = "gracekeeper cannot read this Deployment; left unchanged:";
-    for (const auto& e : cached.deployment.error()) note += " " + e.format() + ";";
+    for (const auto& e : deployment.error()) note += " " + e.format() + ";";
     out.events.push_back({none, kube::EventType::Warning, "InvalidDeployment", "Check", note});
     co_return out;
   }
-  const budget::Deployment& d = *cached.deployment;
+  const budget::Deployment& d = *deployment;
 
   // The governing policy.
   std::vector<const CachedPolicy*> policies;

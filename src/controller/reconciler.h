@@ -85,7 +85,8 @@ class Reconciler {
     bool wait = false;                      // nothing decided (the policy is not measured yet)
   };
 
-  boost::asio::awaitable<Outcome> decide(const CachedDeployment&);
+  boost::asio::awaitable<Outcome> decide(
+      const std::expected<budget::Deployment, budget::FieldErrors>&);
   boost::asio::awaitable<bool> write(const budget::Deployment&, const budget::Plan&,
                                      const CachedPolicy&, Outcome&);
   boost::asio::awaitable<void> replace_hooks(const budget::Deployment&,

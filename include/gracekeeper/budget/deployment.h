@@ -33,6 +33,7 @@ struct Probe {
   // What the probe hits, for comparing liveness with readiness:
   // "http:8080/healthz", "tcp:8080", "grpc:9090/", "exec:cat /tmp/ready".
   std::string target;
+  bool operator==(const Probe&) const = default;
 };
 
 struct PreStopHook {
@@ -43,6 +44,7 @@ struct PreStopHook {
   // Written by gracekeeper (per the applied annotation offline, per managedFields
   // in the cluster). Only an owned hook is ever updated under `existing: Keep`.
   bool owned = false;
+  bool operator==(const PreStopHook&) const = default;
 };
 
 struct Container {
@@ -53,6 +55,7 @@ struct Container {
   PreStopHook pre_stop;
   Probe readiness;
   Probe liveness;
+  bool operator==(const Container&) const = default;
 };
 
 struct Strategy {
@@ -73,6 +76,7 @@ struct AppliedRecord {
   double propagation_seconds = 0;
   std::vector<std::string> containers;  // the containers that received gracekeeper's wait
   std::optional<std::chrono::system_clock::time_point> time;
+  bool operator==(const AppliedRecord&) const = default;
 };
 
 struct Deployment {
@@ -87,6 +91,7 @@ struct Deployment {
   bool grace_set = false;  // false when the manifest relied on the 30 s default
   std::vector<Container> containers;
   std::optional<AppliedRecord> applied;  // absent or unreadable annotation: nullopt
+  bool operator==(const Deployment&) const = default;
 };
 
 // Builds the projection. Errors name the field path and what was expected

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
+#include "gracekeeper/budget/deployment.h"
+
 namespace gracekeeper::controller {
 namespace {
 
@@ -29,9 +33,10 @@ TEST(Cache, OnlyOptedInDeploymentsAreCached) {
   ASSERT_TRUE(d);
   EXPECT_EQ(d->uid, "u-1");
   EXPECT_EQ(d->generation, 4);
-  ASSERT_TRUE(d->deployment);
-  EXPECT_EQ(d->deployment->name, "web");
-  EXPECT_EQ(d->deployment->containers.size(), 1u);
+  auto projected = d->project();
+  ASSERT_TRUE(projected);
+  EXPECT_EQ(projected->name, "web");
+  EXPECT_EQ(projected->containers.size(), 1u);
 }
 
 TEST(Cache, KeepsOnlyGracekeepersAnnotations) {
@@ -39,9 +44,12 @@ TEST(Cache, KeepsOnlyGracekeepersAnnotations) {
       deployment({{"gracekeeper.dev/enabled", "true"},
                   {"gracekeeper.dev/drain-seconds", "20"},
                   {"kubectl.kubernetes.io/last-applied-configuration", std::string(10000, 'x')}}));
-  ASSERT_TRUE(d && d->deployment);
-  EXPECT_EQ(d->deployment->annotations.size(), 2u);
-  EXPECT_EQ(d->deployment->annotations.at("gracekeeper.dev/drain-seconds"), "20");
+  ASSERT_TRUE(d);
+  EXPECT_LT(d->source.size(), 200u);
+  auto projected = d->project();
+  ASSERT_TRUE(projected);
+  EXPECT_EQ(projected->annotations.size(), 2u);
+  EXPECT_EQ(projected->annotations.at("gracekeeper.dev/drain-seconds"), "20");
 }
 
 TEST(Cache, KeepsTheOtherAppliersOnly) {
@@ -65,25 +73,136 @@ TEST(Cache, KeepsTheOtherAppliersOnly) {
   EXPECT_TRUE(project_deployment(object)->appliers.empty());
 }
 
-TEST(Cache, LabelsArePackedAndUnpackedWhole) {
-  auto object = deployment({{"gracekeeper.dev/enabled", "true"}});
-  object["metadata"]["labels"] = {{"app.kubernetes.io/name", "web"},
-                                  {"tier", ""},
-                                  {"team", std::string(300, 't')},
-                                  {"example.com/unicode", "\u00e9t\u00e9"}};
+// A Deployment with every field the budget engine reads, and many it does not.
+nlohmann::json rich_deployment() {
+  return nlohmann::json::parse(R"({
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {
+      "name": "web", "namespace": "shop", "uid": "u-1", "generation": 3, "resourceVersion": "77",
+      "labels": {"app.kubernetes.io/name": "web", "tier": "", "team": "payments"},
+      "annotations": {
+        "gracekeeper.dev/enabled": "true", "gracekeeper.dev/drain-seconds": "20",
+        "gracekeeper.dev/containers": "app,proxy", "gracekeeper.dev/policy": "default",
+        "gracekeeper.dev/applied": "{\"policy\":\"default\",\"preStop\":9,\"grace\":45,\"graceOwned\":true,\"propagation\":3.5,\"containers\":[\"app\"],\"time\":\"2026-11-30T14:05:00Z\"}",
+        "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+      "managedFields": [{"manager": "kubectl-client-side-apply", "operation": "Update",
+                         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
+    "spec": {
+      "replicas": 3, "revisionHistoryLimit": 5,
+      "selector": {"matchLabels": {"app.kubernetes.io/name": "web"}},
+      "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "10%"}},
+      "template": {
+        "metadata": {"labels": {"app.kubernetes.io/name": "web"}},
+        "spec": {
+          "terminationGracePeriodSeconds": 45, "serviceAccountName": "web",
+          "containers": [
+            {"name": "app", "image": "app:1", "command": ["/app"], "args": ["--port=8080"],
+             "ports": [{"name": "http", "containerPort": 8080}],
+             "env": [{"name": "A", "value": "b"}],
+             "resources": {"requests": {"cpu": "100m"}},
+             "lifecycle": {"preStop": {"sleep": {"seconds": 9}}},
+             "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, "periodSeconds": 5},
+             "livenessProbe": {"tcpSocket": {"port": 8080}}},
+            {"name": "proxy", "image": "proxy:2",
+             "ports": [{"containerPort": 15001}],
+             "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "sleep 3"]}}},
+             "readinessProbe": {"exec": {"command": ["cat", "/ready"]}},
+             "livenessProbe": {"grpc": {"port": 9090, "service": "health"}}},
+            {"name": "worker", "image": "worker:3",
+             "lifecycle": {"preStop": {"httpGet": {"path": "/stop", "port": 8081}}}}]}}},
+    "status": {"replicas": 3, "readyReplicas": 3}
+  })");
+}
+
+// What the cache cannot change: pod labels are not kept (only offline
+// `check` reads them), nor annotations other than gracekeeper's.
+budget::Deployment comparable(budget::Deployment d) {
+  d.pod_labels.clear();
+  std::erase_if(d.annotations,
+                [](const auto& a) { return !a.first.starts_with("gracekeeper.dev/"); });
+  return d;
+}
+
+void expect_same_projection(const nlohmann::json& object, const std::string& what) {
+  SCOPED_TRACE(what);
+  const auto whole = budget::project_deployment(budget::Json(object));
+  const auto kept = budget::project_deployment(budget::Json(budget_fields(object)));
+  budget::FieldErrors errors = whole ? budget::FieldErrors{} : whole.error();
+  // Only the pod labels were wrong: the cache does not read them.
+  std::erase_if(errors, [](const auto& e) { return e.path.starts_with("spec.template.metadata"); });
+  if (whole) {
+    ASSERT_TRUE(kept) << kept.error().front().format();
+    EXPECT_TRUE(comparable(*whole) == comparable(*kept));
+  } else if (errors.empty()) {
+    EXPECT_TRUE(kept) << kept.error().front().format();
+  } else {
+    ASSERT_FALSE(kept);
+    EXPECT_EQ(errors, kept.error());
+  }
+}
+
+// budget_fields must keep everything budget::project_deployment reads. Every
+// field and every object of a rich Deployment is replaced in turn by values
+// of other types (and removed): whatever the engine makes of it, it makes of
+// the cached copy too. A field the engine reads that the cache dropped shows
+// up here as a difference.
+TEST(Cache, KeepsEveryFieldTheBudgetEngineReads) {
+  const nlohmann::json rich = rich_deployment();
+  expect_same_projection(rich, "as it is");
+  ASSERT_TRUE(budget::project_deployment(budget::Json(rich)));
+
+  std::set<std::string> paths;
+  const nlohmann::json flat = rich.flatten();
+  for (const auto& [leaf, value] : flat.items()) {
+    for (auto p = nlohmann::json::json_pointer(leaf); !p.empty(); p = p.parent_pointer()) {
+      paths.insert(p.to_string());
+    }
+  }
+  const nlohmann::json others[] = {nullptr,
+                                   7,
+                                   -1,
+                                   2.5,
+                                   "x",
+                                   "",
+                                   true,
+                                   nlohmann::json::array(),
+                                   nlohmann::json::object(),
+                                   nlohmann::json::array({1, "y"})};
+  int cases = 0;
+  for (const auto& path : paths) {
+    const nlohmann::json::json_pointer p(path);
+    for (const auto& value : others) {
+      nlohmann::json object = rich;
+      object[p] = value;
+      expect_same_projection(object, path + " = " + value.dump());
+      ++cases;
+    }
+    nlohmann::json object = rich;
+    auto& parent = object[p.parent_pointer()];
+    if (parent.is_array()) {
+      parent.erase(std::stoul(p.back()));
+    } else {
+      parent.erase(p.back());
+    }
+    expect_same_projection(object, path + " removed");
+    ++cases;
+  }
+  EXPECT_GT(cases, 500);
+}
+
+TEST(Cache, KeepsLittleOfABigDeployment) {
+  nlohmann::json object = rich_deployment();
+  object["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] =
+      std::string(10000, 'x');
   auto d = project_deployment(object);
-  ASSERT_TRUE(d && d->deployment);
-  EXPECT_TRUE(d->deployment->labels.empty()) << "kept twice";
-  const std::map<std::string, std::string> want{{"app.kubernetes.io/name", "web"},
-                                                {"tier", ""},
-                                                {"team", std::string(300, 't')},
-                                                {"example.com/unicode", "\u00e9t\u00e9"}};
-  EXPECT_EQ(unpack_labels(d->labels), want);
-  EXPECT_TRUE(unpack_labels(pack_labels({})).empty());
-  // A truncated packing yields the whole pairs before the cut, never garbage.
-  const std::string packed = pack_labels({{"a", "1"}, {"b", "2"}});
-  EXPECT_EQ(unpack_labels(std::string_view(packed).substr(0, packed.size() - 1)),
-            (std::map<std::string, std::string>{{"a", "1"}}));
+  ASSERT_TRUE(d);
+  EXPECT_LT(d->source.size(), object.dump().size() / 4) << "kept more than it reads";
+  auto projected = d->project();
+  ASSERT_TRUE(projected);
+  EXPECT_EQ(projected->labels.at("team"), "payments");
+  EXPECT_EQ(projected->containers.size(), 3u);
+  ASSERT_TRUE(projected->applied);
+  EXPECT_EQ(projected->applied->grace_seconds, 45);
 }
 
 TEST(Cache, UnreadableDeploymentKeepsItsErrors) {
@@ -91,8 +210,9 @@ TEST(Cache, UnreadableDeploymentKeepsItsErrors) {
   object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = "abc";
   auto d = project_deployment(object);
   ASSERT_TRUE(d);
-  ASSERT_FALSE(d->deployment);
-  EXPECT_EQ(d->deployment.error().front().path, "spec.template.spec.terminationGracePeriodSeconds");
+  auto projected = d->project();
+  ASSERT_FALSE(projected);
+  EXPECT_EQ(projected.error().front().path, "spec.template.spec.terminationGracePeriodSeconds");
 }
 
 TEST(Cache, PolicyKeepsStatusAndVersion) {
