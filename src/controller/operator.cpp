@@ -152,12 +152,15 @@ class Operator {
     asio::co_spawn(io_, policies_.run(), asio::detached);
     asio::co_spawn(io_, deployments_.run(), asio::detached);
     asio::co_spawn(io_, publish_metrics(), asio::detached);
-    while (!(policies_.has_synced() && deployments_.has_synced()) && !shutting_down_) {
+    asio::co_spawn(io_, when_synced(), asio::detached);
+    // Work starts once the policies are known, while the Deployments are
+    // still being listed: each is queued as its page arrives (a cold start at
+    // 10,000 Deployments would otherwise wait seconds for the whole list).
+    // Policy status counts wait for the whole list (Reconciler::count).
+    while (!policies_.has_synced() && !shutting_down_) {
       co_await sleep_for(std::chrono::milliseconds(20));
     }
     if (shutting_down_) co_return;
-    log::info("caches synced", {{"policies", std::to_string(policies_.size())},
-                                {"deployments", std::to_string(deployments_.size())}});
     if (!options_.leader_elect) {
       start_workers();
       co_return;
@@ -186,6 +189,16 @@ class Operator {
     log::info("waiting for leadership", {{"lease", le.namespace_ + "/" + le.name}});
     asio::co_spawn(io_, elector_->run(),
                    asio::bind_cancellation_slot(elector_cancel_.slot(), asio::detached));
+  }
+
+  asio::awaitable<void> when_synced() {
+    while (!(policies_.has_synced() && deployments_.has_synced()) && !shutting_down_) {
+      co_await sleep_for(std::chrono::milliseconds(20));
+    }
+    if (shutting_down_) co_return;
+    log::info("caches synced", {{"policies", std::to_string(policies_.size())},
+                                {"deployments", std::to_string(deployments_.size())}});
+    reconciler_.deployments_synced();
   }
 
   bool start_http() {

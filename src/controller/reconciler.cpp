@@ -129,6 +129,12 @@ kube::InformerHandlers Reconciler::policy_handlers() {
           }};
 }
 
+void Reconciler::deployments_synced() {
+  for (const auto& [ns, keys] : policies_by_namespace_) {
+    for (const auto& key : keys) deps_.policy_queue.add(key);
+  }
+}
+
 bool Reconciler::Reported::contains(const std::string& event) const {
   return std::ranges::find(hashes, std::hash<std::string>{}(event)) != hashes.end();
 }
@@ -423,7 +429,8 @@ boost::asio::awaitable<void> Reconciler::replace_hooks(const budget::Deployment&
 
 DeploymentCounts Reconciler::count(const std::string& policy_key, bool& complete) const {
   DeploymentCounts c;
-  complete = true;
+  // Until the first list of Deployments is whole, a namespace may have more.
+  complete = deps_.deployments.has_synced();
   auto ds = deployments_by_namespace_.find(split_key(policy_key).first);
   if (ds == deployments_by_namespace_.end()) return c;
   for (const auto& key : ds->second) {

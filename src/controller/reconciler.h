@@ -57,6 +57,9 @@ class Reconciler {
   // Informer handlers: they only enqueue keys.
   kube::InformerHandlers deployment_handlers();
   kube::InformerHandlers policy_handlers();
+  // The first list of Deployments is whole: every policy's counts can be
+  // complete now (count() held them back until then).
+  void deployments_synced();
 
   // Events gracekeeper already reported (e.g. before a restart), so they are
   // not reported again: Deployment key -> "reason\x1fnote".

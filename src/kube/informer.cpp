@@ -252,12 +252,23 @@ asio::awaitable<bool> InformerCore::list_and_replace() {
   add_query(base, "labelSelector", options_.label_selector);
   add_query(base, "fieldSelector", options_.field_selector);
   add_query(base, "limit", std::to_string(options_.page_size));
+  //
+  // The first list into an empty cache goes straight into it, each item
+  // announced (on_add) the moment it is projected: the caller can start on
+  // the first page instead of after the last (has_synced() says when the
+  // list is whole). Every other list, including a retry of a first list that
+  // failed half-way, builds a fresh cache and replaces the old with a diff.
+  const bool stream = !synced_ && cache_.empty();
   std::unordered_map<std::string, Entry> fresh;
   auto on_item = [&](json&& item) {
     auto value = project(item);
     if (!value) return;
-    fresh.insert_or_assign(object_key(item),
-                           Entry{metadata_string(item, "resourceVersion"), std::move(*value)});
+    Entry entry{metadata_string(item, "resourceVersion"), std::move(*value)};
+    if (stream) {
+      upsert(object_key(item), std::move(entry));
+    } else {
+      fresh.insert_or_assign(object_key(item), std::move(entry));
+    }
   };
   std::string list_version;  // every page comes from the first page's snapshot
   std::string continue_token;
@@ -284,7 +295,13 @@ asio::awaitable<bool> InformerCore::list_and_replace() {
     continue_token = metadata_string(list, "continue");
     if (continue_token.empty()) break;
   }
-  replace(std::move(fresh), std::move(list_version));
+  if (stream) {
+    resource_version_ = std::move(list_version);
+    synced_ = true;
+    ++counters_.lists;
+  } else {
+    replace(std::move(fresh), std::move(list_version));
+  }
   co_return true;
 }
 

@@ -117,7 +117,8 @@ class InformerCore {
   // Called while no run() is active, it makes the next run() return at once.
   void stop();
 
-  // The first LIST has been put in the cache.
+  // The first LIST is whole in the cache. Before that, the cache fills (and
+  // on_add fires) item by item as the first LIST's pages arrive.
   bool has_synced() const { return synced_; }
   const std::any* find(std::string_view key) const;
   std::vector<std::string> keys() const;  // sorted

@@ -324,6 +324,49 @@ TEST_F(InformerTest, ListPageThatIsNotJsonIsAListError) {
   EXPECT_THAT(log_, ElementsAre("add ns/a"));
 }
 
+// The first list is announced item by item as its pages arrive, before it
+// is whole: the operator starts work on the first page.
+TEST_F(InformerTest, FirstListIsAnnouncedAsItsPagesArrive) {
+  std::vector<std::string> seen;  // "<key> <pages requested> <synced>" at each add
+  InformerHandlers h;
+  h.on_add = [&](const std::string& k) {
+    seen.push_back(k + " " + std::to_string(transport_->targets.size()) + " " +
+                   (informer_->has_synced() ? "synced" : "listing"));
+  };
+  informer_->set_handlers(h);
+  transport_->replies.push_back({{raw_reply(
+      R"({"kind":"List","metadata":{"continue":"t1","resourceVersion":"10"},"items":[)"
+      R"({"metadata":{"namespace":"ns","name":"a","resourceVersion":"5"},"data":{"v":"1"}}]})")}});
+  transport_->replies.push_back({{raw_reply(
+      R"({"kind":"List","metadata":{"resourceVersion":"10"},"items":[)"
+      R"({"metadata":{"namespace":"ns","name":"b","resourceVersion":"6"},"data":{"v":"2"}}]})")}});
+  transport_->replies.push_back({{kChunkedHead}, /*hold_open=*/true});
+  ASSERT_TRUE(run_until([&] { return informer_->has_synced(); })) << informer_->last_error();
+  EXPECT_THAT(seen, ElementsAre("ns/a 1 listing", "ns/b 2 listing"));
+  EXPECT_EQ(informer_->versions(), (VersionMap{{"ns/a", "5"}, {"ns/b", "6"}}));
+  EXPECT_EQ(informer_->resource_version(), "10");
+  EXPECT_EQ(informer_->counters().lists, 1u);
+}
+
+// A first list that fails half-way leaves what it announced in the cache; the
+// retry replaces it with a diff, so nothing announced is left behind.
+TEST_F(InformerTest, FirstListThatFailsHalfWayIsRetriedWithADiff) {
+  transport_->replies.push_back({{raw_reply(
+      R"({"kind":"List","metadata":{"continue":"t1","resourceVersion":"10"},"items":[)"
+      R"({"metadata":{"namespace":"ns","name":"a","resourceVersion":"5"},"data":{"v":"1"}},)"
+      R"({"metadata":{"namespace":"ns","name":"b","resourceVersion":"6"},"data":{"v":"2"}}]})")}});
+  transport_->replies.push_back({{raw_reply(R"({"kind":"List","items":[{"metadata":)")}});
+  // The retry: a is gone, b changed, c is new.
+  transport_->replies.push_back(
+      {{list_reply("20", {cm("b", "16", {{"v", "3"}}), cm("c", "17", {{"v", "4"}})})}});
+  transport_->replies.push_back({{kChunkedHead}, /*hold_open=*/true});
+  ASSERT_TRUE(run_until([&] { return informer_->has_synced(); })) << informer_->last_error();
+  EXPECT_EQ(informer_->counters().list_errors, 1u);
+  EXPECT_EQ(informer_->counters().lists, 1u);
+  EXPECT_EQ(informer_->versions(), (VersionMap{{"ns/b", "16"}, {"ns/c", "17"}}));
+  EXPECT_THAT(log_, ElementsAre("add ns/a", "add ns/b", "delete ns/a", "add ns/c", "update ns/b"));
+}
+
 TEST_F(InformerTest, GoneEventRelistsAndEmitsTheGap) {
   transport_->replies.push_back(
       {{list_reply("10", {cm("a", "5", {{"v", "1"}}), cm("b", "6", {{"v", "2"}}),
