@@ -521,8 +521,20 @@ boost::asio::awaitable<bool> Reconciler::reconcile_policy(std::string key) {
   bool complete = false;
   DeploymentCounts counts = count(key, complete);
   if (complete) {
+    rt.counts_awaited_since.reset();
     deps_.metrics.set_deployments(ns, name, counts.managed, counts.compliant, counts.violations);
     in.deployments = std::move(counts);
+  } else if (!policy.status.is_object() || !policy.status.contains("deployments")) {
+    // A policy's first status waits for its counts, so a cold start writes
+    // each status once, not twice (once without counts, once with). Not for
+    // longer than kCountsWait: a Deployment whose reconcile keeps failing
+    // must not keep the propagation figure out of the status.
+    const auto now = std::chrono::steady_clock::now();
+    if (!rt.counts_awaited_since) rt.counts_awaited_since = now;
+    if (now - *rt.counts_awaited_since < kCountsWait) {
+      deps_.policy_queue.add_after(key, *rt.counts_awaited_since + kCountsWait - now);
+      co_return true;
+    }
   }
   co_return co_await write_status(policy, desired_status(in, policy.status));
 }

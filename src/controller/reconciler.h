@@ -75,7 +75,10 @@ class Reconciler {
     std::optional<PropagationState> propagation;
     std::optional<std::chrono::steady_clock::time_point> next_measurement;
     std::int64_t measured_generation = -1;
+    // Since when the first status has waited for the Deployment counts.
+    std::optional<std::chrono::steady_clock::time_point> counts_awaited_since;
   };
+  static constexpr std::chrono::seconds kCountsWait{10};
   // What the last reconcile of a Deployment decided.
   struct Record {
     std::string policy_key;  // "" when no policy governs it

@@ -16,7 +16,7 @@ WORK="$(mktemp -d)"
 
 cleanup() {
   for pid in ${OP_PID:-} ${RACER_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
-  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-steady op-restart --wait=false >/dev/null 2>&1
+  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-steady op-restart op-cold --wait=false >/dev/null 2>&1
   if [ "$FAILED" -gt 0 ]; then
     for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
   fi
@@ -51,7 +51,7 @@ event_note() {
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
-for ns in op-basic op-dry op-amb op-conflict op-replace op-steady op-restart; do k create namespace "$ns" >/dev/null; done
+for ns in op-basic op-dry op-amb op-conflict op-replace op-steady op-restart op-cold; do k create namespace "$ns" >/dev/null; done
 
 # ------------------------------------------------------------- the basics
 policy op-basic default
@@ -282,6 +282,26 @@ wait_for 90 converged && ok "the operator recovers and converges (21 Deployments
 kill -0 "$OP_PID" 2>/dev/null && ok "the operator is still running" || not_ok "the operator died"
 stop_operator
 ms=$STOP_MS
+
+# ------------------------------------------------------------- cold start: one status write per policy
+# A policy and its Deployments exist before the operator starts. The
+# policy's first status waits until its Deployments are counted: one write,
+# with the counts, instead of one without them and one with them.
+policy op-cold default
+pids=()
+for i in $(seq 1 12); do deployment op-cold "c-$i" "$OPTED" & pids+=($!); done
+wait "${pids[@]}"
+since=$(now_rfc3339)
+start_operator op-cold || not_ok "operator started on op-cold"
+wait_for 30 bash -c "[ \"\$(kubectl get sdp -n op-cold default -o jsonpath='{.status.deployments.compliant}')\" = 12 ]" \
+  && ok "cold start: 12 Deployments tuned and counted" || not_ok "op-cold: $(jp sdp op-cold default '{.status.deployments}')"
+sleep 2
+cold_status_writes=$(jq -r --arg since "$since" 'select(.stage == "ResponseComplete" and
+    (.userAgent // "" | startswith("gracekeeper")) and .stageTimestamp > $since and
+    .objectRef.resource == "shutdownpolicies" and .objectRef.subresource == "status" and
+    .objectRef.namespace == "op-cold") | .verb' "$CLUSTER/audit.log" | grep -c . || true)
+expect "cold start: status writes of the op-cold policy (audit log)" "$cold_status_writes" "1"
+stop_operator
 
 # ------------------------------------------------------------- leader election + SIGTERM
 start_operator op3 --leader-elect --leader-election-namespace default --leader-election-id gk-test-leader || not_ok "leader-elected operator ready"
