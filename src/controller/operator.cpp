@@ -80,7 +80,7 @@ class Operator {
       : io_(io),
         options_(options),
         config_(std::move(config)),
-        client_(io.get_executor(), config_),
+        client_(io.get_executor(), config_, client_options()),
         deployments_(client_, kube::resources::deployments, informer_options(),
                      &controller::project_deployment),
         policies_(client_, shutdown_policies, informer_options(), &controller::project_policy),
@@ -112,6 +112,15 @@ class Operator {
   }
 
  private:
+  // Every request that can run at once finds a pooled connection afterwards:
+  // with fewer, a burst closes connections and the next one opens them again,
+  // a TLS handshake each (on the API server too). Watches are not pooled.
+  kube::ClientOptions client_options() const {
+    kube::ClientOptions o;
+    o.max_idle_connections = std::max<std::size_t>(options_.workers, 1) + kPolicyWorkers +
+                             kube::EventRecorderOptions{}.max_writers;
+    return o;
+  }
   kube::InformerOptions informer_options() const {
     kube::InformerOptions o;
     o.namespace_ = options_.watch_namespace;
@@ -264,7 +273,8 @@ class Operator {
     workers_started_ = true;
     deployment_queue_.run_workers(std::max<std::size_t>(options_.workers, 1),
                                   [this](std::string key) { return timed(true, std::move(key)); });
-    policy_queue_.run_workers(2, [this](std::string key) { return timed(false, std::move(key)); });
+    policy_queue_.run_workers(kPolicyWorkers,
+                              [this](std::string key) { return timed(false, std::move(key)); });
   }
 
   asio::awaitable<bool> timed(bool deployment, std::string key) {
@@ -383,6 +393,7 @@ class Operator {
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;
   bool workers_started_ = false;
+  static constexpr std::size_t kPolicyWorkers = 2;
   bool shutting_down_ = false;
   static constexpr std::uint64_t kTrimAfterWork = 1000;  // reconciles + Event writes
   std::uint64_t work_at_last_trim_ = 0;
