@@ -1,14 +1,17 @@
 #include "gracekeeper/kube/events.h"
 
 #include <fmt/core.h>
+#include <sys/mman.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cstring>
 #include <exception>
 #include <iostream>
+#include <new>
 
 #include "gracekeeper/kube/leader_election.h"  // format_micro_time
 
@@ -197,6 +200,116 @@ void EventSeriesCache::evict() {
   }
 }
 
+// A held Event in its chunk: the type, the two times, the interned note,
+// then the strings, each as a 2-byte length and its bytes.
+namespace {
+
+constexpr std::size_t kPage = 4096;
+
+void put_bytes(char*& out, const void* data, std::size_t size) {
+  std::memcpy(out, data, size);
+  out += size;
+}
+
+void put_string(char*& out, std::string_view text) {
+  const auto size = static_cast<std::uint16_t>(std::min<std::size_t>(text.size(), 0xffff));
+  put_bytes(out, &size, sizeof size);
+  put_bytes(out, text.data(), size);
+}
+
+template <class T>
+T get(const char*& in) {
+  T value;
+  std::memcpy(&value, in, sizeof value);
+  in += sizeof value;
+  return value;
+}
+
+std::string get_string(const char*& in) {
+  const auto size = get<std::uint16_t>(in);
+  std::string text(in, size);
+  in += size;
+  return text;
+}
+
+}  // namespace
+
+HeldEvents::~HeldEvents() {
+  for (auto& c : chunks_) ::munmap(c.data, c.capacity);
+}
+
+void HeldEvents::push(const EventRecord& e, SystemTime observed, SteadyTime since) {
+  auto interned = notes_.try_emplace(e.note, 0).first;
+  ++interned->second;
+  const std::string* note = &interned->first;  // nodes never move
+  const std::string_view strings[] = {e.regarding.api_version,
+                                      e.regarding.kind,
+                                      e.regarding.namespace_,
+                                      e.regarding.name,
+                                      e.regarding.uid,
+                                      e.reason,
+                                      e.action};
+  std::size_t size = sizeof(std::uint8_t) + 2 * sizeof(std::int64_t) + sizeof note;
+  for (auto text : strings)
+    size += sizeof(std::uint16_t) + std::min<std::size_t>(text.size(), 0xffff);
+  if (chunks_.empty() || chunks_.back().capacity - chunks_.back().written < size) {
+    const std::size_t capacity = std::max(kChunkSize, (size + kPage - 1) / kPage * kPage);
+    void* data =
+        ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED) throw std::bad_alloc();
+    chunks_.push_back({static_cast<char*>(data), capacity, 0, 0});
+  }
+  Chunk& c = chunks_.back();
+  char* out = c.data + c.written;
+  const auto type = static_cast<std::uint8_t>(e.type);
+  const std::int64_t times[] = {observed.time_since_epoch().count(),
+                                since.time_since_epoch().count()};
+  put_bytes(out, &type, sizeof type);
+  put_bytes(out, times, sizeof times);
+  put_bytes(out, &note, sizeof note);
+  for (auto text : strings) put_string(out, text);
+  c.written += size;
+  ++size_;
+}
+
+HeldEvents::SteadyTime HeldEvents::front_since() const {
+  const Chunk& c = chunks_.front();
+  const char* in = c.data + c.read + sizeof(std::uint8_t) + sizeof(std::int64_t);
+  return SteadyTime(SteadyTime::duration(get<std::int64_t>(in)));
+}
+
+HeldEvents::Held HeldEvents::pop() {
+  Chunk& c = chunks_.front();
+  const char* in = c.data + c.read;
+  Held h;
+  h.record.type = static_cast<EventType>(get<std::uint8_t>(in));
+  h.observed = SystemTime(SystemTime::duration(get<std::int64_t>(in)));
+  h.since = SteadyTime(SteadyTime::duration(get<std::int64_t>(in)));
+  const auto* note = get<const std::string*>(in);
+  h.record.regarding.api_version = get_string(in);
+  h.record.regarding.kind = get_string(in);
+  h.record.regarding.namespace_ = get_string(in);
+  h.record.regarding.name = get_string(in);
+  h.record.regarding.uid = get_string(in);
+  h.record.reason = get_string(in);
+  h.record.action = get_string(in);
+  h.record.note = *note;
+  if (auto it = notes_.find(*note); --it->second == 0) notes_.erase(it);
+  c.read = static_cast<std::size_t>(in - c.data);
+  --size_;
+  if (c.read == c.written) {  // read to the end: back to the system
+    ::munmap(c.data, c.capacity);
+    chunks_.pop_front();
+  }
+  return h;
+}
+
+std::size_t HeldEvents::chunk_bytes() const {
+  std::size_t bytes = 0;
+  for (const auto& c : chunks_) bytes += c.capacity;
+  return bytes;
+}
+
 json event_object(const EventSeriesCache::Entry& entry, std::int64_t count,
                   const std::string& reporting_controller, const std::string& reporting_instance) {
   const EventSeriesCache::Entry& e = entry;
@@ -258,10 +371,7 @@ void EventRecorder::record(ObjectRef regarding, EventType type, std::string reas
 
 void EventRecorder::record(EventRecord e) {
   ++stats_.recorded;
-  const EventSeriesCache::Entry* entry =
-      cache_.observe(e, std::chrono::system_clock::now(), new_name(e.regarding));
-  if (!entry) return;  // its writer, waiting or running, sends this one too
-  waiting_.push_back({entry->key, std::chrono::steady_clock::now()});
+  held_.push(e, std::chrono::system_clock::now(), std::chrono::steady_clock::now());
   start_writers();
 }
 
@@ -269,9 +379,8 @@ std::size_t EventRecorder::writer_limit() const {
   const std::size_t all = std::max<std::size_t>(options_.max_writers, 1);
   if (!options_.busy || !options_.busy()) return all;
   // Busy: none until the oldest has waited max_defer, then one at a time.
-  const bool overdue =
-      !waiting_.empty() &&
-      std::chrono::steady_clock::now() - waiting_.front().since >= options_.max_defer;
+  const bool overdue = !held_.empty() &&
+                       std::chrono::steady_clock::now() - held_.front_since() >= options_.max_defer;
   return overdue ? 1 : 0;
 }
 
@@ -288,7 +397,7 @@ asio::awaitable<void> EventRecorder::recheck_later() {
 // Deployments tuned at once) must not become thousands of concurrent
 // requests, each with its own connection.
 void EventRecorder::start_writers() {
-  while (!waiting_.empty()) {
+  while (!held_.empty()) {
     const std::size_t limit = writer_limit();
     if (writers_ >= limit) {
       // Held back by busy(), which says nothing when it ends: look again.
@@ -298,8 +407,13 @@ void EventRecorder::start_writers() {
       }
       return;
     }
-    std::string key(waiting_.front().key);
-    waiting_.pop_front();
+    HeldEvents::Held h = held_.pop();
+    // Its series: a new Event, or a repeat; a repeat whose writer is busy
+    // is picked up by that writer.
+    const EventSeriesCache::Entry* entry =
+        cache_.observe(h.record, h.observed, new_name(h.record.regarding));
+    if (!entry) continue;
+    std::string key = entry->key;
     ++writers_;
     asio::co_spawn(executor_, write_loop(std::move(key)), [this](std::exception_ptr error) {
       --writers_;

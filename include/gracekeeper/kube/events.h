@@ -52,7 +52,7 @@ struct EventRecord {
 
 // What identifies "the same event" for deduplication: every field of the
 // record but its action, each length-prefixed. It holds the whole record, so
-// a waiting Event is kept as this one string (decode_key gives it back).
+// a series is kept as this one string (decode_key gives it back).
 std::string dedupe_key(const EventRecord&);
 // The record a dedupe_key was made of (action empty); nullopt for a string
 // that is not one.
@@ -66,8 +66,6 @@ class EventSeriesCache {
  public:
   using Clock = std::chrono::system_clock;
 
-  // Kept small: thousands wait while the operator is busy (about 25,000 in
-  // a cold start at 10,000 Deployments).
   struct Entry {
     std::string key{};  // dedupe_key: the record, but its action
     std::string action{};
@@ -120,6 +118,52 @@ class EventSeriesCache {
   std::unordered_map<std::string_view, std::list<Entry>::iterator> index_{};
 };
 
+// Events recorded but not yet handed to a writer, oldest first. Thousands
+// wait while the operator is busy (about 25,000 in a cold start at 10,000
+// Deployments), so they are kept small and out of the heap: each is packed
+// into chunks of memory of their own (mmap), and a chunk goes back to the
+// system as soon as its last Event is taken. Notes are stored once per
+// distinct text: a burst of Deployments alike reports the same notes.
+class HeldEvents {
+ public:
+  using SystemTime = std::chrono::system_clock::time_point;
+  using SteadyTime = std::chrono::steady_clock::time_point;
+  struct Held {
+    EventRecord record;
+    SystemTime observed;  // when it was recorded: the Event's time
+    SteadyTime since;     // for how long it has waited
+  };
+
+  HeldEvents() = default;
+  ~HeldEvents();
+  HeldEvents(const HeldEvents&) = delete;
+  HeldEvents& operator=(const HeldEvents&) = delete;
+
+  void push(const EventRecord&, SystemTime observed, SteadyTime since);
+  // The oldest; the queue must not be empty.
+  Held pop();
+  SteadyTime front_since() const;
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
+  // Memory held now: chunk bytes (mapped) and distinct notes.
+  std::size_t chunk_bytes() const;
+  std::size_t distinct_notes() const { return notes_.size(); }
+
+  static constexpr std::size_t kChunkSize = 256 * 1024;
+
+ private:
+  struct Chunk {
+    char* data = nullptr;
+    std::size_t capacity = 0;
+    std::size_t written = 0;
+    std::size_t read = 0;
+  };
+  std::deque<Chunk> chunks_{};
+  std::size_t size_ = 0;
+  // Note text -> how many held Events use it.
+  std::unordered_map<std::string, std::size_t> notes_{};
+};
+
 // The JSON sent for a Write (pure; exposed for tests).
 nlohmann::json event_object(const EventSeriesCache::Entry&, std::int64_t count,
                             const std::string& reporting_controller,
@@ -166,7 +210,9 @@ class EventRecorder {
 
   Stats stats() const { return stats_; }
   // Writes waiting or running.
-  std::size_t in_flight() const { return writers_ + waiting_.size(); }
+  std::size_t in_flight() const { return writers_ + held_.size(); }
+  // Events waiting for a writer, and the memory they take.
+  const HeldEvents& held() const { return held_; }
   // Writes running.
   std::size_t writing() const { return writers_; }
 
@@ -183,14 +229,8 @@ class EventRecorder {
   std::size_t writer_limit() const;  // writers allowed now
   boost::asio::awaitable<void> recheck_later();
 
-  struct Waiting {
-    // The entry's key: an entry whose writer waits is never evicted (it is
-    // `writing`), so the view stays valid until its writer starts.
-    std::string_view key;
-    std::chrono::steady_clock::time_point since;
-  };
-  std::deque<Waiting> waiting_{};  // keys whose writer has not started yet, oldest first
-  bool rechecking_ = false;        // a recheck_later() is pending
+  HeldEvents held_{};        // recorded, not yet handed to a writer
+  bool rechecking_ = false;  // a recheck_later() is pending
   std::size_t writers_ = 0;
   std::uint64_t sequence_ = 0;
 };

@@ -256,6 +256,57 @@ TEST(EventSeriesCache, EntriesWaitingToBeWrittenAreNotEvicted) {
   EXPECT_EQ(cache.find(dedupe_key(burst[0])), nullptr);
 }
 
+TEST(HeldEvents, FirstInFirstOutWithEveryField) {
+  HeldEvents held;
+  const auto since = std::chrono::steady_clock::time_point(5s);
+  auto a = warning("note a");
+  auto b = warning("note b");
+  b.regarding = {"", "Node", "", std::string(300, 'n'), ""};
+  b.type = EventType::Normal;
+  b.action = "Check";
+  held.push(a, t0, since);
+  held.push(b, t0 + 1s, since + 1s);
+  EXPECT_EQ(held.size(), 2u);
+  EXPECT_EQ(held.front_since(), since);
+  auto first = held.pop();
+  EXPECT_EQ(dedupe_key(first.record), dedupe_key(a));
+  EXPECT_EQ(first.record.action, "Tune");
+  EXPECT_EQ(first.observed, t0);
+  EXPECT_EQ(held.front_since(), since + 1s);
+  auto second = held.pop();
+  EXPECT_EQ(second.record.regarding, b.regarding);
+  EXPECT_EQ(second.record.type, EventType::Normal);
+  EXPECT_EQ(second.record.note, "note b");
+  EXPECT_EQ(second.record.action, "Check");
+  EXPECT_EQ(second.observed, t0 + 1s);
+  EXPECT_TRUE(held.empty());
+}
+
+// A burst: many chunks, each note stored once, and every chunk returned to
+// the system once the queue is drained.
+TEST(HeldEvents, ABurstIsSmallAndLeavesNothingBehind) {
+  HeldEvents held;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    auto e = warning(i % 2 ? "container proxy: no readiness probe"
+                           : "a long Tuned note " + std::string(150, 'x'));
+    e.regarding.name = "web-" + std::to_string(i);
+    held.push(e, t0, std::chrono::steady_clock::time_point(std::chrono::seconds(i)));
+  }
+  EXPECT_EQ(held.distinct_notes(), 2u);
+  EXPECT_GT(held.chunk_bytes(), HeldEvents::kChunkSize);  // more than one chunk
+  EXPECT_LT(held.chunk_bytes() / n, 128u) << "bytes per held Event";
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(held.front_since(), std::chrono::steady_clock::time_point(std::chrono::seconds(i)));
+    auto h = held.pop();
+    ASSERT_EQ(h.record.regarding.name, "web-" + std::to_string(i));
+    ASSERT_EQ(h.record.note.size(), i % 2 ? 35u : 168u);
+  }
+  EXPECT_TRUE(held.empty());
+  EXPECT_EQ(held.chunk_bytes(), 0u);
+  EXPECT_EQ(held.distinct_notes(), 0u);
+}
+
 TEST(EventObject, ClusterScopedGoesToDefaultAndLongNoteIsCut) {
   EventSeriesCache cache(4, 360s);
   auto e = warning(std::string(2000, 'n'));
