@@ -129,7 +129,7 @@ class Operator {
   kube::EventRecorderOptions recorder_options() const {
     kube::EventRecorderOptions o;
     o.reporting_instance = identity();
-    // Events report the work; they do not compete with it (at most 30 s
+    // Events report the work; they do not compete with it (at most 60 s
     // behind). A Deployment queue with work is what "busy" means; shutting
     // down, the events go out at once.
     o.busy = [this]() -> bool {

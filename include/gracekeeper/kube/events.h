@@ -183,7 +183,7 @@ struct EventRecorderOptions {
   // work queue has work), they wait; once the oldest has waited max_defer,
   // one is written at a time until busy() ends. Unset: never busy.
   std::function<bool()> busy{};
-  std::chrono::milliseconds max_defer{30'000};
+  std::chrono::milliseconds max_defer{60'000};
 };
 
 class EventRecorder {
