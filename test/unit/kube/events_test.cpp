@@ -491,7 +491,10 @@ TEST(LeaderElector, OneOfTwoLeadsAndKeepsRenewing) {
       [&](std::exception_ptr, std::expected<void, ApiError> r) { released = r.has_value(); });
   run_for(io, 20ms);
   EXPECT_TRUE(released);
-  EXPECT_EQ((*server.lease)["spec"]["holderIdentity"], "");
+  // Released: no holder, unless the other's retry came within these 20 ms
+  // (a slow run, e.g. under ASan) and took it already.
+  const auto holder = (*server.lease)["spec"]["holderIdentity"].get<std::string>();
+  EXPECT_TRUE(holder.empty() || holder == other.elector.config().identity) << holder;
   run_for(io, 150ms);
   EXPECT_EQ(other.started, 1);
   EXPECT_EQ((*server.lease)["spec"]["holderIdentity"], other.elector.config().identity);
