@@ -43,6 +43,23 @@ nlohmann::json budget_container(const nlohmann::json& container) {
   return out;
 }
 
+// One level down: `from[name]` (nullptr when absent) and the object that
+// stands for it in the copy. A value that is not an object is copied whole
+// (the engine reports it) and there is nothing below it to read.
+struct Level {
+  const nlohmann::json* from = nullptr;
+  nlohmann::json* to = nullptr;
+};
+std::optional<Level> descend(const nlohmann::json& from, nlohmann::json& to, const char* name) {
+  const auto* child = member(from, name);
+  if (!child) return std::nullopt;
+  if (!child->is_object()) {
+    to[name] = *child;
+    return std::nullopt;
+  }
+  return Level{child, &(to[name] = nlohmann::json::object())};
+}
+
 }  // namespace
 
 // Mirrors budget::project_deployment (src/budget/deployment.cpp); the unit
@@ -50,55 +67,31 @@ nlohmann::json budget_container(const nlohmann::json& container) {
 nlohmann::json budget_fields(const nlohmann::json& object) {
   if (!object.is_object()) return object;
   nlohmann::json out = nlohmann::json::object();
-  if (const auto* metadata = member(object, "metadata")) {
-    if (!metadata->is_object()) {
-      out["metadata"] = *metadata;
-    } else {
-      auto& m = out["metadata"] = nlohmann::json::object();
-      copy_members(*metadata, m, {"name", "namespace", "labels"});
-      if (const auto* annotations = member(*metadata, "annotations")) {
-        // Only gracekeeper's own annotations are read; kubectl's
-        // last-applied-configuration alone can be the size of the whole object.
-        if (!annotations->is_object()) {
-          m["annotations"] = *annotations;
-        } else {
-          auto& a = m["annotations"] = nlohmann::json::object();
-          for (const auto& [key, value] : annotations->items()) {
-            if (key.starts_with("gracekeeper.dev/") || !value.is_string()) a[key] = value;
-          }
-        }
+  if (auto metadata = descend(object, out, "metadata")) {
+    copy_members(*metadata->from, *metadata->to, {"name", "namespace", "labels"});
+    // Only gracekeeper's own annotations are read; kubectl's
+    // last-applied-configuration alone can be the size of the whole object.
+    if (auto annotations = descend(*metadata->from, *metadata->to, "annotations")) {
+      for (const auto& [key, value] : annotations->from->items()) {
+        if (key.starts_with("gracekeeper.dev/") || !value.is_string())
+          (*annotations->to)[key] = value;
       }
     }
   }
-  const auto* spec = member(object, "spec");
+  auto spec = descend(object, out, "spec");
   if (!spec) return out;
-  if (!spec->is_object()) {
-    out["spec"] = *spec;
-    return out;
-  }
-  auto& s = out["spec"] = nlohmann::json::object();
-  copy_members(*spec, s, {"replicas", "strategy"});
-  const auto* pod_template = member(*spec, "template");
-  if (!pod_template) return out;
-  if (!pod_template->is_object()) {
-    s["template"] = *pod_template;
-    return out;
-  }
+  copy_members(*spec->from, *spec->to, {"replicas", "strategy"});
   // The pod template's labels only tell offline `check` which Services select the pods.
-  auto& t = s["template"] = nlohmann::json::object();
-  const auto* pod_spec = member(*pod_template, "spec");
+  auto pod_template = descend(*spec->from, *spec->to, "template");
+  if (!pod_template) return out;
+  auto pod_spec = descend(*pod_template->from, *pod_template->to, "spec");
   if (!pod_spec) return out;
-  if (!pod_spec->is_object()) {
-    t["spec"] = *pod_spec;
-    return out;
-  }
-  auto& p = t["spec"] = nlohmann::json::object();
-  copy_members(*pod_spec, p, {"terminationGracePeriodSeconds"});
-  if (const auto* containers = member(*pod_spec, "containers")) {
+  copy_members(*pod_spec->from, *pod_spec->to, {"terminationGracePeriodSeconds"});
+  if (const auto* containers = member(*pod_spec->from, "containers")) {
     if (!containers->is_array()) {
-      p["containers"] = *containers;
+      (*pod_spec->to)["containers"] = *containers;
     } else {
-      auto& c = p["containers"] = nlohmann::json::array();
+      auto& c = (*pod_spec->to)["containers"] = nlohmann::json::array();
       for (const auto& container : *containers) c.push_back(budget_container(container));
     }
   }
