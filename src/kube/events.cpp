@@ -239,9 +239,7 @@ HeldEvents::~HeldEvents() {
 }
 
 void HeldEvents::push(const EventRecord& e, SystemTime observed, SteadyTime since) {
-  auto interned = notes_.try_emplace(e.note, 0).first;
-  ++interned->second;
-  const std::string* note = &interned->first;  // nodes never move
+  const std::string* note = nullptr;  // interned below, once the record has its room
   const std::string_view strings[] = {e.regarding.api_version,
                                       e.regarding.kind,
                                       e.regarding.namespace_,
@@ -259,6 +257,9 @@ void HeldEvents::push(const EventRecord& e, SystemTime observed, SteadyTime sinc
     if (data == MAP_FAILED) throw std::bad_alloc();
     chunks_.push_back({static_cast<char*>(data), capacity, 0, 0});
   }
+  auto interned = notes_.try_emplace(e.note, 0).first;
+  ++interned->second;
+  note = &interned->first;  // nodes never move
   Chunk& c = chunks_.back();
   char* out = c.data + c.written;
   const auto type = static_cast<std::uint8_t>(e.type);
