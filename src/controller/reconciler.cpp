@@ -343,6 +343,7 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
   // may_force takes over anyway: force at once, one request instead of three.
   options.force =
       policy.spec->pre_stop.existing == budget::ExistingHook::Replace || appliers.empty();
+  options.read_object = false;  // the informer's watch brings the patched Deployment
   std::expected<nlohmann::json, kube::ApiError> result;
   if (changes_handler(d, plan)) {
     co_await replace_hooks(d, configuration);

@@ -428,7 +428,10 @@ asio::awaitable<Result> Client::apply(Resource r, std::string ns, std::string na
   add_query(call.target, "fieldManager", o.field_manager);
   if (o.force) add_query(call.target, "force", "true");
   if (o.dry_run) add_query(call.target, "dryRun", "All");
-  co_return co_await send_json(std::move(call));
+  if (o.read_object) co_return co_await send_json(std::move(call));
+  auto body = co_await send(std::move(call));
+  if (!body) co_return std::unexpected(std::move(body.error()));
+  co_return json::object();
 }
 
 asio::awaitable<Result> Client::merge_patch(Resource r, std::string ns, std::string name,

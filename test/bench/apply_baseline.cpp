@@ -61,7 +61,8 @@ asio::awaitable<int> populate_worker(kube::Client& client, PopulateState& st) {
     json object = deployment(set, i);
     kube::WriteOptions wo;
     wo.field_manager = "operator-bench";
-    auto r = co_await client.create(kube::resources::deployments, ns_name(i), std::move(object), wo);
+    auto r =
+        co_await client.create(kube::resources::deployments, ns_name(i), std::move(object), wo);
     if (r) {
       ++st.created;
     } else if (r.error().reason == kube::ApiError::Reason::AlreadyExists) {
@@ -145,6 +146,7 @@ asio::awaitable<int> baseline_worker(kube::Client& client, BaselineState& st) {
     kube::ApplyOptions options;
     options.field_manager = "gracekeeper";
     options.force = true;
+    options.read_object = false;  // as the operator sends them
     const auto t0 = Clock::now();
     auto r = co_await client.apply(kube::resources::deployments, a.ns, a.name,
                                    std::move(a.configuration), options);
@@ -225,8 +227,8 @@ int baseline(asio::io_context& io, kube::Client& client, int n, int workers) {
   io.restart();
   while (done < workers) io.run_one();
   const double secs = seconds_since(t0);
-  std::printf("baseline_start_us %lld\nbaseline_end_us %lld\n",
-              static_cast<long long>(start_us), static_cast<long long>(st.last_done_us));
+  std::printf("baseline_start_us %lld\nbaseline_end_us %lld\n", static_cast<long long>(start_us),
+              static_cast<long long>(st.last_done_us));
   std::printf(
       "baseline: %d applies (%d ok, %d failed), %d in flight, %.3f s, %.0f applies/s; "
       "latency p50 %.1f ms, p99 %.1f ms\n",
@@ -245,8 +247,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc >= 3 ? argv[2] : "";
   if (argc != 5 || (mode != "populate" && mode != "baseline")) {
-    std::fprintf(stderr,
-                 "usage: %s KUBECONFIG populate N R | %s KUBECONFIG baseline N WORKERS\n",
+    std::fprintf(stderr, "usage: %s KUBECONFIG populate N R | %s KUBECONFIG baseline N WORKERS\n",
                  argv[0], argv[0]);
     return 2;
   }

@@ -96,6 +96,10 @@ struct ApplyOptions {
   bool force = false;           // take over fields owned by other managers
   bool dry_run = false;
   std::string subresource{};
+  // false: a success returns an empty object and the answer (the whole
+  // applied object) is not parsed, for a caller that sees the change on its
+  // watch anyway. Errors are decoded either way.
+  bool read_object = true;
 };
 
 struct DeleteOptions {

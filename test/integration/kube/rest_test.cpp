@@ -288,6 +288,32 @@ TEST_F(RestTest, ServerSideApplyConflictAndForce) {
   EXPECT_TRUE(beta_owns_key) << (*forced)["metadata"]["managedFields"].dump();
 }
 
+TEST_F(RestTest, ApplyWithoutReadingTheObjectStillDecodesErrors) {
+  auto& c = *client_;
+  ApplyOptions alpha{.field_manager = "alpha-manager", .read_object = false};
+  auto first = run(c.apply(resources::config_maps, ns_, "unread",
+                           config_map("unread", {{"key", "alpha-value"}}), alpha));
+  ASSERT_TRUE(first) << first.error().format();
+  EXPECT_EQ(*first, nlohmann::json::object());  // the answer is not read
+
+  ApplyOptions beta{.field_manager = "beta-manager", .read_object = false};
+  auto conflict = run(c.apply(resources::config_maps, ns_, "unread",
+                              config_map("unread", {{"key", "beta-value"}}), beta));
+  ASSERT_FALSE(conflict);
+  EXPECT_EQ(conflict.error().reason, ApiError::Reason::Conflict) << conflict.error().format();
+  ASSERT_FALSE(conflict.error().causes.empty());
+  EXPECT_EQ(conflict.error().causes[0].field, ".data.key");
+
+  beta.force = true;
+  auto forced = run(c.apply(resources::config_maps, ns_, "unread",
+                            config_map("unread", {{"key", "beta-value"}}), beta));
+  ASSERT_TRUE(forced) << forced.error().format();
+  EXPECT_EQ(*forced, nlohmann::json::object());
+  auto now = run(c.get(resources::config_maps, ns_, "unread"));
+  ASSERT_TRUE(now) << now.error().format();
+  EXPECT_EQ((*now)["data"]["key"], "beta-value");
+}
+
 TEST_F(RestTest, InvalidObjectHasCauses) {
   auto result = run(client_->create(resources::config_maps, ns_, config_map("Not_A_Valid_Name!")));
   ASSERT_FALSE(result);
