@@ -10,6 +10,8 @@
 #include <functional>
 #include <variant>
 
+#include "json_reader.h"
+
 namespace gracekeeper::kube {
 
 namespace asio = boost::asio;
@@ -51,76 +53,6 @@ void add_query(std::string& target, std::string_view key, std::string_view value
   }
 }
 
-// Reads a List with nlohmann's SAX interface. Each element of the top-level
-// "items" array is built as a JSON tree of its own, handed to `on_item` the
-// moment it is complete and dropped: one item's tree is alive at a time,
-// never the page's (a page of 500 Deployments as one tree is about 20 MiB).
-// Everything else (apiVersion, kind, metadata) is kept in root().
-class ListReader {
- public:
-  using string_t = json::string_t;
-  explicit ListReader(std::function<void(json&&)> on_item) : on_item_(std::move(on_item)) {}
-
-  bool null() { return value(json(nullptr)); }
-  bool boolean(bool v) { return value(json(v)); }
-  bool number_integer(json::number_integer_t v) { return value(json(v)); }
-  bool number_unsigned(json::number_unsigned_t v) { return value(json(v)); }
-  bool number_float(json::number_float_t v, const string_t&) { return value(json(v)); }
-  bool string(string_t& v) { return value(json(std::move(v))); }
-  bool binary(json::binary_t& v) { return value(json::binary(std::move(v))); }
-  bool start_object(std::size_t) {
-    stack_.push_back(Frame{json(json::value_t::object), {}, false});
-    return true;
-  }
-  bool key(string_t& k) {
-    stack_.back().key = std::move(k);
-    return true;
-  }
-  bool end_object() { return close(); }
-  bool start_array(std::size_t) {
-    const bool items = stack_.size() == 1 && stack_.back().key == "items";
-    stack_.push_back(Frame{json(json::value_t::array), {}, items});
-    return true;
-  }
-  bool end_array() { return close(); }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
-    error_ = e.what();
-    return false;
-  }
-
-  const json& root() const { return root_; }
-  const std::string& error() const { return error_; }
-
- private:
-  struct Frame {
-    json value;
-    std::string key;     // the key the next value goes under, in an object
-    bool items = false;  // the top-level "items" array: its elements are handed out
-  };
-  bool close() {
-    json v = std::move(stack_.back().value);
-    stack_.pop_back();
-    return value(std::move(v));
-  }
-  bool value(json v) {
-    if (stack_.empty()) {
-      root_ = std::move(v);
-    } else if (Frame& parent = stack_.back(); parent.items) {
-      on_item_(std::move(v));
-    } else if (parent.value.is_object()) {
-      parent.value[parent.key] = std::move(v);
-    } else {
-      parent.value.push_back(std::move(v));
-    }
-    return true;
-  }
-
-  std::function<void(json&&)> on_item_;
-  std::vector<Frame> stack_;
-  json root_;
-  std::string error_;
-};
-
 }  // namespace
 
 CacheDiff diff_cache(const VersionMap& old, const VersionMap& fresh) {
@@ -145,12 +77,26 @@ std::string object_key(const json& object) {
   return ns.empty() ? name : ns + "/" + name;
 }
 
+namespace {
+
+// The caller's fields and what the informer itself reads: the key and the version.
+FieldSet informer_fields(std::vector<std::string> fields) {
+  if (fields.empty()) return FieldSet();
+  for (const char* own : {"metadata.name", "metadata.namespace", "metadata.resourceVersion"}) {
+    fields.emplace_back(own);
+  }
+  return FieldSet(fields);
+}
+
+}  // namespace
+
 InformerCore::InformerCore(Client& client, Resource resource, InformerOptions options,
                            Projection project)
     : client_(client),
       resource_(std::move(resource)),
       options_(std::move(options)),
       project_(std::move(project)),
+      fields_(informer_fields(options_.fields)),
       random_(options_.seed ? options_.seed : std::random_device{}()),
       backoff_(options_.initial_backoff) {}
 
@@ -283,7 +229,7 @@ asio::awaitable<bool> InformerCore::list_and_replace() {
       last_error_ = "list: " + page->error().format();
       co_return false;
     }
-    ListReader reader(on_item);
+    detail::FilteringReader reader("items", fields_, on_item);
     if (!json::sax_parse(**page, &reader) || !reader.root().is_object()) {
       ++counters_.list_errors;
       last_error_ = "list: response is not a JSON object: " +
@@ -327,7 +273,9 @@ asio::awaitable<InformerCore::WatchOutcome> InformerCore::watch_once() {
   o.timeout = watch_timeout();
   o.allow_bookmarks = true;
 
-  WatchDecoder decoder;
+  WatchDecoderOptions decoder_options;
+  decoder_options.fields = &fields_;
+  WatchDecoder decoder(decoder_options);
   std::uint64_t applied = 0;
   std::optional<WatchOutcome> early;  // set when an event or bad bytes end the watch
   ChunkHandler on_chunk = [&](std::string_view bytes) {

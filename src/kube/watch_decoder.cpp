@@ -5,6 +5,8 @@
 #include <limits>
 #include <utility>
 
+#include "json_reader.h"
+
 namespace gracekeeper::kube {
 
 namespace {
@@ -97,10 +99,19 @@ std::expected<WatchEvent, LineError> decode_event(std::string_view line,
                                      fmt::format("nested deeper than {}", options.max_depth)});
   }
   Json doc;
-  try {
-    doc = Json::parse(line.begin(), line.end());
-  } catch (const Json::exception& e) {
-    return std::unexpected(LineError{WatchErrorKind::malformed_json, e.what()});
+  const bool filtered = options.fields != nullptr && !options.fields->keeps_everything();
+  if (filtered) {
+    detail::FilteringReader reader("object", *options.fields);
+    if (!Json::sax_parse(line, &reader)) {
+      return std::unexpected(LineError{WatchErrorKind::malformed_json, reader.error()});
+    }
+    doc = std::move(reader.root());
+  } else {
+    try {
+      doc = Json::parse(line.begin(), line.end());
+    } catch (const Json::exception& e) {
+      return std::unexpected(LineError{WatchErrorKind::malformed_json, e.what()});
+    }
   }
   if (!doc.is_object()) {
     return std::unexpected(LineError{WatchErrorKind::invalid_event, "event is not a JSON object"});
@@ -126,7 +137,12 @@ std::expected<WatchEvent, LineError> decode_event(std::string_view line,
 
   WatchEvent event;
   event.type = *type;
-  event.object = std::move(*object_it);
+  if (*type == WatchEventType::error && filtered) {
+    // A Status, not an object the fields describe: read it whole.
+    event.object = Json::parse(line.begin(), line.end())["object"];
+  } else {
+    event.object = std::move(*object_it);
+  }
   if (const auto meta = event.object.find("metadata");
       meta != event.object.end() && meta->is_object()) {
     event.resource_version = string_field(*meta, "resourceVersion");

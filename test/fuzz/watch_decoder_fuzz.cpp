@@ -10,7 +10,10 @@
 //    same first error (kind, event index, stream offset);
 //  - memory stays bounded: buffered_bytes() never exceeds max_event_bytes;
 //  - a failed decoder stays failed and decodes nothing more;
-//  - every event is well formed: an object, a status exactly for ERROR events.
+//  - every event is well formed: an object, a status exactly for ERROR events;
+//  - a field filter only drops members: decoded with a FieldSet, every event
+//    is the unfiltered one passed through FieldSet::filter (an ERROR event's
+//    Status whole), and the errors are the same.
 //
 // Build and run (clang with libFuzzer; std::expected needs clang >= 16 here,
 // see hack/fuzz): target wiring is in test/fuzz/CMakeLists.txt.
@@ -32,6 +35,10 @@ namespace kube = gracekeeper::kube;
 
 // Small limits so the fuzzer reaches "too large" and "too deep" quickly.
 const kube::WatchDecoderOptions kOptions{.max_event_bytes = 4096, .max_depth = 64};
+const kube::FieldSet kFields({"metadata.name", "metadata.resourceVersion",
+                              "metadata.managedFields.manager", "spec.template.spec.containers"});
+const kube::WatchDecoderOptions kFiltered{
+    .max_event_bytes = 4096, .max_depth = 64, .fields = &kFields};
 
 [[noreturn]] void violation(const char* what, const std::string& detail = {}) {
   std::fprintf(stderr, "\n==== watch_decoder_fuzz: PROPERTY VIOLATED: %s\n%s\n====\n", what,
@@ -53,9 +60,10 @@ void check_event(const kube::WatchEvent& event) {
 
 // Feeds `stream` in chunks whose sizes come from `sizes` (cycled; 0 allowed),
 // then finishes, collecting events as they come.
-Outcome run(std::string_view stream, std::string_view sizes) {
+Outcome run(std::string_view stream, std::string_view sizes,
+            const kube::WatchDecoderOptions& options = kOptions) {
   Outcome out;
-  kube::WatchDecoder decoder(kOptions);
+  kube::WatchDecoder decoder(options);
   auto collect = [&] {
     while (auto event = decoder.next()) {
       check_event(*event);
@@ -134,7 +142,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   try {
     const Outcome whole = run(stream, {});
-    const Outcome chunked = run(stream, sizes);
+    Outcome chunked = run(stream, sizes);
     if (!same_events(whole.events, chunked.events)) {
       violation("chunking changed the events", std::to_string(whole.events.size()) + " vs " +
                                                    std::to_string(chunked.events.size()));
@@ -144,6 +152,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 (whole.error ? whole.error->format() : std::string("none")) + "\n vs \n" +
                     (chunked.error ? chunked.error->format() : std::string("none")));
     }
+    Outcome filtered = run(stream, sizes, kFiltered);
+    for (auto& event : chunked.events) {
+      if (event.type != kube::WatchEventType::error) event.object = kFields.filter(event.object);
+    }
+    if (!same_events(chunked.events, filtered.events)) {
+      violation("the field filter changed more than the members it drops");
+    }
+    if (!same_error(chunked.error, filtered.error)) violation("the field filter changed the error");
   } catch (const std::exception& e) {
     violation("exception escaped the decoder", e.what());
   }

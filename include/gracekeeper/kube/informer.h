@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "gracekeeper/kube/client.h"
+#include "gracekeeper/kube/fields.h"
 #include "gracekeeper/kube/watch_decoder.h"
 
 namespace gracekeeper::kube {
@@ -52,6 +53,10 @@ struct InformerOptions {
   std::string field_selector{};
   std::int64_t page_size =
       100;  // small pages keep the peak of a LIST close to the steady cache (README, Performance)
+  // The members of each object that the projection reads, as FieldSet paths
+  // ("spec.replicas"); the rest of each object is not built (fields.h).
+  // Empty: the whole object.
+  std::vector<std::string> fields{};
   std::chrono::seconds min_watch_timeout{300};
   std::chrono::seconds max_watch_timeout{600};
   std::chrono::milliseconds initial_backoff{800};
@@ -162,6 +167,7 @@ class InformerCore {
   Resource resource_;
   InformerOptions options_;
   Projection project_;
+  FieldSet fields_;
   InformerHandlers handlers_{};
 
   std::unordered_map<std::string, Entry> cache_;

@@ -18,6 +18,8 @@
 #include <string>
 #include <string_view>
 
+#include "gracekeeper/kube/fields.h"
+
 namespace gracekeeper::kube {
 
 enum class WatchEventType { added, modified, deleted, bookmark, error };
@@ -77,6 +79,10 @@ struct WatchDecoderOptions {
   // Array/object nesting. Far beyond any Kubernetes object, and low enough that
   // the recursive parts of nlohmann::json (copy, compare) cannot overflow the stack.
   std::size_t max_depth = 512;
+  // Of each event's object, only these members are built (fields.h); null:
+  // everything. An ERROR event's Status is always read whole. Must outlive
+  // the decoder.
+  const FieldSet* fields = nullptr;
 };
 
 class WatchDecoder final {

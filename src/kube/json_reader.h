@@ -1,0 +1,146 @@
+// Parses a List page or a watch event with nlohmann's SAX interface, building
+// of the objects in it only the members a FieldSet names: the rest is lexed
+// and dropped, never allocated (for a Deployment, its managedFields' fieldsV1,
+// env, resources and status are most of its text). Internal to src/kube.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gracekeeper/kube/fields.h"
+
+namespace gracekeeper::kube::detail {
+
+// `member` is the top-level member that holds the objects: "items" of a List,
+// "object" of a watch event. It is built as `fields` says; everything else
+// is kept whole. With `on_item`, the elements of that member (an array) are
+// handed out one at a time, each the moment it is complete, instead of kept:
+// one item's tree is alive at a time, never a page's.
+class FilteringReader {
+ public:
+  using json = nlohmann::json;
+  using string_t = json::string_t;
+  using Node = FieldSet::Node;
+
+  FilteringReader(std::string member, const FieldSet& fields,
+                  std::function<void(json&&)> on_item = {})
+      : member_(std::move(member)),
+        fields_(fields.keeps_everything() ? nullptr : &fields.root()),
+        on_item_(std::move(on_item)) {}
+
+  bool null() { return value(json(nullptr)); }
+  bool boolean(bool v) { return value(json(v)); }
+  bool number_integer(json::number_integer_t v) { return value(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return value(json(v)); }
+  bool number_float(json::number_float_t v, const string_t&) { return value(json(v)); }
+  bool string(string_t& v) { return value(json(std::move(v))); }
+  bool binary(json::binary_t& v) { return value(json::binary(std::move(v))); }
+  bool start_object(std::size_t) { return open(json::value_t::object); }
+  bool start_array(std::size_t) { return open(json::value_t::array); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(string_t& k) {
+    if (skipping_ > 0) return true;
+    Frame& f = stack_.back();
+    f.next = nullptr;
+    f.skip_next = false;
+    f.next_handed_out = false;
+    if (stack_.size() == 1 && k == member_) {
+      f.next = fields_;
+      f.next_handed_out = static_cast<bool>(on_item_);
+    } else if (f.filter != nullptr) {
+      auto it = f.filter->members.find(k);
+      if (it == f.filter->members.end()) {
+        f.skip_next = true;
+      } else if (!it->second.whole) {
+        f.next = &it->second;
+      }
+    }
+    f.key = std::move(k);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    error_ = e.what();
+    return false;
+  }
+
+  json& root() { return root_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  struct Frame {
+    json value;
+    const Node* filter = nullptr;  // what of this object (or of each element) is kept; null: all
+    bool handed_out = false;       // its elements go to on_item
+    // In an object, about the value after the last key:
+    std::string key;
+    const Node* next = nullptr;
+    bool skip_next = false;
+    bool next_handed_out = false;
+  };
+
+  // True when the value that starts now is dropped (and skipping_ counts
+  // the containers open inside it).
+  bool dropped() {
+    if (skipping_ > 0) return true;
+    if (stack_.empty() || !stack_.back().value.is_object() || !stack_.back().skip_next) {
+      return false;
+    }
+    stack_.back().skip_next = false;
+    return true;
+  }
+  bool open(json::value_t type) {
+    if (dropped()) {
+      ++skipping_;
+      return true;
+    }
+    Frame frame;
+    frame.value = json(type);
+    if (!stack_.empty()) {
+      const Frame& parent = stack_.back();
+      frame.filter = parent.value.is_object() ? parent.next : parent.filter;
+      frame.handed_out =
+          parent.value.is_object() && parent.next_handed_out && type == json::value_t::array;
+    }
+    stack_.push_back(std::move(frame));
+    return true;
+  }
+  bool close() {
+    if (skipping_ > 0) {
+      --skipping_;
+      return true;
+    }
+    json v = std::move(stack_.back().value);
+    stack_.pop_back();
+    return add(std::move(v));
+  }
+  bool value(json v) {
+    if (dropped()) return true;
+    return add(std::move(v));
+  }
+  bool add(json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+    } else if (Frame& parent = stack_.back(); parent.handed_out) {
+      on_item_(std::move(v));
+    } else if (parent.value.is_object()) {
+      parent.value[parent.key] = std::move(v);
+    } else {
+      parent.value.push_back(std::move(v));
+    }
+    return true;
+  }
+
+  std::string member_;
+  const Node* fields_;
+  std::function<void(json&&)> on_item_;
+  std::vector<Frame> stack_;
+  std::size_t skipping_ = 0;
+  json root_;
+  std::string error_;
+};
+
+}  // namespace gracekeeper::kube::detail
