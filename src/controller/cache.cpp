@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+
+#include "gracekeeper/kube/fields.h"
 
 namespace gracekeeper::controller {
 namespace {
@@ -28,40 +31,6 @@ std::int64_t int_member(const nlohmann::json& object, const char* key) {
 }  // namespace
 
 namespace {
-
-// Copies the members `names` of `from` that are present into `to`.
-void copy_members(const nlohmann::json& from, nlohmann::json& to,
-                  std::initializer_list<const char*> names) {
-  for (const char* name : names) {
-    if (const auto* v = member(from, name)) to[name] = *v;
-  }
-}
-
-nlohmann::json budget_container(const nlohmann::json& container) {
-  if (!container.is_object()) return container;  // an error to report, kept as it is
-  nlohmann::json out = nlohmann::json::object();
-  copy_members(
-      container, out,
-      {"name", "ports", "command", "args", "lifecycle", "readinessProbe", "livenessProbe"});
-  return out;
-}
-
-// One level down: `from[name]` (nullptr when absent) and the object that
-// stands for it in the copy. A value that is not an object is copied whole
-// (the engine reports it) and there is nothing below it to read.
-struct Level {
-  const nlohmann::json* from = nullptr;
-  nlohmann::json* to = nullptr;
-};
-std::optional<Level> descend(const nlohmann::json& from, nlohmann::json& to, const char* name) {
-  const auto* child = member(from, name);
-  if (!child) return std::nullopt;
-  if (!child->is_object()) {
-    to[name] = *child;
-    return std::nullopt;
-  }
-  return Level{child, &(to[name] = nlohmann::json::object())};
-}
 
 // The cached source is deflated with a preset dictionary: a Deployment's
 // budget fields written as MessagePack like the source, holding the field
@@ -160,39 +129,53 @@ std::vector<std::uint8_t> inflate_source(const std::string& data) {
   return out;
 }
 
+// What budget::project_deployment (src/budget/deployment.cpp) reads of a
+// Deployment; the unit test checks that it gives the same projection of
+// every Deployment it has with these fields as with the whole object.
+const std::vector<std::string> kBudgetFields = {
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.labels",
+    "metadata.annotations",  // only gracekeeper's are kept: see budget_fields
+    "spec.replicas",
+    "spec.strategy",
+    // The pod template's labels only tell offline `check` which Services select the pods.
+    "spec.template.spec.terminationGracePeriodSeconds",
+    "spec.template.spec.containers.name",
+    "spec.template.spec.containers.ports",
+    "spec.template.spec.containers.command",
+    "spec.template.spec.containers.args",
+    "spec.template.spec.containers.lifecycle",
+    "spec.template.spec.containers.readinessProbe",
+    "spec.template.spec.containers.livenessProbe",
+};
+
 }  // namespace
 
-// Mirrors budget::project_deployment (src/budget/deployment.cpp); the unit
-// test checks both give the same projection for every Deployment it has.
-nlohmann::json budget_fields(const nlohmann::json& object) {
-  if (!object.is_object()) return object;
-  nlohmann::json out = nlohmann::json::object();
-  if (auto metadata = descend(object, out, "metadata")) {
-    copy_members(*metadata->from, *metadata->to, {"name", "namespace", "labels"});
-    // Only gracekeeper's own annotations are read; kubectl's
-    // last-applied-configuration alone can be the size of the whole object.
-    if (auto annotations = descend(*metadata->from, *metadata->to, "annotations")) {
-      for (const auto& [key, value] : annotations->from->items()) {
-        if (key.starts_with("gracekeeper.dev/") || !value.is_string())
-          (*annotations->to)[key] = value;
-      }
-    }
+std::vector<std::string> deployment_fields() {
+  std::vector<std::string> fields = kBudgetFields;
+  for (const char* field : {"metadata.uid", "metadata.generation", "metadata.managedFields.manager",
+                            "metadata.managedFields.operation"}) {
+    fields.emplace_back(field);
   }
-  auto spec = descend(object, out, "spec");
-  if (!spec) return out;
-  copy_members(*spec->from, *spec->to, {"replicas", "strategy"});
-  // The pod template's labels only tell offline `check` which Services select the pods.
-  auto pod_template = descend(*spec->from, *spec->to, "template");
-  if (!pod_template) return out;
-  auto pod_spec = descend(*pod_template->from, *pod_template->to, "spec");
-  if (!pod_spec) return out;
-  copy_members(*pod_spec->from, *pod_spec->to, {"terminationGracePeriodSeconds"});
-  if (const auto* containers = member(*pod_spec->from, "containers")) {
-    if (!containers->is_array()) {
-      (*pod_spec->to)["containers"] = *containers;
-    } else {
-      auto& c = (*pod_spec->to)["containers"] = nlohmann::json::array();
-      for (const auto& container : *containers) c.push_back(budget_container(container));
+  return fields;
+}
+
+nlohmann::json budget_fields(const nlohmann::json& object) {
+  static const kube::FieldSet fields(kBudgetFields);
+  nlohmann::json out = fields.filter(object);
+  // Only gracekeeper's own annotations are read; kubectl's
+  // last-applied-configuration alone can be the size of the whole object.
+  if (auto metadata = out.find("metadata"); metadata != out.end() && metadata->is_object()) {
+    if (auto annotations = metadata->find("annotations");
+        annotations != metadata->end() && annotations->is_object()) {
+      for (auto it = annotations->begin(); it != annotations->end();) {
+        if (!it.key().starts_with("gracekeeper.dev/") && it->is_string()) {
+          it = annotations->erase(it);
+        } else {
+          ++it;
+        }
+      }
     }
   }
   return out;

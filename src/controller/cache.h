@@ -52,6 +52,11 @@ struct CachedDeployment {
 // Deployment the engine cannot read are the same.
 nlohmann::json budget_fields(const nlohmann::json& object);
 
+// The members of a Deployment that project_deployment reads (budget fields,
+// uid, generation, the managers of managedFields), as kube::FieldSet paths:
+// the Deployment informer builds nothing else of each object it receives.
+std::vector<std::string> deployment_fields();
+
 // nullopt for a Deployment that is not opted in (gracekeeper.dev/enabled is
 // not "true"): such Deployments are never cached and never touched.
 std::optional<CachedDeployment> project_deployment(const nlohmann::json& object);

@@ -81,7 +81,7 @@ class Operator {
         options_(options),
         config_(std::move(config)),
         client_(io.get_executor(), config_, client_options()),
-        deployments_(client_, kube::resources::deployments, informer_options(),
+        deployments_(client_, kube::resources::deployments, deployment_informer_options(),
                      &controller::project_deployment),
         policies_(client_, shutdown_policies, informer_options(), &controller::project_policy),
         deployment_queue_(io.get_executor()),
@@ -124,6 +124,11 @@ class Operator {
   kube::InformerOptions informer_options() const {
     kube::InformerOptions o;
     o.namespace_ = options_.watch_namespace;
+    return o;
+  }
+  kube::InformerOptions deployment_informer_options() const {
+    kube::InformerOptions o = informer_options();
+    o.fields = deployment_fields();  // what project_deployment reads: the rest is never built
     return o;
   }
   kube::EventRecorderOptions recorder_options() const {
