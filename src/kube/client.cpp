@@ -325,6 +325,13 @@ asio::awaitable<Result> Client::send_json(Call call) {
   co_return j;
 }
 
+asio::awaitable<Result> Client::send_object(Call call, bool read_object) {
+  if (read_object) co_return co_await send_json(std::move(call));
+  auto body = co_await send(std::move(call));
+  if (!body) co_return std::unexpected(std::move(body.error()));
+  co_return json::object();
+}
+
 asio::awaitable<Result> Client::get(Resource r, std::string ns, std::string name,
                                     std::string subresource) {
   Call call{.target = resource_path(r, ns, name, subresource)};
@@ -383,7 +390,7 @@ asio::awaitable<Result> Client::create(Resource r, std::string ns, json object, 
             .content_type = "application/json",
             .body = object.dump(),
             .idempotent = false};
-  co_return co_await send_json(std::move(call));
+  co_return co_await send_object(std::move(call), o.read_object);
 }
 
 asio::awaitable<Result> Client::replace(Resource r, std::string ns, std::string name, json object,
@@ -392,7 +399,7 @@ asio::awaitable<Result> Client::replace(Resource r, std::string ns, std::string 
             .target = write_query(resource_path(r, ns, name, o.subresource), o),
             .content_type = "application/json",
             .body = object.dump()};
-  co_return co_await send_json(std::move(call));
+  co_return co_await send_object(std::move(call), o.read_object);
 }
 
 asio::awaitable<Result> Client::update_status(Resource r, std::string ns, std::string name,
@@ -428,10 +435,7 @@ asio::awaitable<Result> Client::apply(Resource r, std::string ns, std::string na
   add_query(call.target, "fieldManager", o.field_manager);
   if (o.force) add_query(call.target, "force", "true");
   if (o.dry_run) add_query(call.target, "dryRun", "All");
-  if (o.read_object) co_return co_await send_json(std::move(call));
-  auto body = co_await send(std::move(call));
-  if (!body) co_return std::unexpected(std::move(body.error()));
-  co_return json::object();
+  co_return co_await send_object(std::move(call), o.read_object);
 }
 
 asio::awaitable<Result> Client::merge_patch(Resource r, std::string ns, std::string name,
@@ -440,7 +444,7 @@ asio::awaitable<Result> Client::merge_patch(Resource r, std::string ns, std::str
             .target = write_query(resource_path(r, ns, name, o.subresource), o),
             .content_type = "application/merge-patch+json",
             .body = patch.dump()};
-  co_return co_await send_json(std::move(call));
+  co_return co_await send_object(std::move(call), o.read_object);
 }
 
 asio::awaitable<Result> Client::json_patch(Resource r, std::string ns, std::string name, json patch,
@@ -450,7 +454,7 @@ asio::awaitable<Result> Client::json_patch(Resource r, std::string ns, std::stri
             .content_type = "application/json-patch+json",
             .body = patch.dump(),
             .idempotent = false};
-  co_return co_await send_json(std::move(call));
+  co_return co_await send_object(std::move(call), o.read_object);
 }
 
 asio::awaitable<std::expected<ServerVersion, ApiError>> Client::server_version() {

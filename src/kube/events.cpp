@@ -436,15 +436,17 @@ asio::awaitable<void> EventRecorder::write_loop(std::string key) {
     const EventSeriesCache::Entry* entry = cache_.find(key);
     if (!entry) co_return;
     std::string ns = event_namespace(entry->record().regarding);
+    WriteOptions unread;  // the Event written back is not needed
+    unread.read_object = false;
     Result result;
     if (w->kind == EventSeriesCache::Write::Kind::Create) {
       json body = event_object(*entry, w->count, options_.reporting_controller,
                                options_.reporting_instance);
-      result = co_await client_.create(events_v1, ns, std::move(body));
+      result = co_await client_.create(events_v1, ns, std::move(body), unread);
       if (result) ++stats_.created;
     } else {
       json patch = series_patch(*entry, w->count);
-      result = co_await client_.merge_patch(events_v1, ns, w->name, std::move(patch));
+      result = co_await client_.merge_patch(events_v1, ns, w->name, std::move(patch), unread);
       if (result) ++stats_.patched;
     }
     if (result) {

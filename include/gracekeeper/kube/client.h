@@ -89,6 +89,10 @@ struct WriteOptions {
   std::string field_manager{};  // fieldManager query parameter, if set
   bool dry_run = false;
   std::string subresource{};  // e.g. "status"
+  // false: a success returns an empty object and the answer (the whole
+  // object written) is not parsed, for a caller that does not read it (or
+  // sees the change on its watch anyway). Errors are decoded either way.
+  bool read_object = true;
 };
 
 struct ApplyOptions {
@@ -96,10 +100,7 @@ struct ApplyOptions {
   bool force = false;           // take over fields owned by other managers
   bool dry_run = false;
   std::string subresource{};
-  // false: a success returns an empty object and the answer (the whole
-  // applied object) is not parsed, for a caller that sees the change on its
-  // watch anyway. Errors are decoded either way.
-  bool read_object = true;
+  bool read_object = true;  // as WriteOptions::read_object
 };
 
 struct DeleteOptions {
@@ -264,6 +265,8 @@ class Client {
  private:
   struct Call;
   boost::asio::awaitable<Result> send_json(Call);
+  // send_json, or with read_object false only the status (a success is {}).
+  boost::asio::awaitable<Result> send_object(Call, bool read_object);
   boost::asio::awaitable<std::expected<std::string, ApiError>> send(Call);
   boost::asio::awaitable<std::expected<RawResponse, ApiError>> send_raw(Call);
 

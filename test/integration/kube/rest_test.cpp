@@ -312,6 +312,21 @@ TEST_F(RestTest, ApplyWithoutReadingTheObjectStillDecodesErrors) {
   auto now = run(c.get(resources::config_maps, ns_, "unread"));
   ASSERT_TRUE(now) << now.error().format();
   EXPECT_EQ((*now)["data"]["key"], "beta-value");
+
+  // The other writes the same way: {} on success, the error decoded otherwise.
+  WriteOptions unread;
+  unread.read_object = false;
+  auto patched = run(c.merge_patch(resources::config_maps, ns_, "unread",
+                                   {{"data", {{"other", "gamma"}}}}, unread));
+  ASSERT_TRUE(patched) << patched.error().format();
+  EXPECT_EQ(*patched, nlohmann::json::object());
+  auto exists =
+      run(c.create(resources::config_maps, ns_, config_map("unread", {{"k", "v"}}), unread));
+  ASSERT_FALSE(exists);
+  EXPECT_EQ(exists.error().reason, ApiError::Reason::AlreadyExists) << exists.error().format();
+  now = run(c.get(resources::config_maps, ns_, "unread"));
+  ASSERT_TRUE(now) << now.error().format();
+  EXPECT_EQ((*now)["data"]["other"], "gamma");
 }
 
 TEST_F(RestTest, InvalidObjectHasCauses) {
