@@ -420,6 +420,7 @@ boost::asio::awaitable<void> Reconciler::replace_hooks(const budget::Deployment&
   nlohmann::json patch = replacement_patch(*current, configuration);
   kube::WriteOptions options;
   options.field_manager = kFieldManager;
+  options.read_object = false;  // the informer's watch brings the patched Deployment
   auto result = co_await deps_.client.json_patch(kube::resources::deployments, d.namespace_, d.name,
                                                  std::move(patch), options);
   if (!result) {
@@ -527,13 +528,22 @@ boost::asio::awaitable<bool> Reconciler::reconcile_policy(std::string key) {
     in.deployments = std::move(counts);
   } else if (!policy.status.is_object() || !policy.status.contains("deployments")) {
     // A policy's first status waits for its counts, so a cold start writes
-    // each status once, not twice (once without counts, once with). Not for
-    // longer than kCountsWait: a Deployment whose reconcile keeps failing
-    // must not keep the propagation figure out of the status.
+    // each status once, not twice (once without counts, once with). For
+    // kCountsWait, and up to kCountsBusyWait while Deployments are still
+    // queued (the counts are on their way: 10,000 take about 30 s on two
+    // cores). Not longer: a Deployment whose reconcile keeps failing must not
+    // keep the propagation figure out of the status.
     const auto now = std::chrono::steady_clock::now();
     if (!rt.counts_awaited_since) rt.counts_awaited_since = now;
-    if (now - *rt.counts_awaited_since < kCountsWait) {
-      deps_.policy_queue.add_after(key, *rt.counts_awaited_since + kCountsWait - now);
+    const auto waited = now - *rt.counts_awaited_since;
+    const auto& queue = deps_.deployment_queue.core();
+    const bool queued = queue.len() + queue.processing() > 0;
+    if (waited < kCountsWait) {
+      deps_.policy_queue.add_after(key, kCountsWait - waited);
+      co_return true;
+    }
+    if (queued && waited < kCountsBusyWait) {
+      deps_.policy_queue.add_after(key, std::chrono::seconds(1));
       co_return true;
     }
   }
@@ -554,6 +564,7 @@ boost::asio::awaitable<bool> Reconciler::write_status(const CachedPolicy& policy
                         {"status", std::move(status)}};
   kube::WriteOptions options;
   options.field_manager = kFieldManager;
+  options.read_object = false;  // the informer's watch brings the new status
   auto result = co_await deps_.client.update_status(shutdown_policies, policy.namespace_,
                                                     policy.name, std::move(object), options);
   if (result) co_return true;

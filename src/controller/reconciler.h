@@ -79,6 +79,7 @@ class Reconciler {
     std::optional<std::chrono::steady_clock::time_point> counts_awaited_since;
   };
   static constexpr std::chrono::seconds kCountsWait{10};
+  static constexpr std::chrono::seconds kCountsBusyWait{60};
   // What the last reconcile of a Deployment decided.
   struct Record {
     std::string policy_key;  // "" when no policy governs it
