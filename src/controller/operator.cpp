@@ -118,7 +118,7 @@ class Operator {
   kube::ClientOptions client_options() const {
     kube::ClientOptions o;
     o.max_idle_connections = std::max<std::size_t>(options_.workers, 1) + kPolicyWorkers +
-                             kube::EventRecorderOptions{}.max_writers;
+                             recorder_options().max_writers;
     return o;
   }
   kube::InformerOptions informer_options() const {

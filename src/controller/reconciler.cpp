@@ -187,8 +187,7 @@ void Reconciler::remember(const std::string& key, std::optional<Record> record) 
 // Reports the events of a Deployment's current state that were not reported
 // for it already; forgets the ones that no longer apply, so they are
 // reported again if they come back.
-void Reconciler::report(const std::string& key, const kube::ObjectRef&,
-                        std::vector<kube::EventRecord> events) {
+void Reconciler::report(const std::string& key, std::vector<kube::EventRecord> events) {
   Reported now;
   auto found = reported_.find(key);
   for (auto& e : events) {
@@ -223,7 +222,7 @@ boost::asio::awaitable<bool> Reconciler::reconcile_deployment(std::string key) {
   const auto [ns, name] = split_key(key);
   const kube::ObjectRef ref = deployment_ref(ns, name, uid);
   for (auto& e : outcome.events) e.regarding = ref;
-  report(key, ref, std::move(outcome.events));
+  report(key, std::move(outcome.events));
   remember(key, Record{outcome.policy_key, outcome.state});
   co_return true;
 }

@@ -99,7 +99,7 @@ class Reconciler {
   boost::asio::awaitable<void> replace_hooks(const budget::Deployment&,
                                              const nlohmann::json& configuration);
   void remember(const std::string& key, std::optional<Record> record);
-  void report(const std::string& key, const kube::ObjectRef&, std::vector<kube::EventRecord>);
+  void report(const std::string& key, std::vector<kube::EventRecord>);
   void enqueue_namespace(const std::string& namespace_);
   DeploymentCounts count(const std::string& policy_key, bool& complete) const;
   boost::asio::awaitable<void> measure(const std::string& key, const CachedPolicy&, PolicyRuntime&);
