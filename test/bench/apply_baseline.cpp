@@ -16,6 +16,11 @@
 //       forced apply per Deployment (the fields belong to the creating Update
 //       manager until then). No informer, no queue, no events. User agent
 //       "apply-baseline", so the audit log tells it from the operator.
+//   apply_baseline KUBECONFIG list PAGE_SIZE
+//       The LIST any informer of all Deployments starts with: every page of
+//       PAGE_SIZE (the operator's page size), one after the other, read and
+//       dropped (not parsed). What the control plane spends on it is part of
+//       any operator's cold start.
 #include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -24,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gracekeeper/budget/apply.h"
@@ -241,18 +247,51 @@ int baseline(asio::io_context& io, kube::Client& client, int n, int workers) {
   return 0;
 }
 
+// ---- list ------------------------------------------------------------------
+
+int list(asio::io_context& io, kube::Client& client, int page_size) {
+  const auto t0 = Clock::now();
+  std::string token;
+  int pages = 0;
+  std::size_t bytes = 0;
+  do {
+    std::string target = "/apis/apps/v1/deployments?limit=" + std::to_string(page_size);
+    if (!token.empty()) target += "&continue=" + token;
+    auto page = drive(io, client.get_raw(target));
+    if (!page) {
+      std::fprintf(stderr, "apply_baseline: list: %s\n", page.error().format().c_str());
+      return 1;
+    }
+    ++pages;
+    bytes += page->size();
+    // The List's metadata comes before its items: the token is near the start.
+    token.clear();
+    const std::string_view head = std::string_view(*page).substr(0, 1024);
+    if (const auto at = head.find("\"continue\":\""); at != std::string_view::npos) {
+      const auto from = at + 12;
+      token = std::string(head.substr(from, head.find('"', from) - from));
+    }
+  } while (!token.empty());
+  std::printf("list: %d pages of %d, %.1f MB, %.3f s\n", pages, page_size, bytes / 1e6,
+              seconds_since(t0));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc >= 3 ? argv[2] : "";
-  if (argc != 5 || (mode != "populate" && mode != "baseline")) {
-    std::fprintf(stderr, "usage: %s KUBECONFIG populate N R | %s KUBECONFIG baseline N WORKERS\n",
-                 argv[0], argv[0]);
+  if (argc != (mode == "list" ? 4 : 5) ||
+      (mode != "populate" && mode != "baseline" && mode != "list")) {
+    std::fprintf(stderr,
+                 "usage: %s KUBECONFIG populate N R | %s KUBECONFIG baseline N WORKERS | "
+                 "%s KUBECONFIG list PAGE_SIZE\n",
+                 argv[0], argv[0], argv[0]);
     return 2;
   }
   const int a = std::atoi(argv[3]);
-  const int b = std::atoi(argv[4]);
+  const int b = mode == "list" ? 0 : std::atoi(argv[4]);
   if (a <= 0 || b < 0 || (mode == "baseline" && b <= 0)) {
     std::fprintf(stderr, "apply_baseline: bad numbers\n");
     return 2;
@@ -270,6 +309,7 @@ int main(int argc, char** argv) {
   co.max_idle_connections = static_cast<std::size_t>(std::max(b, 4));
   kube::Client client(io.get_executor(), *config, co);
   try {
+    if (mode == "list") return list(io, client, a);
     return mode == "populate" ? populate(io, client, a, b) : baseline(io, client, a, b);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "apply_baseline: %s\n", e.what());
