@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <ranges>
+#include <utility>
 
 #include "gracekeeper/budget/apply.h"
 #include "log.h"
@@ -92,16 +94,35 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
 Reconciler::Reconciler(Dependencies deps, ReconcilerOptions options)
     : deps_(deps), options_(options) {}
 
+namespace {
+
+// The entries of namespace `ns`'s Deployments: the keys "ns/...", which sort
+// together, before "ns0" ('0' follows '/').
+template <class Map>
+auto namespace_entries(Map& map, std::string_view ns) {
+  const std::string prefix(ns);
+  return std::ranges::subrange(map.lower_bound(prefix + "/"), map.lower_bound(prefix + "0"));
+}
+
+}  // namespace
+
 kube::InformerHandlers Reconciler::deployment_handlers() {
   auto added = [this](const std::string& key) {
-    deployments_by_namespace_[split_key(key).first].insert(key);
+    deployments_[key].cached = true;
     deps_.deployment_queue.add(key);
   };
   return {added, added, [this](const std::string& key) {
-            auto it = deployments_by_namespace_.find(split_key(key).first);
-            if (it != deployments_by_namespace_.end()) it->second.erase(key);
+            // Kept until its reconcile: the policy's counts follow then.
+            if (auto it = deployments_.find(key); it != deployments_.end()) {
+              it->second.cached = false;
+            }
             deps_.deployment_queue.add(key);
           }};
+}
+
+void Reconciler::forget_if_empty(TrackedMap::iterator it) {
+  const Tracked& t = it->second;
+  if (!t.cached && !t.record && t.reported.hashes.empty()) deployments_.erase(it);
 }
 
 kube::InformerHandlers Reconciler::policy_handlers() {
@@ -147,27 +168,25 @@ bool Reconciler::Reported::add(std::string event) {
 }
 
 void Reconciler::seed_reported(std::multimap<std::string, std::string> reported) {
-  for (auto& [key, event] : reported) reported_[key].add(std::move(event));
+  for (auto& [key, event] : reported) deployments_[key].reported.add(std::move(event));
 }
 
 void Reconciler::enqueue_namespace(const std::string& ns) {
-  auto it = deployments_by_namespace_.find(ns);
-  if (it == deployments_by_namespace_.end()) return;
-  for (const auto& key : it->second) deps_.deployment_queue.add(key);
+  for (const auto& [key, tracked] : namespace_entries(deployments_, ns)) {
+    if (tracked.cached) deps_.deployment_queue.add(key);
+  }
 }
 
 void Reconciler::remember(const std::string& key, std::optional<Record> record) {
-  auto it = records_.find(key);
-  std::string old_policy = it == records_.end() ? std::string() : it->second.policy_key;
-  const bool same = it != records_.end() && record && it->second.policy_key == record->policy_key &&
-                    it->second.state.compliant == record->state.compliant &&
-                    it->second.state.pending == record->state.pending &&
-                    it->second.state.violating == record->state.violating;
-  if (record) {
-    records_[key] = *record;
-  } else if (it != records_.end()) {
-    records_.erase(it);
-  }
+  auto it = record ? deployments_.try_emplace(key).first : deployments_.find(key);
+  const std::optional<Record> old =
+      it == deployments_.end() ? std::nullopt : std::exchange(it->second.record, record);
+  std::string old_policy = old ? old->policy_key : std::string();
+  const bool same = old && record && old->policy_key == record->policy_key &&
+                    old->state.compliant == record->state.compliant &&
+                    old->state.pending == record->state.pending &&
+                    old->state.violating == record->state.violating;
+  if (it != deployments_.end()) forget_if_empty(it);
   if (same) return;
   // The policies' counts changed: their status follows.
   if (!old_policy.empty()) deps_.policy_queue.add(old_policy);
@@ -189,21 +208,20 @@ void Reconciler::remember(const std::string& key, std::optional<Record> record) 
 // reported again if they come back.
 void Reconciler::report(const std::string& key, std::vector<kube::EventRecord> events) {
   Reported now;
-  auto found = reported_.find(key);
+  auto found = deployments_.find(key);
   for (auto& e : events) {
     std::string k = event_key(e);
-    const bool before = found != reported_.end() && found->second.contains(k);
+    const bool before = found != deployments_.end() && found->second.reported.contains(k);
     if (!now.add(std::move(k)) || before) continue;
     deps_.metrics.count_event(to_string(e.type), e.reason);
     deps_.events.record(std::move(e));
   }
-  if (now.hashes.empty()) {
-    if (found != reported_.end()) reported_.erase(found);
-  } else if (found != reported_.end()) {
-    found->second = std::move(now);
-  } else {
-    reported_.emplace(key, std::move(now));
+  if (found == deployments_.end()) {
+    if (now.hashes.empty()) return;
+    found = deployments_.try_emplace(key).first;
   }
+  found->second.reported = std::move(now);
+  forget_if_empty(found);
 }
 
 boost::asio::awaitable<bool> Reconciler::reconcile_deployment(std::string key) {
@@ -211,7 +229,10 @@ boost::asio::awaitable<bool> Reconciler::reconcile_deployment(std::string key) {
   if (!cached) {
     // Deleted, or no longer opted in: left as it is, no longer managed.
     remember(key, std::nullopt);
-    reported_.erase(key);
+    if (auto it = deployments_.find(key); it != deployments_.end()) {
+      it->second.reported = {};
+      forget_if_empty(it);
+    }
     co_return true;
   }
   // Copies: the cache may change while we await.
@@ -322,8 +343,8 @@ boost::asio::awaitable<bool> Reconciler::write(const budget::Deployment& d,
   // a restart): wait for the Deployment or the plan to change instead of
   // repeating the write.
   const std::string wanted = "(wanted " + describe_changes(plan) + ")";
-  if (auto it = reported_.find(key); it != reported_.end()) {
-    for (const auto& e : it->second.blocking) {
+  if (auto it = deployments_.find(key); it != deployments_.end()) {
+    for (const auto& e : it->second.reported.blocking) {
       if (!e.ends_with(wanted)) continue;
       const auto separator = e.find('\x1f');
       out.state.pending = true;
@@ -432,16 +453,14 @@ DeploymentCounts Reconciler::count(const std::string& policy_key, bool& complete
   DeploymentCounts c;
   // Until the first list of Deployments is whole, a namespace may have more.
   complete = deps_.deployments.has_synced();
-  auto ds = deployments_by_namespace_.find(split_key(policy_key).first);
-  if (ds == deployments_by_namespace_.end()) return c;
-  for (const auto& key : ds->second) {
-    auto it = records_.find(key);
-    if (it == records_.end()) {
+  for (const auto& [key, tracked] : namespace_entries(deployments_, split_key(policy_key).first)) {
+    if (!tracked.cached) continue;
+    if (!tracked.record) {
       complete = false;
       continue;
     }
-    if (it->second.policy_key != policy_key) continue;
-    const DeploymentState& s = it->second.state;
+    if (tracked.record->policy_key != policy_key) continue;
+    const DeploymentState& s = tracked.record->state;
     ++c.managed;
     c.compliant += s.compliant;
     c.pending += s.pending;

@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -109,9 +110,7 @@ class Reconciler {
   ReconcilerOptions options_;
   std::unordered_map<std::string, PolicyRuntime> policy_runtime_;
   std::unordered_map<std::string, std::int64_t> policy_generation_seen_;
-  std::unordered_map<std::string, Record> records_;
-  // namespace -> keys of opted-in Deployments / of policies, kept by the handlers.
-  std::map<std::string, std::set<std::string>> deployments_by_namespace_;
+  // namespace -> keys of policies, kept by the handlers.
   std::map<std::string, std::set<std::string>> policies_by_namespace_;
   // The events reported for a Deployment's current state. Kept per
   // Deployment, so kept small: hashes of "reason\x1fnote", except the
@@ -123,8 +122,18 @@ class Reconciler {
     // Adds an event ("reason\x1fnote"); false when it is already there.
     bool add(std::string event);
   };
-  // Deployment key -> its reported events; no entry when there are none.
-  std::unordered_map<std::string, Reported> reported_;
+  // All the reconciler keeps of a Deployment.
+  struct Tracked {
+    bool cached = false;           // in the informer's cache (kept by its handlers)
+    std::optional<Record> record;  // what its last reconcile decided
+    Reported reported;             // the events reported for its current state
+  };
+  // Deployment key ("namespace/name") -> what is kept of it, in key order so
+  // that a namespace's Deployments are one range. An entry goes once it
+  // holds nothing (not cached, no record, no event).
+  using TrackedMap = std::map<std::string, Tracked, std::less<>>;
+  TrackedMap deployments_;
+  void forget_if_empty(TrackedMap::iterator);
 };
 
 // "ns/name" -> {ns, name}.
