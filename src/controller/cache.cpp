@@ -190,15 +190,16 @@ std::expected<budget::Deployment, budget::FieldErrors> CachedDeployment::project
   return budget::project_deployment(object);
 }
 
+bool opted_in(const nlohmann::json& metadata) {
+  const nlohmann::json* annotations = member(metadata, "annotations");
+  return annotations && string_member(*annotations, budget::kAnnotationEnabled) == "true";
+}
+
 std::optional<CachedDeployment> project_deployment(const nlohmann::json& object) {
   const nlohmann::json* metadata = member(object, "metadata");
-  if (!metadata) return std::nullopt;
   // Decided on the raw object, so Deployments that are not opted in cost
   // nothing beyond this lookup.
-  const nlohmann::json* annotations = member(*metadata, "annotations");
-  if (!annotations || string_member(*annotations, budget::kAnnotationEnabled) != "true") {
-    return std::nullopt;
-  }
+  if (!metadata || !opted_in(*metadata)) return std::nullopt;
   CachedDeployment out{
       string_member(*metadata, "uid"), int_member(*metadata, "generation"), {}, {}};
   if (const auto* fields = member(*metadata, "managedFields"); fields && fields->is_array()) {

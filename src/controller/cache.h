@@ -57,8 +57,13 @@ nlohmann::json budget_fields(const nlohmann::json& object);
 // the Deployment informer builds nothing else of each object it receives.
 std::vector<std::string> deployment_fields();
 
-// nullopt for a Deployment that is not opted in (gracekeeper.dev/enabled is
-// not "true"): such Deployments are never cached and never touched.
+// Whether a Deployment with this metadata opted in: gracekeeper.dev/enabled
+// is "true". The Deployment informer builds nothing but the metadata of the
+// others (InformerOptions::wanted).
+bool opted_in(const nlohmann::json& metadata);
+
+// nullopt for a Deployment that is not opted in: such Deployments are never
+// cached and never touched.
 std::optional<CachedDeployment> project_deployment(const nlohmann::json& object);
 
 struct CachedPolicy {

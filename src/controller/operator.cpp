@@ -129,6 +129,7 @@ class Operator {
   kube::InformerOptions deployment_informer_options() const {
     kube::InformerOptions o = informer_options();
     o.fields = deployment_fields();  // what project_deployment reads: the rest is never built
+    o.wanted = opted_in;             // of the others, only the metadata is built
     return o;
   }
   kube::EventRecorderOptions recorder_options() const {

@@ -1,10 +1,12 @@
 #include "gracekeeper/kube/fields.h"
 
 #include <string_view>
+#include <utility>
 
 namespace gracekeeper::kube {
 
-FieldSet::FieldSet(const std::vector<std::string>& paths) {
+FieldSet::FieldSet(const std::vector<std::string>& paths, Wanted wanted)
+    : wanted_(std::move(wanted)) {
   if (paths.empty()) return;
   root_.whole = false;
   for (std::string_view path : paths) {
@@ -47,7 +49,13 @@ nlohmann::json filter_value(const nlohmann::json& value, const FieldSet::Node& n
 }  // namespace
 
 nlohmann::json FieldSet::filter(const nlohmann::json& value) const {
-  return filter_value(value, root_);
+  nlohmann::json out = filter_value(value, root_);
+  if (!wanted_ || !out.is_object()) return out;
+  auto metadata = out.find("metadata");
+  if (metadata == out.end() || !metadata->is_object() || wanted_(*metadata)) return out;
+  nlohmann::json reduced = nlohmann::json::object();
+  reduced["metadata"] = std::move(*metadata);
+  return reduced;
 }
 
 }  // namespace gracekeeper::kube

@@ -80,12 +80,12 @@ std::string object_key(const json& object) {
 namespace {
 
 // The caller's fields and what the informer itself reads: the key and the version.
-FieldSet informer_fields(std::vector<std::string> fields) {
-  if (fields.empty()) return FieldSet();
+FieldSet informer_fields(std::vector<std::string> fields, FieldSet::Wanted wanted) {
+  if (fields.empty()) return FieldSet({}, std::move(wanted));
   for (const char* own : {"metadata.name", "metadata.namespace", "metadata.resourceVersion"}) {
     fields.emplace_back(own);
   }
-  return FieldSet(fields);
+  return FieldSet(fields, std::move(wanted));
 }
 
 }  // namespace
@@ -96,7 +96,7 @@ InformerCore::InformerCore(Client& client, Resource resource, InformerOptions op
       resource_(std::move(resource)),
       options_(std::move(options)),
       project_(std::move(project)),
-      fields_(informer_fields(options_.fields)),
+      fields_(informer_fields(options_.fields, options_.wanted)),
       random_(options_.seed ? options_.seed : std::random_device{}()),
       backoff_(options_.initial_backoff) {}
 

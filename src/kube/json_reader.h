@@ -18,7 +18,9 @@ namespace gracekeeper::kube::detail {
 // "object" of a watch event. It is built as `fields` says; everything else
 // is kept whole. With `on_item`, the elements of that member (an array) are
 // handed out one at a time, each the moment it is complete, instead of kept:
-// one item's tree is alive at a time, never a page's.
+// one item's tree is alive at a time, never a page's. An object whose
+// metadata `fields.wanted()` refuses is reduced to its metadata the moment
+// that is complete, and the rest of its text is lexed and dropped.
 class FilteringReader {
  public:
   using json = nlohmann::json;
@@ -28,7 +30,8 @@ class FilteringReader {
   FilteringReader(std::string member, const FieldSet& fields,
                   std::function<void(json&&)> on_item = {})
       : member_(std::move(member)),
-        fields_(fields.keeps_everything() ? nullptr : &fields.root()),
+        fields_(fields.root().whole ? nullptr : &fields.root()),
+        wanted_(fields.wanted() ? &fields.wanted() : nullptr),
         on_item_(std::move(on_item)) {}
 
   bool null() { return value(json(nullptr)); }
@@ -48,7 +51,9 @@ class FilteringReader {
     f.next = nullptr;
     f.skip_next = false;
     f.next_handed_out = false;
-    if (stack_.size() == 1 && k == member_) {
+    if (f.reduced) {
+      f.skip_next = true;
+    } else if (stack_.size() == 1 && k == member_) {
       f.next = fields_;
       f.next_handed_out = static_cast<bool>(on_item_);
     } else if (f.filter != nullptr) {
@@ -80,6 +85,9 @@ class FilteringReader {
     const Node* next = nullptr;
     bool skip_next = false;
     bool next_handed_out = false;
+    bool member_value = false;  // the value of `member`
+    bool item = false;          // an object the fields (and wanted) describe
+    bool reduced = false;       // wanted refused it: only its metadata is kept
   };
 
   // True when the value that starts now is dropped (and skipping_ counts
@@ -104,6 +112,9 @@ class FilteringReader {
       frame.filter = parent.value.is_object() ? parent.next : parent.filter;
       frame.handed_out =
           parent.value.is_object() && parent.next_handed_out && type == json::value_t::array;
+      frame.member_value = stack_.size() == 1 && parent.value.is_object() && parent.key == member_;
+      frame.item = type == json::value_t::object &&
+                   (frame.member_value || (parent.member_value && parent.value.is_array()));
     }
     stack_.push_back(std::move(frame));
     return true;
@@ -127,6 +138,10 @@ class FilteringReader {
     } else if (Frame& parent = stack_.back(); parent.handed_out) {
       on_item_(std::move(v));
     } else if (parent.value.is_object()) {
+      if (parent.item && wanted_ && parent.key == "metadata" && v.is_object() && !(*wanted_)(v)) {
+        parent.value = json::object();
+        parent.reduced = true;
+      }
       parent.value[parent.key] = std::move(v);
     } else {
       parent.value.push_back(std::move(v));
@@ -136,6 +151,7 @@ class FilteringReader {
 
   std::string member_;
   const Node* fields_;
+  const FieldSet::Wanted* wanted_;
   std::function<void(json&&)> on_item_;
   std::vector<Frame> stack_;
   std::size_t skipping_ = 0;

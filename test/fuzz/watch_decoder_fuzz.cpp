@@ -13,7 +13,8 @@
 //  - every event is well formed: an object, a status exactly for ERROR events;
 //  - a field filter only drops members: decoded with a FieldSet, every event
 //    is the unfiltered one passed through FieldSet::filter (an ERROR event's
-//    Status whole), and the errors are the same.
+//    Status whole; an object `wanted` refuses reduced to its metadata), and
+//    the errors are the same.
 //
 // Build and run (clang with libFuzzer; std::expected needs clang >= 16 here,
 // see hack/fuzz): target wiring is in test/fuzz/CMakeLists.txt.
@@ -35,8 +36,13 @@ namespace kube = gracekeeper::kube;
 
 // Small limits so the fuzzer reaches "too large" and "too deep" quickly.
 const kube::WatchDecoderOptions kOptions{.max_event_bytes = 4096, .max_depth = 64};
+// With a `wanted` that refuses about half the objects (those whose filtered
+// metadata has an odd number of members), so reduced objects are checked too.
 const kube::FieldSet kFields({"metadata.name", "metadata.resourceVersion",
-                              "metadata.managedFields.manager", "spec.template.spec.containers"});
+                              "metadata.managedFields.manager", "spec.template.spec.containers"},
+                             [](const nlohmann::json& metadata) {
+                               return metadata.size() % 2 == 0;
+                             });
 const kube::WatchDecoderOptions kFiltered{
     .max_event_bytes = 4096, .max_depth = 64, .fields = &kFields};
 

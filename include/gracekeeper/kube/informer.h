@@ -57,6 +57,10 @@ struct InformerOptions {
   // ("spec.replicas"); the rest of each object is not built (fields.h).
   // Empty: the whole object.
   std::vector<std::string> fields{};
+  // Objects whose metadata (as `fields` keeps it) this refuses are cached as
+  // the projection of their metadata alone; the rest of their text is not
+  // built (FieldSet). Empty: every object is built as `fields` says.
+  FieldSet::Wanted wanted{};
   std::chrono::seconds min_watch_timeout{300};
   std::chrono::seconds max_watch_timeout{600};
   std::chrono::milliseconds initial_backoff{800};

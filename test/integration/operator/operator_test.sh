@@ -109,6 +109,14 @@ sleep 1
 if managed_by_gk op-basic plain; then not_ok "a Deployment without the annotation has a gracekeeper managedFields entry"
 else ok "a Deployment without the annotation is untouched (no gracekeeper managedFields entry)"; fi
 expect "no events about the Deployment without the annotation" "$(event_reasons op-basic plain)" ""
+# Opting in later: the informer built only the metadata of "late" so far
+# (FieldSet wanted); the watch event of the annotation brings it whole.
+deployment op-basic late '{}'
+sleep 1
+k annotate deployment -n op-basic late gracekeeper.dev/enabled=true >/dev/null
+wait_for 10 settings_are op-basic late "6 46 0 1" && ok "a Deployment opted in after its creation is tuned" \
+  || not_ok "late opt-in: '$(settings op-basic late)'"
+k delete deployment -n op-basic late --wait >/dev/null
 
 # An exec sleep written before the API server had the native action (by
 # `gracekeeper plan --kubernetes-version 1.29`, created by kubectl): the

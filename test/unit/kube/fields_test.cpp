@@ -129,12 +129,71 @@ TEST(FilteringReader, AgreesWithFilterOnRandomDocuments) {
     }
   };
   const FieldSet fields(kPaths);
+  // Refuses the objects whose (filtered) metadata has a name: "managedFields"
+  // and "containers" sort before "metadata", so some members are built
+  // before the refusal and must go again.
+  const FieldSet gated(kPaths, [](const Json& metadata) { return !metadata.contains("name"); });
+  int refused = 0;
   for (int i = 0; i < 2000; ++i) {
     Json item = make(0);
-    auto items = read_items(Json{{"items", Json::array({item})}}.dump(), fields);
+    if (i % 2 == 0) {  // an object with metadata, so that the gate has something to decide
+      if (!item.is_object()) item = Json::object();
+      Json metadata = Json::object();
+      for (unsigned k = random() % 4; k > 0; --k)
+        metadata[names[random() % names.size()]] = make(2);
+      if (random() % 2) metadata["name"] = "web";
+      item["metadata"] = metadata;
+      item["spec"] = make(1);
+    }
+    const std::string page = Json{{"items", Json::array({item})}}.dump();
+    auto items = read_items(page, fields);
     ASSERT_EQ(items.size(), 1u);
     ASSERT_EQ(items[0], fields.filter(item)) << item.dump();
+    items = read_items(page, gated);
+    ASSERT_EQ(items.size(), 1u);
+    ASSERT_EQ(items[0], gated.filter(item)) << item.dump();
+    refused += gated.filter(item) != fields.filter(item);
   }
+  EXPECT_GT(refused, 20);  // the gate was put to the test
+}
+
+bool named_web(const Json& metadata) {
+  return metadata.value("name", "") == "web";
+}
+
+TEST(FieldSet, AnObjectWantedRefusesKeepsOnlyItsMetadata) {
+  Json other = deployment();
+  other["metadata"]["name"] = "api";
+  const FieldSet fields(kPaths, named_web);
+  EXPECT_FALSE(fields.keeps_everything());
+  EXPECT_EQ(fields.filter(deployment()), filtered_deployment());
+  Json want = Json::object();
+  want["metadata"] = FieldSet(kPaths).filter(other)["metadata"];
+  EXPECT_EQ(fields.filter(other), want);
+  // Without metadata (or with metadata of another type) there is nothing to ask.
+  Json bare = deployment();
+  bare.erase("metadata");
+  EXPECT_EQ(fields.filter(bare), FieldSet(kPaths).filter(bare));
+  bare["metadata"] = "web";
+  EXPECT_EQ(fields.filter(bare), FieldSet(kPaths).filter(bare));
+  // Without paths, wanted still reduces what it refuses.
+  EXPECT_EQ(FieldSet({}, named_web).filter(other), (Json{{"metadata", other["metadata"]}}));
+  EXPECT_EQ(FieldSet({}, named_web).filter(deployment()), deployment());
+}
+
+TEST(FilteringReader, SkipsTheRestOfAnItemWantedRefuses) {
+  Json other = deployment();
+  other["metadata"]["name"] = "api";
+  const FieldSet fields(kPaths, named_web);
+  // Text order as the API server writes it: metadata, then spec and status.
+  auto items = read_items(
+      R"({"items":[)" + other.dump() + "," + deployment().dump() + "," + other.dump() + "]}",
+      fields);
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[0], fields.filter(other));
+  EXPECT_EQ(items[0].size(), 1u);  // metadata alone
+  EXPECT_EQ(items[1], filtered_deployment());
+  EXPECT_EQ(items[2], fields.filter(other));
 }
 
 TEST(WatchDecoder, BuildsOnlyTheNamedMembersButReadsAnErrorWhole) {
@@ -153,6 +212,25 @@ TEST(WatchDecoder, BuildsOnlyTheNamedMembersButReadsAnErrorWhole) {
   EXPECT_EQ(error->object, status);
   ASSERT_TRUE(error->status);
   EXPECT_EQ(error->status->code, 410);
+}
+
+TEST(WatchDecoder, AnObjectWantedRefusesIsItsMetadataAlone) {
+  const FieldSet fields(kPaths, named_web);
+  WatchDecoderOptions options;
+  options.fields = &fields;
+  WatchDecoder decoder(options);
+  Json other = deployment();
+  other["metadata"]["name"] = "api";
+  other["metadata"]["resourceVersion"] = "7";
+  ASSERT_TRUE(decoder.feed(Json{{"type", "MODIFIED"}, {"object", other}}.dump() + "\n" +
+                           Json{{"type", "ADDED"}, {"object", deployment()}}.dump() + "\n"));
+  auto refused = decoder.next();
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->object, fields.filter(other));
+  EXPECT_EQ(refused->object.size(), 1u);
+  auto wanted = decoder.next();
+  ASSERT_TRUE(wanted);
+  EXPECT_EQ(wanted->object, filtered_deployment());
 }
 
 TEST(WatchDecoder, FilteredMalformedLineIsStillAnError) {
