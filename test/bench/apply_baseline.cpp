@@ -16,12 +16,22 @@
 //       forced apply per Deployment (the fields belong to the creating Update
 //       manager until then). No informer, no queue, no events. User agent
 //       "apply-baseline", so the audit log tells it from the operator.
+//   apply_baseline KUBECONFIG floor N WORKERS
+//       What any operator makes the control plane do, with no logic: the
+//       LIST of all Deployments in pages of 100, then a watch on all of them
+//       from the LIST's resourceVersion (events read and dropped), while the
+//       same N applies as `baseline` go out, WORKERS in flight, all on one
+//       io_context as in the operator. Run after `baseline`, on the same
+//       off-<i>: field manager "gracekeeper-floor" and propagation 5 s, so
+//       each apply again changes values another applier owns and is forced.
 //   apply_baseline KUBECONFIG list PAGE_SIZE
 //       The LIST any informer of all Deployments starts with: every page of
 //       PAGE_SIZE (the operator's page size), one after the other, read and
 //       dropped (not parsed). What the control plane spends on it is part of
 //       any operator's cold start.
 #include <algorithm>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
@@ -129,7 +139,7 @@ int populate(asio::io_context& io, kube::Client& client, int n, int r) {
   return 0;
 }
 
-// ---- baseline --------------------------------------------------------------
+// ---- the applies ---------------------------------------------------------
 struct Apply {
   std::string ns;
   std::string name;
@@ -137,6 +147,7 @@ struct Apply {
 };
 
 struct BaselineState {
+  std::string field_manager;
   std::vector<Apply> applies;
   std::size_t next = 0;
   int ok = 0;
@@ -150,7 +161,7 @@ asio::awaitable<int> baseline_worker(kube::Client& client, BaselineState& st) {
   while (st.next < st.applies.size()) {
     Apply& a = st.applies[st.next++];
     kube::ApplyOptions options;
-    options.field_manager = "gracekeeper";
+    options.field_manager = st.field_manager;
     options.force = true;
     options.read_object = false;  // as the operator sends them
     const auto t0 = Clock::now();
@@ -175,7 +186,70 @@ double percentile(std::vector<double> v, double q) {
   return v[i];
 }
 
-int baseline(asio::io_context& io, kube::Client& client, int n, int workers) {
+// ---- list and watch ------------------------------------------------------
+
+// `"name":"value"` near the start of a List page, where its metadata is
+// (resourceVersion, continue); empty when absent.
+std::string head_member(std::string_view page, std::string_view name) {
+  const std::string_view head = page.substr(0, 1024);
+  const std::string needle = "\"" + std::string(name) + "\":\"";
+  const auto at = head.find(needle);
+  if (at == std::string_view::npos) return {};
+  const auto from = at + needle.size();
+  return std::string(head.substr(from, head.find('"', from) - from));
+}
+
+struct Listed {
+  int pages = 0;
+  std::size_t bytes = 0;
+  std::string resource_version;  // of the first page: the snapshot every page is from
+  std::string error;
+};
+
+// Every page of all Deployments, read and dropped (not parsed).
+asio::awaitable<Listed> list_pages(kube::Client& client, int page_size) {
+  Listed out;
+  std::string token;
+  do {
+    std::string target = "/apis/apps/v1/deployments?limit=" + std::to_string(page_size);
+    if (!token.empty()) target += "&continue=" + token;
+    auto page = co_await client.get_raw(target);
+    if (!page) {
+      out.error = page.error().format();
+      co_return out;
+    }
+    if (out.pages++ == 0) out.resource_version = head_member(*page, "resourceVersion");
+    out.bytes += page->size();
+    token = head_member(*page, "continue");
+  } while (!token.empty());
+  co_return out;
+}
+
+// The floor's reader: the LIST, then a watch from its resourceVersion until
+// cancelled.
+struct Watched {
+  Listed listed;
+  std::size_t watch_bytes = 0;
+};
+
+asio::awaitable<int> list_and_watch(kube::Client& client, Watched& w) {
+  w.listed = co_await list_pages(client, 100);
+  if (!w.listed.error.empty()) co_return 1;
+  kube::WatchOptions options;
+  options.resource_version = w.listed.resource_version;
+  options.timeout = std::chrono::seconds(3600);
+  auto end =
+      co_await client.watch(kube::resources::deployments, "", options, [&](std::string_view chunk) {
+        w.watch_bytes += chunk.size();
+        return true;
+      });
+  co_return end ? 0 : 1;
+}
+
+// ---- baseline and floor ----------------------------------------------------
+
+int baseline(asio::io_context& io, kube::Client& client, int n, int workers, bool floor) {
+  const char* mode = floor ? "floor" : "baseline";
   auto version = drive(io, client.server_version());
   if (!version) {
     std::fprintf(stderr, "apply_baseline: server version: %s\n", version.error().format().c_str());
@@ -191,6 +265,7 @@ int baseline(asio::io_context& io, kube::Client& client, int n, int workers) {
   }
   // Built before the clock starts: the configurations the operator would send.
   BaselineState st;
+  st.field_manager = floor ? "gracekeeper-floor" : "gracekeeper";
   st.applies.reserve(n);
   const auto now = std::chrono::system_clock::now();
   std::size_t bytes = 0;
@@ -203,7 +278,7 @@ int baseline(asio::io_context& io, kube::Client& client, int n, int workers) {
     budget::Context ctx;
     ctx.policy = &*spec;
     ctx.policy_name = "default";
-    ctx.propagation_seconds = 4;
+    ctx.propagation_seconds = floor ? 5 : 4;
     ctx.capabilities.native_sleep = major > 1 || (major == 1 && minor >= 30);
     ctx.now = now;
     budget::Plan plan = budget::plan(*d, ctx);
@@ -215,7 +290,7 @@ int baseline(asio::io_context& io, kube::Client& client, int n, int workers) {
     bytes += configuration.dump().size();
     st.applies.push_back({d->namespace_, d->name, std::move(configuration)});
   }
-  std::printf("baseline: %d apply configurations built, %.0f bytes each on average; sample:\n%s\n",
+  std::printf("%s: %d apply configurations built, %.0f bytes each on average; sample:\n%s\n", mode,
               n, double(bytes) / n, st.applies.front().configuration.dump().c_str());
   st.latency_ms.reserve(n);
 
@@ -223,6 +298,14 @@ int baseline(asio::io_context& io, kube::Client& client, int n, int workers) {
   (void)drive(io, client.get_raw("/readyz"));
   const std::int64_t start_us = epoch_us();
   const auto t0 = Clock::now();
+  Watched watched;
+  asio::cancellation_signal stop_reader;
+  bool reader_done = !floor;
+  if (floor) {
+    asio::co_spawn(io, list_and_watch(client, watched),
+                   asio::bind_cancellation_slot(
+                       stop_reader.slot(), [&](std::exception_ptr, int) { reader_done = true; }));
+  }
   int done = 0;
   for (int w = 0; w < workers; ++w) {
     asio::co_spawn(io, baseline_worker(client, st), [&](std::exception_ptr e, int) {
@@ -233,13 +316,21 @@ int baseline(asio::io_context& io, kube::Client& client, int n, int workers) {
   io.restart();
   while (done < workers) io.run_one();
   const double secs = seconds_since(t0);
-  std::printf("baseline_start_us %lld\nbaseline_end_us %lld\n", static_cast<long long>(start_us),
+  stop_reader.emit(asio::cancellation_type::terminal);
+  while (!reader_done) io.run_one();
+  std::printf("%s_start_us %lld\n%s_end_us %lld\n", mode, static_cast<long long>(start_us), mode,
               static_cast<long long>(st.last_done_us));
   std::printf(
-      "baseline: %d applies (%d ok, %d failed), %d in flight, %.3f s, %.0f applies/s; "
+      "%s: %d applies (%d ok, %d failed), %d in flight, %.3f s, %.0f applies/s; "
       "latency p50 %.1f ms, p99 %.1f ms\n",
-      n, st.ok, st.failed, workers, secs, n / (secs > 0 ? secs : 1),
+      mode, n, st.ok, st.failed, workers, secs, n / (secs > 0 ? secs : 1),
       percentile(st.latency_ms, 0.50), percentile(st.latency_ms, 0.99));
+  if (floor) {
+    std::printf("floor: listed %d pages, %.1f MB%s; watched %.1f MB of events\n",
+                watched.listed.pages, watched.listed.bytes / 1e6,
+                watched.listed.error.empty() ? "" : (" (" + watched.listed.error + ")").c_str(),
+                watched.watch_bytes / 1e6);
+  }
   if (st.failed) {
     std::fprintf(stderr, "apply_baseline: first failure: %s\n", st.first_error.c_str());
     return 1;
@@ -247,33 +338,15 @@ int baseline(asio::io_context& io, kube::Client& client, int n, int workers) {
   return 0;
 }
 
-// ---- list ------------------------------------------------------------------
-
 int list(asio::io_context& io, kube::Client& client, int page_size) {
   const auto t0 = Clock::now();
-  std::string token;
-  int pages = 0;
-  std::size_t bytes = 0;
-  do {
-    std::string target = "/apis/apps/v1/deployments?limit=" + std::to_string(page_size);
-    if (!token.empty()) target += "&continue=" + token;
-    auto page = drive(io, client.get_raw(target));
-    if (!page) {
-      std::fprintf(stderr, "apply_baseline: list: %s\n", page.error().format().c_str());
-      return 1;
-    }
-    ++pages;
-    bytes += page->size();
-    // The List's metadata comes before its items: the token is near the start.
-    token.clear();
-    const std::string_view head = std::string_view(*page).substr(0, 1024);
-    if (const auto at = head.find("\"continue\":\""); at != std::string_view::npos) {
-      const auto from = at + 12;
-      token = std::string(head.substr(from, head.find('"', from) - from));
-    }
-  } while (!token.empty());
-  std::printf("list: %d pages of %d, %.1f MB, %.3f s\n", pages, page_size, bytes / 1e6,
-              seconds_since(t0));
+  const Listed listed = drive(io, list_pages(client, page_size));
+  if (!listed.error.empty()) {
+    std::fprintf(stderr, "apply_baseline: list: %s\n", listed.error.c_str());
+    return 1;
+  }
+  std::printf("list: %d pages of %d, %.1f MB, %.3f s\n", listed.pages, page_size,
+              listed.bytes / 1e6, seconds_since(t0));
   return 0;
 }
 
@@ -283,16 +356,16 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc >= 3 ? argv[2] : "";
   if (argc != (mode == "list" ? 4 : 5) ||
-      (mode != "populate" && mode != "baseline" && mode != "list")) {
+      (mode != "populate" && mode != "baseline" && mode != "floor" && mode != "list")) {
     std::fprintf(stderr,
-                 "usage: %s KUBECONFIG populate N R | %s KUBECONFIG baseline N WORKERS | "
+                 "usage: %s KUBECONFIG populate N R | %s KUBECONFIG baseline|floor N WORKERS | "
                  "%s KUBECONFIG list PAGE_SIZE\n",
                  argv[0], argv[0], argv[0]);
     return 2;
   }
   const int a = std::atoi(argv[3]);
   const int b = mode == "list" ? 0 : std::atoi(argv[4]);
-  if (a <= 0 || b < 0 || (mode == "baseline" && b <= 0)) {
+  if (a <= 0 || b < 0 || ((mode == "baseline" || mode == "floor") && b <= 0)) {
     std::fprintf(stderr, "apply_baseline: bad numbers\n");
     return 2;
   }
@@ -305,12 +378,14 @@ int main(int argc, char** argv) {
   }
   asio::io_context io(1);
   kube::ClientOptions co;
-  co.user_agent = "apply-baseline";
+  co.user_agent =
+      mode == "floor" ? "apply-floor" : "apply-baseline";  // the audit log tells them apart
   co.max_idle_connections = static_cast<std::size_t>(std::max(b, 4));
   kube::Client client(io.get_executor(), *config, co);
   try {
     if (mode == "list") return list(io, client, a);
-    return mode == "populate" ? populate(io, client, a, b) : baseline(io, client, a, b);
+    if (mode == "populate") return populate(io, client, a, b);
+    return baseline(io, client, a, b, mode == "floor");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "apply_baseline: %s\n", e.what());
     return 1;
