@@ -28,10 +28,6 @@ std::int64_t int_member(const nlohmann::json& object, const char* key) {
   return v && v->is_number_integer() ? v->get<std::int64_t>() : 0;
 }
 
-}  // namespace
-
-namespace {
-
 // The cached source is deflated with a preset dictionary: a Deployment's
 // budget fields written as MessagePack like the source, holding the field
 // names the engine reads and the values the API defaults them to. Deflate

@@ -435,16 +435,18 @@ asio::awaitable<void> EventRecorder::write_loop(std::string key) {
   while (auto w = cache_.next_write(key)) {
     const EventSeriesCache::Entry* entry = cache_.find(key);
     if (!entry) co_return;
-    std::string ns = event_namespace(entry->record().regarding);
     WriteOptions unread;  // the Event written back is not needed
     unread.read_object = false;
     Result result;
+    std::string ns;
     if (w->kind == EventSeriesCache::Write::Kind::Create) {
       json body = event_object(*entry, w->count, options_.reporting_controller,
                                options_.reporting_instance);
+      ns = body["metadata"]["namespace"].get<std::string>();  // the key is decoded once
       result = co_await client_.create(events_v1, ns, std::move(body), unread);
       if (result) ++stats_.created;
     } else {
+      ns = event_namespace(entry->record().regarding);
       json patch = series_patch(*entry, w->count);
       result = co_await client_.merge_patch(events_v1, ns, w->name, std::move(patch), unread);
       if (result) ++stats_.patched;
