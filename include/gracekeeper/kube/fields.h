@@ -23,7 +23,7 @@ namespace gracekeeper::kube {
 // an object it refuses is reduced to its metadata, and a reader skips the
 // rest of its text unbuilt (Kubernetes writes metadata before spec and
 // status). The operator's Deployment informer refuses the Deployments that
-// have not opted in: of those only the key and the version are built.
+// have not opted in: of those only the metadata it reads is built.
 class FieldSet {
  public:
   struct Node {
