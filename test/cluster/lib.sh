@@ -133,7 +133,7 @@ gk_wait_ready() {
       tail -n 40 "$log" >&2 || true
       return 1
     fi
-    out=$(curl -sS --max-time 3 --cacert "$ca" --cert "$cert" --key "$key" "$url" 2>&1) && [ "$out" = "ok" ] && return 0
+    out=$(gk_lab curl -sS --max-time 3 --cacert "$ca" --cert "$cert" --key "$key" "$url" 2>&1) && [ "$out" = "ok" ] && return 0
     if [ "$(date +%s)" -ge "$deadline" ]; then
       echo "error: $name not ready at $url after ${timeout}s (last answer: ${out:0:300}); last 40 lines of $log:" >&2
       tail -n 40 "$log" >&2 || true
@@ -143,12 +143,22 @@ gk_wait_ready() {
   done
 }
 
-# gk_load_env DIR: sources DIR/env (written by up) after checking it exists.
+# GK_LAB_EXEC: the prefix that runs a command inside the lab's network
+# namespace (up --with-node), or nothing. gk_lab CMD... runs CMD there.
+GK_LAB_EXEC=()
+gk_lab() {
+  ${GK_LAB_EXEC[@]+"${GK_LAB_EXEC[@]}"} "$@"
+}
+
+# gk_load_env DIR: sources DIR/env (written by up) after checking it exists,
+# and sets GK_LAB_EXEC from its LAB_NETNS.
 gk_load_env() {
   local dir="$1"
   [ -f "$dir/env" ] || gk_die "$dir/env not found: was the cluster started with test/cluster/up $dir ?"
   # shellcheck disable=SC1091
   . "$dir/env"
+  GK_LAB_EXEC=()
+  if [ -n "${LAB_NETNS:-}" ]; then GK_LAB_EXEC=(nsenter --net="/run/netns/$LAB_NETNS" --); fi
 }
 
 # gk_set_kv FILE KEY VALUE: sets KEY=VALUE (shell-quoted) in a sourceable file.
