@@ -284,7 +284,7 @@ if start_pod prestop 30 5 'args: ["--drain-seconds", "2"]'; then
   if [ -n "$t_sig" ]; then
     d=$(sub "$t_sig" "$t_del")
     figure "prestop-sleep-5-sigterm-after-seconds $d (from the client: $(sub "$t_sig" "$t_client"))"
-    check "preStop sleep 5 s: SIGTERM 5 s (+ the kubelet's pickup, at most 2 s) after the deletion (${d}s)" within "$d" 4.9 7
+    check "preStop sleep 5 s: SIGTERM 5 s (+ the kubelet's pickup, at most 2.5 s) after the deletion (${d}s)" within "$d" 4.9 7.5
     check "... and the app exited by itself after it" test -n "$t_exit"
   else
     fail "preStop: the app's log has no sigterm line"; cat "$TMP/prestop.log"
@@ -312,7 +312,7 @@ if [ "$SMOKE" = 0 ]; then
     figure "grace-8-killed-after-seconds $d (after the DELETE)"
     pickup=$(sub "${t_sig:-0}" "$t_del")
     figure "kubelet-pickup-seconds $pickup (DELETE -> SIGTERM without a preStop hook)"
-    check "grace 8 s, endless drain: SIGTERM at the kubelet's pickup (${pickup}s)" within "$pickup" 0 2
+    check "grace 8 s, endless drain: SIGTERM at the kubelet's pickup (${pickup}s)" within "$pickup" 0 2.5
     check "... killed at 8 s after the pickup (+-1 s; pod gone ${d}s after the DELETE)" within "$(sub "$d" "$pickup")" 7 9
     check "... the app never logged an exit (it was killed)" test -z "$(log_event "$TMP/slowdrain.log" exit)"
   else
@@ -327,7 +327,7 @@ if [ "$SMOKE" = 0 ]; then
     d=$(sub "$(cat "$TMP/shellform.killed" 2>/dev/null || echo 0)" "$t_del")
     figure "shell-form-grace-6-killed-after-seconds $d"
     check "shell form: SIGTERM never reaches the app" test -z "$(log_event "$TMP/shellform.log" sigterm)"
-    check "... it is killed at the grace period, 6 s (+ the pickup, at most 2 s: ${d}s)" within "$d" 5.5 8
+    check "... it is killed at the grace period, 6 s (+ the pickup, at most 2.5 s: ${d}s)" within "$d" 5.5 8.5
   else
     fail "the shell-form pod did not become Ready"
   fi
