@@ -49,7 +49,8 @@ nlohmann::json propagation_json(const StatusInput& in, const nlohmann::json& cur
   if (current.is_object() && current.contains("propagation")) {
     const auto& old = current["propagation"];
     if (old.is_object() && old.value("seconds", -1.0) == p.seconds &&
-        old.value("source", "") == p.source && old.value("message", "") == out["message"] &&
+        old.value("source", "") == p.source &&
+        old.value("message", std::string()) == out["message"].get_ref<const std::string&>() &&
         old.contains("sampledAt")) {
       out["sampledAt"] = old["sampledAt"];
     }
