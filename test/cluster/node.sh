@@ -235,6 +235,7 @@ EOF
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$GK_POD_CIDR", "rangeStart": "198.18.1.0", "gateway": "$GK_NODE_IP"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
         "dataDir": "$n/cni/ipam"
       }
     },
