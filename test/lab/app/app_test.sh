@@ -268,6 +268,8 @@ jq -s -e 'map({(.event): .}) | add as $e
   | $e.last_request.served_after_sigterm >= 3 and $e.last_request.served >= 15
   and $e.last_request.in_flight == 0
   and $e.last_request.last_response_mono >= $e.sigterm.mono
+  and $e.last_request.last_order_mono >= $e.sigterm.mono
+  and $e.last_request.last_order_mono <= $e.last_request.last_response_mono
   and $e.exit.mono - $e.last_request.last_response_mono < 0.1
   and ($e.last_request.last_response_wall | test("Z$")) and $e.exit.code == 0' "$LOG" >/dev/null ||
   fail "shutdown lines: $(jq -c 'select(.event == "last_request" or .event == "exit")' "$LOG")"

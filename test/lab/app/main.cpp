@@ -336,6 +336,7 @@ class App : public std::enable_shared_from_this<App> {
   std::int64_t served_ = 0;
   std::int64_t served_after_sigterm_ = 0;
   std::optional<Stamp> last_response_;
+  std::optional<Stamp> last_order_;  // the last 201 to POST /orders (probes not counted)
 };
 
 int App::run() {
@@ -417,6 +418,12 @@ void App::finish() {
   } else {
     l.raw("last_response_mono", "null").raw("last_response_wall", "null");
   }
+  if (last_order_) {
+    l.raw("last_order_mono", mono_text(last_order_->mono))
+        .str("last_order_wall", wall_text(last_order_->wall));
+  } else {
+    l.raw("last_order_mono", "null").raw("last_order_wall", "null");
+  }
   l.num("served", served_)
       .num("served_after_sigterm", served_after_sigterm_)
       .num("orders", orders_)
@@ -482,6 +489,7 @@ asio::awaitable<void> App::serve(std::shared_ptr<App> self, tcp::socket socket) 
       ++app.served_;
       if (app.shutting_down_) ++app.served_after_sigterm_;
       app.last_response_ = now();
+      if (response.result() == http::status::created) app.last_order_ = app.last_response_;
     }
     if (wec || !keep_alive) {
       close();  // before in_flight ends: the exit it may trigger finds it closed
