@@ -160,7 +160,6 @@ class Operator {
                             {"version", version->git_version},
                             {"nativeSleep", ro.capabilities.native_sleep ? "true" : "false"}});
     if (!start_http()) co_return;
-    co_await seed_reported_events();
 
     deployments_.set_handlers(reconciler_.deployment_handlers());
     policies_.set_handlers(reconciler_.policy_handlers());
@@ -177,6 +176,7 @@ class Operator {
     }
     if (shutting_down_) co_return;
     if (!options_.leader_elect) {
+      co_await seed_reported_events();
       start_workers();
       co_return;
     }
@@ -188,10 +188,19 @@ class Operator {
     le.lease_duration = options_.lease_duration;
     le.renew_deadline = options_.renew_deadline;
     le.retry_period = options_.retry_period;
+    // The Events already reported are read when this replica starts leading,
+    // not when it starts: a standby's list would miss what the leader
+    // reported since, and the new leader would report it again.
     le.on_started_leading = [this] {
       log::info("started leading", {{"identity", identity()}});
       metrics_.set_leader(true);
-      start_workers();
+      asio::co_spawn(
+          io_,
+          [this]() -> asio::awaitable<void> {
+            co_await seed_reported_events();
+            start_workers();
+          },
+          asio::detached);
     };
     le.on_stopped_leading = [this] {
       metrics_.set_leader(false);
