@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Records what happens to a Service's pods during a rollout, with times.
+
+    recorder.py --env LAB/env --namespace NS --service NAME --out EVENTS.jsonl
+
+Runs inside the lab's network namespace (hack/proof starts it with LAB/exec)
+until SIGTERM/SIGINT, and writes one JSON line per observation, each with
+"t" (epoch seconds, this machine's clock):
+
+  {"kind": "pod", "name", "ip", "deleted": true}  first sight of a pod's
+        deletionTimestamp (a watch of the namespace's pods)
+  {"kind": "endpoint", "ip", "ready", "serving", "terminating"}  an endpoint's
+        conditions changed in one of the Service's EndpointSlices (a watch)
+  {"kind": "rules", "ips": [...]}  the pod IPs kube-proxy's iptables rules
+        send the Service to (iptables-save every 100 ms; a line on change)
+
+Both watches talk to the API server directly with the lab's admin
+certificate, so that an event's time is when it arrived, not when a kubectl
+process got around to printing it.
+"""
+
+import argparse
+import json
+import re
+import shlex
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+lock = threading.Lock()
+out = None
+stop = threading.Event()
+
+
+def emit(**record):
+    record["t"] = round(time.time(), 4)
+    with lock:
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+
+
+def read_env(path):
+    env = {}
+    with open(path) as f:
+        for line in f:
+            key, _, value = line.rstrip("\n").partition("=")
+            if key:
+                env[key] = shlex.split(value)[0] if value else ""
+    return env
+
+
+def watch(env, path, handle):
+    """Streams a watch of PATH, calling handle(event) per event; re-lists and
+    watches again when the stream ends, until stop is set."""
+    ctx = ssl.create_default_context(cafile=env["CA_FILE"])
+    ctx.load_cert_chain(env["ADMIN_CERT_FILE"], env["ADMIN_KEY_FILE"])
+    base = env["APISERVER_URL"]
+    while not stop.is_set():
+        try:
+            with urllib.request.urlopen(base + path + ("&" if "?" in path else "?") + "watch=true&timeoutSeconds=600",
+                                        context=ctx, timeout=3600) as stream:
+                buf = b""
+                while not stop.is_set():
+                    chunk = stream.readline()
+                    if not chunk:
+                        break
+                    buf += chunk
+                    if buf.endswith(b"\n"):
+                        handle(json.loads(buf))
+                        buf = b""
+        except Exception as e:  # reconnect: the lab's API server is local and cheap
+            if not stop.is_set():
+                print(f"recorder: watch {path}: {e}", file=sys.stderr)
+                time.sleep(0.2)
+
+
+def watch_pods(env, ns):
+    seen = set()
+
+    def handle(ev):
+        pod = ev.get("object", {})
+        meta = pod.get("metadata", {})
+        if meta.get("deletionTimestamp") and meta.get("uid") not in seen:
+            seen.add(meta.get("uid"))
+            emit(kind="pod", name=meta.get("name"), ip=pod.get("status", {}).get("podIP"), deleted=True)
+
+    watch(env, f"/api/v1/namespaces/{ns}/pods", handle)
+
+
+def watch_slices(env, ns, service):
+    last = {}
+
+    def handle(ev):
+        for ep in ev.get("object", {}).get("endpoints") or []:
+            cond = ep.get("conditions", {})
+            state = (cond.get("ready"), cond.get("serving"), cond.get("terminating"))
+            for ip in ep.get("addresses", []):
+                if last.get(ip) != state:
+                    last[ip] = state
+                    emit(kind="endpoint", ip=ip, ready=state[0], serving=state[1], terminating=state[2])
+
+    watch(env, f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
+               f"?labelSelector=kubernetes.io%2Fservice-name%3D{service}", handle)
+
+
+def poll_rules(ns, service):
+    """The endpoints kube-proxy's iptables rules hold for NS/SERVICE."""
+    comment = re.compile(r'--comment "?' + re.escape(f"{ns}/{service}") + r'(:[^"\s]*)?"? ')
+    dnat = re.compile(r"--to-destination (\d+\.\d+\.\d+\.\d+):\d+")
+    last = None
+    while not stop.is_set():
+        try:
+            text = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, timeout=5).stdout
+        except subprocess.TimeoutExpired:
+            continue
+        ips = sorted({m.group(1) for line in text.splitlines()
+                      if "-j DNAT" in line and comment.search(line)
+                      for m in [dnat.search(line)] if m})
+        if ips != last:
+            last = ips
+            emit(kind="rules", ips=ips)
+        stop.wait(0.1)
+
+
+def main():
+    global out
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--env", required=True)
+    ap.add_argument("--namespace", required=True)
+    ap.add_argument("--service", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    env = read_env(args.env)
+    out = open(args.out, "a")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    threads = [threading.Thread(target=f, args=a, daemon=True) for f, a in (
+        (watch_pods, (env, args.namespace)),
+        (watch_slices, (env, args.namespace, args.service)),
+        (poll_rules, (args.namespace, args.service)))]
+    for t in threads:
+        t.start()
+    emit(kind="recorder", started=True)
+    while not stop.is_set():
+        stop.wait(0.5)
+
+
+if __name__ == "__main__":
+    main()

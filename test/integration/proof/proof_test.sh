@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The proof, short: `hack/proof --rollouts 1 --scenarios baseline,gracekeeper`
+# on the real node must show the articles' result: without gracekeeper a
+# rollout loses POSTs, with it none is lost. Also: bad usage exits 2, and an
+# interrupted run tears its lab down.
+# Last line "N passed, M failed".
+set -uo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+. "$REPO/test/cluster/lib.sh"
+. "$REPO/test/cluster/node.sh"
+
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
+check() {
+  local desc="$1"; shift
+  if "$@"; then pass "$desc"; else fail "$desc"; fi
+}
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-proof-test.XXXXXX")"
+finish() {
+  if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
+  echo "$PASSED passed, $FAILED failed"
+  [ "$FAILED" -eq 0 ]
+}
+trap 'finish; exit $?' EXIT
+
+# ------------------------------------------------------------------ bad usage
+for args in "--rollouts 0" "--scenarios baseline,nonsense" "--proxy-min-sync abc" "--frobnicate"; do
+  # shellcheck disable=SC2086
+  out=$("$REPO/hack/proof" $args --out "$TMP/bad" 2>&1); rc=$?
+  check "hack/proof $args exits 2 with a message (rc $rc: ${out:0:90})" test "$rc" = 2 -a -n "$out"
+done
+
+# ------------------------------------------------------------------ the short proof
+if "$REPO/hack/proof" --rollouts 1 --scenarios baseline,gracekeeper --json "$TMP/result.json" \
+  --out "$TMP/run" >"$TMP/proof.log" 2>&1; then
+  pass "hack/proof --rollouts 1 --scenarios baseline,gracekeeper completed"
+else
+  fail "hack/proof (exit $?)"; tail -n 40 "$TMP/proof.log"
+fi
+cat "$TMP/run/results.md" 2>/dev/null
+failed() { jq -r --arg s "$1" --arg m "$2" '.scenarios[$s].modes[$m].summary.failed // "missing"' "$TMP/result.json" 2>/dev/null; }
+requests() { jq -r --arg s "$1" --arg m "$2" '.scenarios[$s].modes[$m].summary.requests // 0' "$TMP/result.json" 2>/dev/null; }
+b=$(( $(failed baseline no-keepalive 2>/dev/null || echo 0) + $(failed baseline keepalive 2>/dev/null || echo 0) ))
+check "baseline: the rollout lost requests ($b failed)" test "$b" -ge 1
+for mode in no-keepalive keepalive; do
+  g=$(failed gracekeeper "$mode")
+  check "gracekeeper, $mode: no request lost ($g failed of $(requests gracekeeper "$mode"))" test "$g" = 0
+  check "gracekeeper, $mode: the load really ran ($(requests gracekeeper "$mode") requests)" test "$(requests gracekeeper "$mode")" -ge 200
+done
+pre=$(jq -r '.scenarios.gracekeeper.budget.preStop // 0' "$TMP/result.json" 2>/dev/null)
+check "gracekeeper set a preStop wait ($pre s)" test "${pre:-0}" -ge 5
+check "the timeline pictures were drawn" test -s "$TMP/run/baseline.svg" -a -s "$TMP/run/gracekeeper.svg"
+check "the lab is gone after the run" test ! -e "/run/netns/$(gk_node_netns "$TMP/run/lab")"
+
+# ------------------------------------------------------------------ Ctrl-C
+# A background job of a script starts with SIGINT ignored (and bash may not
+# trap a signal ignored on entry): restore it, as a terminal's Ctrl-C finds it.
+setsid python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+  "$REPO/hack/proof" --rollouts 3 --scenarios baseline --out "$TMP/int" >"$TMP/int.log" 2>&1 &
+PROOF=$!
+for _ in $(seq 1 240); do grep -q 'no-keepalive rollout 1' "$TMP/int.log" 2>/dev/null && break; sleep 0.5; done
+kill -INT -- "-$PROOF" 2>/dev/null
+for _ in $(seq 1 120); do kill -0 "$PROOF" 2>/dev/null || break; sleep 0.5; done
+wait "$PROOF"; rc=$?
+check "Ctrl-C stops hack/proof in the middle of its run (exit $rc, want 130)" test "$rc" = 130
+check "... and tears its lab down: no node process" test -z "$(gk_node_processes "$TMP/int/lab")"
+check "... no namespace" test ! -e "/run/netns/$(gk_node_netns "$TMP/int/lab")"
+check "... no kubepods cgroup" test -z "$(gk_node_cgroup_dirs)"
