@@ -32,26 +32,7 @@ SMOKE=0
 [ "${2:-}" = --smoke ] && SMOKE=1
 [ "$(id -u)" = 0 ] || { echo "the node needs root"; echo "0 passed, 1 failed"; exit 1; }
 
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
-check() {
-  local desc="$1"; shift
-  if "$@"; then pass "$desc"; else fail "$desc"; fi
-}
-figure() { echo "figure: $*"; }
-now() { date +%s.%N; }
-sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
-within() { awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v >= lo && v <= hi) }'; }
-# eventually SECONDS CMD...: retries CMD every 0.25 s until it succeeds.
-eventually() {
-  local deadline=$(( $(date +%s) + $1 )); shift
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$deadline" ] || return 1
-    sleep 0.25
-  done
-}
+. "$REPO/test/integration/checks.sh"
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-install-test.XXXXXX")"
 LAB="$TMP/lab"

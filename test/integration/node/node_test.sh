@@ -35,22 +35,8 @@ SMOKE=0
 [ -x "$APP_BIN" ] || { echo "no test app at $APP_BIN"; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "the node needs root"; echo "0 passed, 1 failed"; exit 1; }
 
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
-check() {
-  local desc="$1"; shift
-  if "$@"; then pass "$desc"; else fail "$desc"; fi
-}
-figure() { echo "figure: $*"; }
-now() { date +%s.%N; }
-# within VALUE LOW HIGH: LOW <= VALUE <= HIGH (decimals)
-within() { awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v >= lo && v <= hi) }'; }
-sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
+. "$REPO/test/integration/checks.sh"
 in_range() { [[ $1 == "$2"* ]]; }
-# epoch TIMESTAMP: RFC 3339 -> seconds since the epoch (with fractions)
-epoch() { date -d "$1" +%s.%N; }
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-node-test.XXXXXX")"
 LAB="$TMP/lab"

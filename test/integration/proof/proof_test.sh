@@ -10,14 +10,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 . "$REPO/test/cluster/lib.sh"
 . "$REPO/test/cluster/node.sh"
 
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
-check() {
-  local desc="$1"; shift
-  if "$@"; then pass "$desc"; else fail "$desc"; fi
-}
+. "$REPO/test/integration/checks.sh"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-proof-test.XXXXXX")"
 finish() {
   if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
