@@ -275,10 +275,12 @@ jq -s -e 'map({(.event): .}) | add as $e
   fail "shutdown lines: $(jq -c 'select(.event == "last_request" or .event == "exit")' "$LOG")"
 ok "lifecycle log: started, listening, sigterm (in_flight 1), last_request, exit"
 
-# ---------------------------------------------------------------- idle: immediate exit
+# ---------------------------------------------------------------- idle: closed, then exit
 
-# SIGINT with nothing in flight and a keep-alive connection idle: exit at once.
-POD_NAME=idle-pod start idle --listen 127.0.0.1:0
+# SIGINT with nothing in flight and a keep-alive connection idle: the app
+# waits --idle-close-ms for a request on it, then closes it and exits (exiting
+# at once would race the client's next request: it would get EOF).
+POD_NAME=idle-pod start idle --listen 127.0.0.1:0 --idle-close-ms 300
 exec 4<>"/dev/tcp/127.0.0.1/$PORT"
 printf 'GET /ready HTTP/1.1\r\nHost: lab\r\n\r\n' >&4
 read_response 4 && [[ $STATUS == 200 ]] || fail "idle: /ready $STATUS"
@@ -286,16 +288,26 @@ T0=$EPOCHREALTIME
 kill -INT "$APP_PID"
 wait_exit "$APP_PID" 5
 ((RC == 0)) || fail "idle: exit code $RC"
-float_between "$(since "$T0")" 0 0.5 || fail "idle: exited $(since "$T0")s after SIGINT"
+float_between "$(since "$T0")" 0.25 0.8 || fail "idle: exited $(since "$T0")s after SIGINT (idle close 0.3 s)"
 expect_closed 4
 exec 4>&-
 check_log "$CURRENT_LOG" idle-pod "$APP_PID"
 [[ $(events "$CURRENT_LOG") == started,listening,sigterm,last_request,exit ]] ||
   fail "idle events: $(events "$CURRENT_LOG")"
 jq -s -e 'map({(.event): .}) | add as $e | $e.sigterm.signal == "SIGINT" and $e.sigterm.in_flight == 0
+  and $e.sigterm.connections == 1
   and $e.last_request.served == 1 and $e.last_request.served_after_sigterm == 0' "$CURRENT_LOG" \
   >/dev/null || fail "idle: $(cat "$CURRENT_LOG")"
-ok "SIGINT with nothing in flight: immediate exit 0, idle connection closed"
+ok "SIGINT with an idle keep-alive connection: closed after --idle-close-ms, then exit 0"
+
+# Nothing open at all: exit at once.
+POD_NAME=idle-pod start idle2 --listen 127.0.0.1:0
+T0=$EPOCHREALTIME
+kill -TERM "$APP_PID"
+wait_exit "$APP_PID" 5
+((RC == 0)) || fail "idle2: exit code $RC"
+float_between "$(since "$T0")" 0 0.2 || fail "idle2: exited $(since "$T0")s after SIGTERM"
+ok "SIGTERM with no connection open: immediate exit 0"
 
 # ---------------------------------------------------------------- drain deadline
 

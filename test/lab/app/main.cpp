@@ -34,9 +34,11 @@
 #include <expected>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace {
 
@@ -61,7 +63,10 @@ variable in brackets; the flag wins.
                         [APP_LISTEN] (default 0.0.0.0:8080; port 0: any free port)
   --work-ms N           how long POST /orders works, in ms [APP_WORK_MS] (default 20)
   --drain-seconds N     after SIGTERM, how long to wait for in-flight requests
-                        [APP_DRAIN_SECONDS] (default 30)
+                        and open connections [APP_DRAIN_SECONDS] (default 30)
+  --idle-close-ms N     after SIGTERM, a keep-alive connection that has sent no
+                        request for this long is closed by the app
+                        [APP_IDLE_CLOSE_MS] (default 1000)
   --name S              name in every log line and answer [APP_NAME]
                         (default: $POD_NAME, else the hostname)
   --help                this text
@@ -77,6 +82,7 @@ struct Options {
   tcp::endpoint endpoint;
   std::int64_t work_ms = 20;
   std::int64_t drain_seconds = 30;
+  std::int64_t idle_close_ms = 1000;
   std::string name;
 };
 
@@ -127,7 +133,8 @@ std::expected<bool, std::string> parse_options(int argc, char** argv, Options& o
   Flag flags[] = {{"--listen", "APP_LISTEN", {}},
                   {"--work-ms", "APP_WORK_MS", {}},
                   {"--drain-seconds", "APP_DRAIN_SECONDS", {}},
-                  {"--name", "APP_NAME", {}}};
+                  {"--name", "APP_NAME", {}},
+                  {"--idle-close-ms", "APP_IDLE_CLOSE_MS", {}}};
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") return false;
@@ -173,8 +180,8 @@ std::expected<bool, std::string> parse_options(int argc, char** argv, Options& o
   }
   out.endpoint = *endpoint;
   using Count = std::pair<const Flag*, std::int64_t*>;
-  for (auto [flag, target] :
-       {Count{&flags[1], &out.work_ms}, Count{&flags[2], &out.drain_seconds}}) {
+  for (auto [flag, target] : {Count{&flags[1], &out.work_ms}, Count{&flags[2], &out.drain_seconds},
+                              Count{&flags[4], &out.idle_close_ms}}) {
     if (auto v = pick(*flag)) {
       const auto n = parse_count(v->second);
       if (!n)
@@ -294,7 +301,12 @@ Response answer(http::status status, std::string body,
 class App : public std::enable_shared_from_this<App> {
  public:
   App(asio::io_context& ioc, Options options)
-      : ioc_(ioc), options_(std::move(options)), acceptor_(ioc), signals_(ioc), drain_(ioc) {}
+      : ioc_(ioc),
+        options_(std::move(options)),
+        acceptor_(ioc),
+        signals_(ioc),
+        drain_(ioc),
+        idle_close_(ioc) {}
 
   int run();
 
@@ -305,7 +317,8 @@ class App : public std::enable_shared_from_this<App> {
    public:
     explicit InFlight(App& app) : app_(app) { ++app_.in_flight_; }
     ~InFlight() {
-      if (--app_.in_flight_ == 0 && app_.shutting_down_) app_.finish();
+      --app_.in_flight_;
+      app_.finish_if_drained();
     }
     InFlight(const InFlight&) = delete;
     InFlight& operator=(const InFlight&) = delete;
@@ -318,6 +331,14 @@ class App : public std::enable_shared_from_this<App> {
   void wait_for_signal();
   void on_signal(int signal);
   void finish();
+  // After SIGTERM: finishes once no request is in flight and no connection is
+  // open. A keep-alive connection closes after its next answer (Connection:
+  // close) or when it has been idle for idle_close_ms; exiting with idle
+  // connections open would race a client's next POST (it gets EOF).
+  void finish_if_drained() {
+    if (shutting_down_ && in_flight_ == 0 && connections_ == 0) finish();
+  }
+  void close_idle_connections();
   static asio::awaitable<void> accept_loop(std::shared_ptr<App> self);
   static asio::awaitable<void> serve(std::shared_ptr<App> self, tcp::socket socket);
   asio::awaitable<Response> respond(const Request& request);
@@ -327,6 +348,8 @@ class App : public std::enable_shared_from_this<App> {
   tcp::acceptor acceptor_;
   asio::signal_set signals_;
   asio::steady_timer drain_;
+  asio::steady_timer idle_close_;
+  std::set<tcp::socket*> idle_;  // connections waiting for their next request
 
   bool shutting_down_ = false;
   bool finished_ = false;
@@ -344,6 +367,7 @@ int App::run() {
       .str("listen", options_.listen)
       .num("work_ms", options_.work_ms)
       .num("drain_seconds", options_.drain_seconds)
+      .num("idle_close_ms", options_.idle_close_ms)
       .emit();
 
   signals_.add(SIGTERM);
@@ -391,10 +415,14 @@ void App::on_signal(int signal) {
       .num("connections", connections_)
       .raw("acceptor_closed", "true")
       .emit();
-  if (in_flight_ == 0) {
+  if (in_flight_ == 0 && connections_ == 0) {
     finish();
     return;
   }
+  idle_close_.expires_after(std::chrono::milliseconds{options_.idle_close_ms});
+  idle_close_.async_wait([this](const beast::error_code& ec) {
+    if (!ec && !finished_) close_idle_connections();
+  });
   drain_.expires_after(std::chrono::seconds{options_.drain_seconds});
   drain_.async_wait([this](const beast::error_code& ec) {
     if (ec || finished_) return;
@@ -408,6 +436,17 @@ void App::on_signal(int signal) {
 
 // Runs once: the last answer is out (or the deadline passed). run() returns and
 // the process exits; connections still open are closed by the exit.
+void App::close_idle_connections() {
+  // Closing a socket ends its pending read; its serve() then ends and counts
+  // the connection gone. Copy first: that erases from idle_.
+  const std::vector<tcp::socket*> idle{idle_.begin(), idle_.end()};
+  for (tcp::socket* socket : idle) {
+    beast::error_code ignored;
+    socket->shutdown(tcp::socket::shutdown_send, ignored);
+    socket->close(ignored);
+  }
+}
+
 void App::finish() {
   if (finished_) return;
   finished_ = true;
@@ -430,6 +469,7 @@ void App::finish() {
       .num("in_flight", in_flight_)
       .emit();
   drain_.cancel();
+  idle_close_.cancel();
   ioc_.stop();
 }
 
@@ -453,9 +493,12 @@ asio::awaitable<void> App::serve(std::shared_ptr<App> self, tcp::socket socket) 
   App& app = *self;
   ++app.connections_;
   struct Count {
-    std::int64_t& n;
-    ~Count() { --n; }
-  } count{app.connections_};
+    App& app;
+    ~Count() {
+      --app.connections_;
+      app.finish_if_drained();
+    }
+  } count{app};
   auto close = [&socket] {
     beast::error_code ignored;
     socket.shutdown(tcp::socket::shutdown_send, ignored);
@@ -466,8 +509,10 @@ asio::awaitable<void> App::serve(std::shared_ptr<App> self, tcp::socket socket) 
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(kMaxBody);
+    app.idle_.insert(&socket);
     auto [ec, n] = co_await http::async_read(socket, buffer, parser, nothrow);
-    if (ec) break;  // the client closed, or sent something that is not HTTP
+    app.idle_.erase(&socket);
+    if (ec) break;  // the client closed, sent something that is not HTTP, or idle close
     const Request request = parser.release();
     InFlight in_flight{app};
 
