@@ -166,6 +166,18 @@ def budget(out, scenario):
     return b
 
 
+def findings(out, scenario):
+    """What gracekeeper said about the tuned Deployment: `check`'s codes and
+    the operator's Event reasons."""
+    codes = sorted(set(re.findall(r"(?:error|warning|info) ([A-Z][A-Za-z]+):", read(os.path.join(out, scenario + ".check.txt"), "") or "")))
+    reasons = []
+    ev = read(os.path.join(out, scenario + ".events.json"))
+    if ev:
+        reasons = sorted({e.get("reason") for e in json.loads(ev).get("items", [])
+                          if (e.get("reportingComponent") or e.get("source", {}).get("component", "")).startswith("gracekeeper")})
+    return {"check": codes, "events": reasons}
+
+
 def plot(out, scenario, r, min_sync):
     """One rollout's timeline: a row per old pod, the refused requests as crosses."""
     if not r["pods"]:
@@ -239,7 +251,7 @@ def main():
     md = ["| scenario | client | rollouts | requests | failed | non-2xx | refused | reset | EOF | no route | timeout | other | rollouts with failures | p50 / p99 / max (s) | s per rollout |",
           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for scenario in args.scenarios.split(","):
-        sres = {"budget": budget(out, scenario), "modes": {}}
+        sres = {"budget": budget(out, scenario), "findings": findings(out, scenario), "modes": {}}
         for mode in ("no-keepalive", "keepalive"):
             rs = []
             for i in range(1, args.rollouts + 1):
@@ -273,6 +285,9 @@ def main():
             if "deploys_followed_by_a_second_rollout" in m["summary"]:
                 line += f"; deploys followed by a second rollout: {m['summary']['deploys_followed_by_a_second_rollout']}/{m['summary']['rollouts']}"
                 break
+        f = sres["findings"]
+        if f["check"] or f["events"]:
+            line += f"; gracekeeper check: {', '.join(f['check']) or 'no finding'}; operator events: {', '.join(f['events']) or 'none'}"
         md.append(line)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
