@@ -178,7 +178,7 @@ def findings(out, scenario):
     return {"check": codes, "events": reasons}
 
 
-def plot(out, scenario, r, min_sync):
+def plot(out, scenario, r, min_sync, mode):
     """One rollout's timeline: a row per old pod, the refused requests as crosses."""
     if not r["pods"]:
         return None
@@ -217,7 +217,7 @@ def plot(out, scenario, r, min_sync):
         clauses.append(f"'{path}' with {style} title '{title}'")
     names = ", ".join(f'"{p["name"].split("-")[-1]}" {row_of[p["ip"]]}' for p in r["pods"])
     script = f"""
-set title "{scenario}: one rollout, old pods by row; {r["hey"]["failed"]} failed requests (kube-proxy min-sync {min_sync} s)" noenhanced
+set title "{scenario}, {mode}: one rollout, old pods by row; {r["hey"]["failed"]} failed requests (kube-proxy min-sync {min_sync} s)" noenhanced
 set xlabel "seconds after the first pod's deletion"
 set ytics ({names})
 set yrange [0.3:{len(r["pods"]) + 0.7}]
@@ -266,11 +266,12 @@ def main():
             md.append(f"| {scenario} | {mode} | {s['rollouts']} | {s['requests']} | **{s['failed']}** | {s['non_2xx']} | {s['refused']} | "
                       f"{s['reset']} | {s['eof']} | {s['unreachable']} | {s['timeout']} | {s['other_errors']} | {s['rollouts_with_failures']} | "
                       f"{lat} | {s['seconds_per_rollout']} |")
-        # The picture: the no-keepalive rollout with the most failures (the first if none failed).
-        rs = sres["modes"].get("no-keepalive", {}).get("rollouts") or sres["modes"].get("keepalive", {}).get("rollouts") or []
+        # The picture: the rollout with the most failures (the first one, without keep-alive, if none failed).
+        rs = [(mode, r) for mode in ("no-keepalive", "keepalive") for r in sres["modes"].get(mode, {}).get("rollouts", [])]
         if rs:
-            pick = max(rs, key=lambda r: (r["hey"]["failed"], -rs.index(r)))
-            sres["picture"] = plot(out, scenario, pick, args.proxy_min_sync)
+            mode, pick = max(rs, key=lambda mr: (mr[1]["hey"]["failed"], -rs.index(mr)))
+            files = plot(out, scenario, pick, args.proxy_min_sync, mode) or []
+            sres["picture"] = {"mode": mode, "files": [os.path.basename(f) for f in files]}
         results["scenarios"][scenario] = sres
     md.append("")
     for scenario, sres in results["scenarios"].items():
