@@ -52,17 +52,25 @@ gk_node_have() {
   [ -f "$p" ] && [ -x "$p" ]
 }
 
-# gk_node_preflight: fails within seconds, naming what is missing, when the
-# machine cannot run a node. Installs missing Debian packages first unless
-# GK_NODE_INSTALL=0.
-gk_node_preflight() {
-  [ "$(id -u)" = 0 ] || gk_die "--with-node must run as root (it creates a network namespace, cgroups and mounts)"
-  local missing=() pkgs=() entry pkg probe
+# gk_node_missing: sets the caller's arrays `missing` (what is absent, and its
+# package) and `pkgs` (the packages to install) from GK_NODE_PACKAGES.
+gk_node_missing() {
+  local entry pkg probe
+  missing=() pkgs=()
   for entry in "${GK_NODE_PACKAGES[@]}"; do
     pkg="${entry%%:*}"; probe="${entry#*:}"
     gk_node_have "$probe" && continue
     missing+=("$probe (Debian package $pkg)"); pkgs+=("$pkg")
   done
+}
+
+# gk_node_preflight: fails within seconds, naming what is missing, when the
+# machine cannot run a node. Installs missing Debian packages first unless
+# GK_NODE_INSTALL=0.
+gk_node_preflight() {
+  [ "$(id -u)" = 0 ] || gk_die "--with-node must run as root (it creates a network namespace, cgroups and mounts)"
+  local missing=() pkgs=()
+  gk_node_missing
   if [ ${#pkgs[@]} -gt 0 ] && [ "${GK_NODE_INSTALL:-1}" != 0 ] && command -v apt-get >/dev/null; then
     gk_log "installing ${pkgs[*]}"
     if ! { apt-get -q -o DPkg::Lock::Timeout=600 update &&
@@ -71,12 +79,7 @@ gk_node_preflight() {
       tail -n 20 "${TMPDIR:-/tmp}/gk-node-apt.log" >&2
       gk_die "--with-node: could not install ${pkgs[*]} with apt-get (log above)"
     fi
-    missing=()
-    for entry in "${GK_NODE_PACKAGES[@]}"; do
-      pkg="${entry%%:*}"; probe="${entry#*:}"
-      gk_node_have "$probe" && continue
-      missing+=("$probe (Debian package $pkg)")
-    done
+    gk_node_missing
   fi
   [ ${#missing[@]} -eq 0 ] || gk_die "--with-node: missing $(IFS=,; echo "${missing[*]}" | sed 's/,/, /g')"
   local plugin

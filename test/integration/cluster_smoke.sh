@@ -15,15 +15,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 C="$REPO/test/cluster"
 . "$C/lib.sh"
 
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
-# check DESCRIPTION CMD...: runs CMD, PASS when it exits 0.
-check() {
-  local desc="$1"; shift
-  if "$@"; then pass "$desc"; else fail "$desc"; fi
-}
+. "$REPO/test/integration/checks.sh"   # PASSED, FAILED, pass, fail, check
 # eventually TIMEOUT CMD...: retries CMD every 0.5 s until it succeeds.
 eventually() {
   local timeout="$1"; shift
