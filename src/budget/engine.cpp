@@ -369,8 +369,10 @@ class Planner {
       return;
     }
     const auto since = *ctx_.now - *d_.applied->time;
-    if (since >= std::chrono::seconds(policy_.changes.min_interval_seconds)) return;
+    const std::chrono::seconds interval(policy_.changes.min_interval_seconds);
+    if (since >= interval) return;
     plan_.deferred = true;
+    plan_.due_at = *d_.applied->time + interval;
     plan_.changes.clear();
     plan_.grace_seconds = d_.grace_seconds;
     plan_.grace_owned = d_.applied && d_.applied->grace_owned;

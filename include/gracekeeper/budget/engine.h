@@ -86,8 +86,10 @@ struct Plan {
   // The current settings break the budget (grace too short or wait missing/too short):
   // churn control never delays a repair.
   bool budget_broken = false;
-  // A change was due but churn control (minIntervalSeconds) held it back.
+  // A change was due but churn control (minIntervalSeconds) held it back
+  // until `due_at`: the reconciler comes back then, with no other event.
   bool deferred = false;
+  std::optional<std::chrono::system_clock::time_point> due_at;
   // Annotation errors: the Deployment must be left as it was.
   FieldErrors invalid;
   std::vector<Finding> findings;

@@ -289,6 +289,8 @@ TEST(Plan, ChurnControlDefersChangesButNeverARepair) {
   auto deferred = plan(project(object), ctx);
   EXPECT_TRUE(deferred.deferred);
   EXPECT_FALSE(deferred.changed());
+  ASSERT_TRUE(deferred.due_at);  // when the reconciler comes back for it
+  EXPECT_EQ(*deferred.due_at, kTime + std::chrono::hours(1));
 
   ctx.now = kTime + std::chrono::minutes(61);
   EXPECT_TRUE(plan(project(object), ctx).changed());
