@@ -505,6 +505,10 @@ asio::awaitable<std::expected<WatchEnd, ApiError>> Client::watch(Resource r, std
   add_query(req.target, "watch", "1");
   add_query(req.target, "resourceVersion", o.resource_version);
   if (o.allow_bookmarks) add_query(req.target, "allowWatchBookmarks", "true");
+  if (o.send_initial_events) {
+    add_query(req.target, "sendInitialEvents", "true");
+    add_query(req.target, "resourceVersionMatch", "NotOlderThan");
+  }
   add_query(req.target, "labelSelector", o.label_selector);
   add_query(req.target, "fieldSelector", o.field_selector);
   if (o.timeout.count() > 0)

@@ -55,22 +55,6 @@ void add_query(std::string& target, std::string_view key, std::string_view value
 
 }  // namespace
 
-CacheDiff diff_cache(const VersionMap& old, const VersionMap& fresh) {
-  CacheDiff d;
-  for (const auto& [key, rv] : fresh) {
-    auto it = old.find(key);
-    if (it == old.end()) {
-      d.added.push_back(key);
-    } else if (it->second != rv) {
-      d.updated.push_back(key);
-    }
-  }
-  for (const auto& [key, rv] : old) {
-    if (!fresh.contains(key)) d.deleted.push_back(key);
-  }
-  return d;
-}
-
 std::string object_key(const json& object) {
   std::string ns = metadata_string(object, "namespace");
   std::string name = metadata_string(object, "name");
@@ -82,55 +66,51 @@ namespace {
 // The caller's fields and what the informer itself reads: the key and the version.
 FieldSet informer_fields(std::vector<std::string> fields, FieldSet::Wanted wanted) {
   if (fields.empty()) return FieldSet({}, std::move(wanted));
-  for (const char* own : {"metadata.name", "metadata.namespace", "metadata.resourceVersion"}) {
+  // metadata.annotations: a streaming list's last initial event is a bookmark
+  // that says so in an annotation.
+  for (const char* own : {"metadata.name", "metadata.namespace", "metadata.resourceVersion",
+                          "metadata.annotations"}) {
     fields.emplace_back(own);
   }
   return FieldSet(fields, std::move(wanted));
 }
 
+// The bookmark that ends a streaming list's initial events.
+bool initial_events_end(const json& object) {
+  if (!object.is_object()) return false;
+  auto m = object.find("metadata");
+  if (m == object.end() || !m->is_object()) return false;
+  auto a = m->find("annotations");
+  if (a == m->end() || !a->is_object()) return false;
+  auto end = a->find("k8s.io/initial-events-end");
+  return end != a->end() && end->is_string() && end->get<std::string>() == "true";
+}
+
 }  // namespace
 
-InformerCore::InformerCore(Client& client, Resource resource, InformerOptions options,
-                           Projection project)
+Reflector::Reflector(Client& client, Resource resource, InformerOptions options, Projection project,
+                     StoreCore& store)
     : client_(client),
       resource_(std::move(resource)),
       options_(std::move(options)),
       project_(std::move(project)),
       fields_(informer_fields(options_.fields, options_.wanted)),
+      store_(store),
       random_(options_.seed ? options_.seed : std::random_device{}()),
       backoff_(options_.initial_backoff) {}
 
-const std::any* InformerCore::find(std::string_view key) const {
-  auto it = cache_.find(std::string{key});
-  return it == cache_.end() ? nullptr : &it->second.value;
-}
-
-std::vector<std::string> InformerCore::keys() const {
-  std::vector<std::string> out;
-  out.reserve(cache_.size());
-  for (const auto& [key, entry] : cache_) out.push_back(key);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-VersionMap InformerCore::versions() const {
-  VersionMap out;
-  for (const auto& [key, entry] : cache_) out.emplace(key, entry.resource_version);
-  return out;
-}
-
-void InformerCore::stop() {
+void Reflector::stop() {
   stopping_ = true;
   if (wake_) wake_->cancel();
 }
 
-void InformerCore::restart_watch_from(std::string resource_version) {
+void Reflector::restart_watch_from(std::string resource_version) {
   resource_version_ = std::move(resource_version);
   rewatch_requested_ = true;
   if (wake_) wake_->cancel();
 }
 
-asio::awaitable<void> InformerCore::run() {
+asio::awaitable<void> Reflector::run() {
   // Cancellation is checked by hand below, so run() ends normally.
   co_await asio::this_coro::throw_if_cancelled(false);
   wake_.emplace(co_await asio::this_coro::executor, SteadyClock::time_point::max());
@@ -138,28 +118,39 @@ asio::awaitable<void> InformerCore::run() {
     auto state = co_await asio::this_coro::cancellation_state;
     co_return state.cancelled() != asio::cancellation_type::none;
   };
-  bool need_list = !synced_;
+  bool need_sync = !synced_;
   bool first_watch = true;
   while (!stopping_ && !co_await cancelled()) {
-    if (need_list) {
+    const bool watch_list = need_sync && options_.watch_list && !watch_list_refused_;
+    if (need_sync && !watch_list) {
       if (!co_await list_and_replace()) {
         if (stopping_ || co_await cancelled()) break;
         co_await back_off();
         continue;
       }
-      need_list = false;
+      need_sync = false;
     }
     if (!first_watch) ++counters_.watch_restarts;
     first_watch = false;
-    switch (co_await watch_once()) {
-      case WatchOutcome::closed:
-      case WatchOutcome::interrupted:
+    const WatchOutcome outcome = co_await watch_once(watch_list);
+    // A streaming list that ended before its last initial event syncs again.
+    if (watch_list && !initial_events_) need_sync = false;
+    initial_events_ = false;
+    initial_store_.reset();
+    switch (outcome) {
+      case WatchOutcome::Closed:
+      case WatchOutcome::Interrupted:
         break;  // re-watch at once from resource_version_
-      case WatchOutcome::gone:
-        ++counters_.relists;
-        need_list = true;
+      case WatchOutcome::Refused:
+        watch_list_refused_ = true;  // paginated LISTs from now on
+        last_error_ += " (streaming list refused; listing instead)";
         break;
-      case WatchOutcome::failed:
+      case WatchOutcome::Gone:
+        ++counters_.relists;
+        relist_after_gone_ = true;
+        need_sync = true;
+        break;
+      case WatchOutcome::Failed:
         ++counters_.watch_errors;
         if (stopping_ || co_await cancelled()) break;
         co_await back_off();
@@ -171,14 +162,14 @@ asio::awaitable<void> InformerCore::run() {
   rewatch_requested_ = false;
 }
 
-asio::awaitable<void> InformerCore::wait_wake() {
+asio::awaitable<void> Reflector::wait_wake() {
   co_await wake_->async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
 // Runs `op` until it completes or wake_ fires (stop(), the test hook); the
 // latter cancels `op` and gives nullopt.
 template <class T>
-asio::awaitable<std::optional<T>> InformerCore::interruptible(asio::awaitable<T> op) {
+asio::awaitable<std::optional<T>> Reflector::interruptible(asio::awaitable<T> op) {
   using namespace asio::experimental::awaitable_operators;
   // stop() may have come while nothing waited on wake_ (its cancel() then
   // reached no one): do not start another wait that nothing would end.
@@ -188,7 +179,7 @@ asio::awaitable<std::optional<T>> InformerCore::interruptible(asio::awaitable<T>
   co_return std::nullopt;
 }
 
-asio::awaitable<bool> InformerCore::list_and_replace() {
+asio::awaitable<bool> Reflector::list_and_replace() {
   // Page by page, each item projected as soon as it has been parsed: the
   // peak is one page's text plus one item's JSON tree plus the projections,
   // never a page (let alone the whole list) as JSON trees. The page comes as
@@ -198,18 +189,19 @@ asio::awaitable<bool> InformerCore::list_and_replace() {
   add_query(base, "labelSelector", options_.label_selector);
   add_query(base, "fieldSelector", options_.field_selector);
   add_query(base, "limit", std::to_string(options_.page_size));
+  add_query(base, "resourceVersion", list_resource_version());
   //
   // The first list into an empty cache goes straight into it, each item
   // announced (on_add) the moment it is projected: the caller can start on
   // the first page instead of after the last (has_synced() says when the
   // list is whole). Every other list, including a retry of a first list that
   // failed half-way, builds a fresh cache and replaces the old with a diff.
-  const bool stream = !synced_ && cache_.empty();
-  std::unordered_map<std::string, Entry> fresh;
+  const bool stream = !synced_ && store_.size() == 0;
+  StoreCore::Entries fresh;
   auto on_item = [&](json&& item) {
     auto value = project(item);
     if (!value) return;
-    Entry entry{metadata_string(item, "resourceVersion"), std::move(*value)};
+    StoreCore::Entry entry{metadata_string(item, "resourceVersion"), std::move(value)};
     if (stream) {
       upsert(object_key(item), std::move(entry));
     } else {
@@ -244,6 +236,7 @@ asio::awaitable<bool> InformerCore::list_and_replace() {
   if (stream) {
     resource_version_ = std::move(list_version);
     synced_ = true;
+    relist_after_gone_ = false;
     ++counters_.lists;
   } else {
     replace(std::move(fresh), std::move(list_version));
@@ -251,23 +244,48 @@ asio::awaitable<bool> InformerCore::list_and_replace() {
   co_return true;
 }
 
-void InformerCore::replace(std::unordered_map<std::string, Entry> fresh, std::string version) {
-  VersionMap fresh_versions;
-  for (const auto& [key, entry] : fresh) fresh_versions.emplace(key, entry.resource_version);
-  CacheDiff diff = diff_cache(versions(), fresh_versions);
-  cache_ = std::move(fresh);
-  resource_version_ = std::move(version);
-  synced_ = true;
-  ++counters_.lists;
-  // The cache already holds the new state when the handlers run.
-  for (const auto& key : diff.deleted) notify(handlers_.on_delete, key);
-  for (const auto& key : diff.added) notify(handlers_.on_add, key);
-  for (const auto& key : diff.updated) notify(handlers_.on_update, key);
+// client-go's relistResourceVersion: "0" (any state the server's watch cache
+// holds, no quorum read from etcd) unless the last attempt ended in 410 Gone,
+// when the cache may be what is behind: then "" (the most recent state).
+std::string Reflector::list_resource_version() const {
+  return relist_after_gone_ ? std::string() : std::string("0");
 }
 
-asio::awaitable<InformerCore::WatchOutcome> InformerCore::watch_once() {
+void Reflector::finish_initial_events(std::string version) {
+  initial_events_ = false;
+  if (initial_store_) {
+    StoreCore::Entries fresh = std::move(*initial_store_);
+    initial_store_.reset();
+    replace(std::move(fresh), std::move(version));
+    return;
+  }
+  resource_version_ = std::move(version);
+  synced_ = true;
+  relist_after_gone_ = false;
+  ++counters_.lists;
+}
+
+void Reflector::replace(StoreCore::Entries fresh, std::string version) {
+  CacheDiff diff = store_.replace(std::move(fresh));
+  resource_version_ = std::move(version);
+  synced_ = true;
+  relist_after_gone_ = false;
+  ++counters_.lists;
+  // The store already holds the new state when the handlers run.
+  for (const auto& key : diff.deleted) notify_deleted(key);
+  for (const auto& key : diff.added) notify_added(key);
+  for (const auto& key : diff.updated) notify_updated(key);
+}
+
+asio::awaitable<Reflector::WatchOutcome> Reflector::watch_once(bool initial_events) {
   WatchOptions o;
-  o.resource_version = resource_version_;
+  o.resource_version = initial_events ? std::string() : resource_version_;
+  o.send_initial_events = initial_events;
+  initial_events_ = initial_events;
+  // The first sync into an empty store goes straight into it, each object
+  // announced (on_add) as it arrives; any other builds a fresh store and
+  // replaces the old with a diff once the initial events are complete.
+  if (initial_events && (synced_ || store_.size() > 0)) initial_store_.emplace();
   o.label_selector = options_.label_selector;
   o.field_selector = options_.field_selector;
   o.timeout = watch_timeout();
@@ -283,19 +301,19 @@ asio::awaitable<InformerCore::WatchOutcome> InformerCore::watch_once() {
     // Events decoded before a bad one are still good: apply them first.
     while (auto event = decoder.next()) {
       Step step = apply(*event);
-      if (step == Step::gone) {
-        early = WatchOutcome::gone;
+      if (step == Step::Gone) {
+        early = WatchOutcome::Gone;
         return false;
       }
-      if (step == Step::failed) {
-        early = WatchOutcome::failed;
+      if (step == Step::Failed) {
+        early = WatchOutcome::Failed;
         return false;
       }
       ++applied;
     }
     if (!fed) {
       last_error_ = "watch stream: " + fed.error().format();
-      early = WatchOutcome::failed;
+      early = WatchOutcome::Failed;
       return false;
     }
     return true;
@@ -306,48 +324,60 @@ asio::awaitable<InformerCore::WatchOutcome> InformerCore::watch_once() {
   if (early) co_return *early;
   if (!watched) {
     rewatch_requested_ = false;
-    co_return WatchOutcome::interrupted;
+    co_return WatchOutcome::Interrupted;
   }
   if (!*watched) {
     const ApiError& e = watched->error();
     last_error_ = "watch: " + e.format();
-    co_return e.reason == ApiError::Reason::Gone ? WatchOutcome::gone : WatchOutcome::failed;
+    if (e.reason == ApiError::Reason::Gone) co_return WatchOutcome::Gone;
+    // A server without streaming lists refuses their parameters.
+    const bool refused = e.http_status == 400 || e.reason == ApiError::Reason::Invalid ||
+                         e.reason == ApiError::Reason::Forbidden;
+    co_return initial_events&& refused ? WatchOutcome::Refused : WatchOutcome::Failed;
   }
   // The server ended the stream: its last bytes must complete an event.
   auto finished = decoder.finish();
   while (auto event = decoder.next()) {
     Step step = apply(*event);
-    if (step == Step::gone) co_return WatchOutcome::gone;
-    if (step == Step::failed) co_return WatchOutcome::failed;
+    if (step == Step::Gone) co_return WatchOutcome::Gone;
+    if (step == Step::Failed) co_return WatchOutcome::Failed;
     ++applied;
   }
   if (!finished) {
     last_error_ = "watch stream: " + finished.error().format();
-    co_return WatchOutcome::failed;
+    co_return WatchOutcome::Failed;
   }
   if (applied == 0 && SteadyClock::now() - started < kShortWatch) {
     last_error_ = "watch: closed by the server at once, without events";
-    co_return WatchOutcome::failed;
+    co_return WatchOutcome::Failed;
   }
-  co_return WatchOutcome::closed;
+  co_return WatchOutcome::Closed;
 }
 
-InformerCore::Step InformerCore::apply(const WatchEvent& event) {
+Reflector::Step Reflector::apply(const WatchEvent& event) {
   switch (event.type) {
     case WatchEventType::error:
       if (event.status && event.status->resource_version_too_old()) {
         last_error_ = "watch: " + event.status->message;
-        return Step::gone;
+        return Step::Gone;
       }
       last_error_ = "watch error event: " + (event.status ? event.status->message : "");
-      return Step::failed;
+      return Step::Failed;
     case WatchEventType::bookmark:
+      if (initial_events_ && initial_events_end(event.object)) {
+        finish_initial_events(event.resource_version);
+      }
       break;
     case WatchEventType::added:
     case WatchEventType::modified: {
       std::string key = object_key(event.object);
-      if (auto value = project(event.object)) {
-        upsert(std::move(key), Entry{event.resource_version, std::move(*value)});
+      if (initial_events_ && initial_store_) {
+        if (auto value = project(event.object)) {
+          initial_store_->insert_or_assign(
+              std::move(key), StoreCore::Entry{event.resource_version, std::move(value)});
+        }
+      } else if (auto value = project(event.object)) {
+        upsert(std::move(key), StoreCore::Entry{event.resource_version, std::move(value)});
       } else {
         erase(key);  // filtered out now: gone as far as the cache is concerned
       }
@@ -359,34 +389,47 @@ InformerCore::Step InformerCore::apply(const WatchEvent& event) {
   }
   ++counters_.events;
   if (!event.resource_version.empty()) resource_version_ = event.resource_version;
-  return Step::next;
+  return Step::Next;
 }
 
-std::optional<std::any> InformerCore::project(const json& object) {
+StoreCore::Value Reflector::project(const json& object) {
   try {
     return project_(object);
   } catch (const std::exception& e) {
     ++counters_.projection_errors;
     last_error_ = "projection of " + object_key(object) + ": " + e.what();
-    return std::nullopt;
+    return nullptr;
   }
 }
 
-void InformerCore::upsert(std::string key, Entry entry) {
-  auto [it, inserted] = cache_.insert_or_assign(key, std::move(entry));
-  notify(inserted ? handlers_.on_add : handlers_.on_update, it->first);
+void Reflector::upsert(std::string key, StoreCore::Entry entry) {
+  const bool added = store_.upsert(key, std::move(entry));
+  added ? notify_added(key) : notify_updated(key);
 }
 
-void InformerCore::erase(const std::string& key) {
-  if (cache_.erase(key)) notify(handlers_.on_delete, key);
+void Reflector::erase(const std::string& key) {
+  if (store_.erase(key)) notify_deleted(key);
 }
 
-void InformerCore::notify(const std::function<void(const std::string&)>& handler,
-                          const std::string& key) {
-  if (handler) handler(key);
+void Reflector::notify_added(const std::string& key) {
+  for (const auto& h : handlers_) {
+    if (h.on_add) h.on_add(key);
+  }
 }
 
-std::chrono::milliseconds InformerCore::next_backoff() {
+void Reflector::notify_updated(const std::string& key) {
+  for (const auto& h : handlers_) {
+    if (h.on_update) h.on_update(key);
+  }
+}
+
+void Reflector::notify_deleted(const std::string& key) {
+  for (const auto& h : handlers_) {
+    if (h.on_delete) h.on_delete(key);
+  }
+}
+
+std::chrono::milliseconds Reflector::next_backoff() {
   const auto now = SteadyClock::now();
   if (last_failure_ && now - *last_failure_ > options_.backoff_reset) {
     backoff_ = options_.initial_backoff;
@@ -399,14 +442,14 @@ std::chrono::milliseconds InformerCore::next_backoff() {
   return std::min(wait, options_.max_backoff);
 }
 
-std::chrono::seconds InformerCore::watch_timeout() {
+std::chrono::seconds Reflector::watch_timeout() {
   std::uniform_int_distribution<std::int64_t> pick(
       options_.min_watch_timeout.count(),
       std::max(options_.min_watch_timeout.count(), options_.max_watch_timeout.count()));
   return std::chrono::seconds{pick(random_)};
 }
 
-asio::awaitable<void> InformerCore::back_off() {
+asio::awaitable<void> Reflector::back_off() {
   asio::steady_timer sleep(co_await asio::this_coro::executor, next_backoff());
   co_await interruptible(sleep.async_wait(asio::as_tuple(asio::use_awaitable)));
 }

@@ -117,6 +117,11 @@ struct WatchOptions {
   std::string field_selector{};
   std::chrono::seconds timeout{300};  // timeoutSeconds: the server ends the watch after this
   bool allow_bookmarks = true;
+  // A streaming list (KEP-3157, client-go's WatchListClient): the server
+  // first sends the current state as ADDED events, from its watch cache, then
+  // a BOOKMARK annotated k8s.io/initial-events-end, then changes. Sent with
+  // resourceVersionMatch=NotOlderThan; needs allow_bookmarks.
+  bool send_initial_events = false;
 };
 
 struct ServerVersion {

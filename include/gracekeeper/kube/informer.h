@@ -1,31 +1,41 @@
-// An informer: a local cache of one resource kept up to date by list+watch,
-// after client-go's reflector (tools/cache/reflector.go).
+// An informer, split the way client-go splits it (tools/cache):
 //
-//  - LIST (paginated) then WATCH from the list's resourceVersion, bookmarks
-//    on, timeoutSeconds random in [min_watch_timeout, max_watch_timeout];
+//  - Reflector: the list/watch loop (reflector.go). It keeps a Store (store.h)
+//    equal to the server's state and tells the handlers what changed.
+//  - StoreCore / Store<T>: the typed, indexed storage of immutable snapshots.
+//  - InformerHandlers: what runs on a change; they get keys only and should
+//    only enqueue them (sample-controller). Several sets may be added.
+//  - Informer<T>: the three wired together for one resource and one T.
+//
+// The list/watch loop:
+//  - sync, then WATCH from the synced resourceVersion, bookmarks on,
+//    timeoutSeconds random in [min_watch_timeout, max_watch_timeout];
+//  - sync as client-go's reflector does: a streaming list
+//    (sendInitialEvents=true, resourceVersionMatch=NotOlderThan,
+//    resourceVersion ""), the current state as ADDED events from the API
+//    server's watch cache, ended by a bookmark annotated
+//    k8s.io/initial-events-end; the same stream then carries the changes.
+//    A server that refuses it gets paginated LISTs, with client-go's
+//    resourceVersion rules: "0" (the watch cache, no quorum read from etcd;
+//    the cache ignores the page size) for the first, "" (the most recent
+//    state, a quorum read) after a 410, when the cache may be what is behind;
 //  - the resourceVersion follows every event and bookmark; a watch the server
 //    ends is re-opened from it at once;
 //  - 410 Gone / Expired (refused up front or as an ERROR event): relist and
-//    reconcile the cache, emitting the adds, updates and deletes the gap hid;
+//    reconcile the store, emitting the adds, updates and deletes the gap hid;
 //  - transport errors, a malformed stream, other errors: re-watch from the
 //    same resourceVersion after a jittered backoff (0.8 s doubling to 30 s,
 //    back to 0.8 s once no failure happened for 2 minutes).
 //
-// Only a projection of each object is cached: `project` returns the fields
-// the controller needs, or nullopt to filter the object out (it is then not
-// cached, and if it was cached it counts as deleted). The cache maps
-// "namespace/name" (just "name" for cluster-scoped resources) to the
-// object's resourceVersion and its projection.
-//
-// Handlers get keys only and should only enqueue them (sample-controller);
-// they run synchronously inside the informer, after the cache changed.
+// Only a projection of each object is stored: `project` returns the fields
+// the controller needs, or null to filter the object out (it is then not
+// stored, and if it was stored it counts as deleted).
 //
 // Everything runs on the caller's executor as one coroutine (`run`); no
 // threads, not thread-safe. `run` ends when stop() is called or when the
 // coroutine's cancellation slot is signalled (terminal cancellation).
 #pragma once
 
-#include <any>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -43,6 +53,7 @@
 
 #include "gracekeeper/kube/client.h"
 #include "gracekeeper/kube/fields.h"
+#include "gracekeeper/kube/store.h"
 #include "gracekeeper/kube/watch_decoder.h"
 
 namespace gracekeeper::kube {
@@ -61,6 +72,12 @@ struct InformerOptions {
   // the projection of their metadata alone; the rest of their text is not
   // built (FieldSet). Empty: every object is built as `fields` says.
   FieldSet::Wanted wanted{};
+  // Sync with a streaming list (WatchOptions::send_initial_events), as
+  // client-go's WatchListClient does: served from the API server's watch
+  // cache and read event by event, so neither etcd nor this process holds
+  // the whole list at once. false, or a server that refuses it: paginated
+  // LISTs.
+  bool watch_list = true;
   std::chrono::seconds min_watch_timeout{300};
   std::chrono::seconds max_watch_timeout{600};
   std::chrono::milliseconds initial_backoff{800};
@@ -90,35 +107,27 @@ struct InformerCounters {
   std::uint64_t projection_errors = 0;  // `project` threw: the object was treated as rejected
 };
 
-// key -> resourceVersion, ordered: what a cache holds, comparable to a LIST.
-using VersionMap = std::map<std::string, std::string>;
-
-// What changed between two versions of a cache: keys only in `fresh` were
-// added, keys in both with a different resourceVersion updated, keys only in
-// `old` deleted. Each list is sorted. Used to reconcile after a relist.
-struct CacheDiff {
-  std::vector<std::string> added;
-  std::vector<std::string> updated;
-  std::vector<std::string> deleted;
-};
-CacheDiff diff_cache(const VersionMap& old, const VersionMap& fresh);
-
 // "namespace/name", or "name" when the object has no namespace.
 std::string object_key(const nlohmann::json& object);
 
-// The informer on JSON objects with a type-erased projection (std::any).
-// Use Informer<T> below; this is its non-template engine.
-class InformerCore {
+class ReflectorTestAccess;  // test/support: drives the loop into corners
+
+// The list/watch loop on JSON objects with a type-erased projection; it
+// writes into a StoreCore it does not own. Use Informer<T> below.
+class Reflector {
  public:
-  using Projection = std::function<std::optional<std::any>(const nlohmann::json&)>;
+  using Projection = std::function<StoreCore::Value(const nlohmann::json&)>;
 
-  // `client` must outlive the informer and run on the executor `run` runs on.
-  InformerCore(Client& client, Resource resource, InformerOptions options, Projection project);
-  InformerCore(const InformerCore&) = delete;
-  InformerCore& operator=(const InformerCore&) = delete;
+  // `client` and `store` must outlive the reflector; `client` must run on the
+  // executor `run` runs on.
+  Reflector(Client& client, Resource resource, InformerOptions options, Projection project,
+            StoreCore& store);
+  Reflector(const Reflector&) = delete;
+  Reflector& operator=(const Reflector&) = delete;
 
-  // Set before run(); handlers must not throw or destroy the informer.
-  void set_handlers(InformerHandlers handlers) { handlers_ = std::move(handlers); }
+  // Before run(); handlers must not throw or destroy the informer. Each set
+  // is told of every change, in the order the sets were added.
+  void add_handlers(InformerHandlers handlers) { handlers_.push_back(std::move(handlers)); }
 
   // List and watch until stop() or cancellation. Call once at a time.
   boost::asio::awaitable<void> run();
@@ -126,44 +135,41 @@ class InformerCore {
   // Called while no run() is active, it makes the next run() return at once.
   void stop();
 
-  // The first LIST is whole in the cache. Before that, the cache fills (and
+  // The first LIST is whole in the store. Before that, the store fills (and
   // on_add fires) item by item as the first LIST's pages arrive.
   bool has_synced() const { return synced_; }
-  const std::any* find(std::string_view key) const;
-  std::vector<std::string> keys() const;  // sorted
-  std::size_t size() const { return cache_.size(); }
-  VersionMap versions() const;
   // The resourceVersion the next watch starts from.
   const std::string& resource_version() const { return resource_version_; }
   const InformerCounters& counters() const { return counters_; }
   // The last failure, for a log line ("" if none yet).
   const std::string& last_error() const { return last_error_; }
 
-  // Test hook: ends the current watch and re-watches from `resource_version`
-  // (e.g. an old, compacted one, to force a 410 and a relist).
-  void restart_watch_from(std::string resource_version);
-
  private:
-  struct Entry {
-    std::string resource_version;
-    std::any value;
-  };
-  enum class WatchOutcome { closed, gone, failed, interrupted };
-  enum class Step { next, gone, failed };
+  friend class ReflectorTestAccess;
+  enum class WatchOutcome { Closed, Gone, Failed, Interrupted, Refused };
+  enum class Step { Next, Gone, Failed };
 
+  // Ends the current watch and re-watches from `resource_version`.
+  void restart_watch_from(std::string resource_version);
   boost::asio::awaitable<bool> list_and_replace();
-  boost::asio::awaitable<WatchOutcome> watch_once();
+  // A watch; with `initial_events`, a streaming list that syncs the store
+  // first (Informer docs above) and then goes on as a watch.
+  boost::asio::awaitable<WatchOutcome> watch_once(bool initial_events);
+  void finish_initial_events(std::string version);
   boost::asio::awaitable<void> back_off();
   boost::asio::awaitable<void> wait_wake();
   template <class T>
   boost::asio::awaitable<std::optional<T>> interruptible(boost::asio::awaitable<T> op);
 
-  void replace(std::unordered_map<std::string, Entry> fresh, std::string version);
+  std::string list_resource_version() const;
+  void replace(StoreCore::Entries fresh, std::string version);
   Step apply(const WatchEvent& event);
-  std::optional<std::any> project(const nlohmann::json& object);
-  void upsert(std::string key, Entry entry);
+  StoreCore::Value project(const nlohmann::json& object);
+  void upsert(std::string key, StoreCore::Entry entry);
   void erase(const std::string& key);
-  void notify(const std::function<void(const std::string&)>& handler, const std::string& key);
+  void notify_added(const std::string& key);
+  void notify_updated(const std::string& key);
+  void notify_deleted(const std::string& key);
   std::chrono::milliseconds next_backoff();
   std::chrono::seconds watch_timeout();
 
@@ -172,11 +178,19 @@ class InformerCore {
   InformerOptions options_;
   Projection project_;
   FieldSet fields_;
-  InformerHandlers handlers_{};
+  StoreCore& store_;
+  std::vector<InformerHandlers> handlers_;
 
-  std::unordered_map<std::string, Entry> cache_;
   std::string resource_version_;
   bool synced_ = false;
+  // The last relist followed a 410: the server's cache may be behind, so the
+  // next list must be a quorum read.
+  bool relist_after_gone_ = false;
+  // While a streaming list sends the initial state: the fresh store it
+  // builds (nullopt when it streams straight into an empty store).
+  bool initial_events_ = false;
+  std::optional<StoreCore::Entries> initial_store_;
+  bool watch_list_refused_ = false;
   InformerCounters counters_{};
   std::string last_error_;
 
@@ -190,42 +204,42 @@ class InformerCore {
   std::optional<std::chrono::steady_clock::time_point> last_failure_;
 };
 
-// The typed informer: caches the T that `project` returns. T must be
-// copy-constructible (it is held in a std::any).
+// The typed informer: a Reflector storing the T that `project` returns.
 template <class T>
 class Informer {
  public:
   using Project = std::function<std::optional<T>(const nlohmann::json&)>;
 
   Informer(Client& client, Resource resource, InformerOptions options, Project project)
-      : core_(client, std::move(resource), std::move(options),
-              [p = std::move(project)](const nlohmann::json& o) -> std::optional<std::any> {
-                auto v = p(o);
-                if (!v) return std::nullopt;
-                return std::any(std::move(*v));
-              }) {}
+      : reflector_(
+            client, std::move(resource), std::move(options),
+            [p = std::move(project)](const nlohmann::json& o) -> StoreCore::Value {
+              auto v = p(o);
+              if (!v) return nullptr;
+              return std::make_shared<const T>(std::move(*v));
+            },
+            core_) {}
 
-  void set_handlers(InformerHandlers handlers) { core_.set_handlers(std::move(handlers)); }
-  boost::asio::awaitable<void> run() { return core_.run(); }
-  void stop() { core_.stop(); }
+  void add_handlers(InformerHandlers handlers) { reflector_.add_handlers(std::move(handlers)); }
+  boost::asio::awaitable<void> run() { return reflector_.run(); }
+  void stop() { reflector_.stop(); }
 
-  bool has_synced() const { return core_.has_synced(); }
-  // The cached projection, or nullptr; valid until the informer runs again.
-  // Never modify what the cache holds.
-  const T* get(std::string_view key) const {
-    const std::any* a = core_.find(key);
-    return a ? std::any_cast<T>(a) : nullptr;
-  }
+  bool has_synced() const { return reflector_.has_synced(); }
+  Store<T> store() const { return Store<T>(core_); }
+  // The cached projection, or null: an immutable snapshot, valid as long as
+  // it is held.
+  std::shared_ptr<const T> get(std::string_view key) const { return store().get(key); }
   std::vector<std::string> keys() const { return core_.keys(); }
   std::size_t size() const { return core_.size(); }
   VersionMap versions() const { return core_.versions(); }
-  const std::string& resource_version() const { return core_.resource_version(); }
-  const InformerCounters& counters() const { return core_.counters(); }
-  const std::string& last_error() const { return core_.last_error(); }
-  void restart_watch_from(std::string rv) { core_.restart_watch_from(std::move(rv)); }
+  const std::string& resource_version() const { return reflector_.resource_version(); }
+  const InformerCounters& counters() const { return reflector_.counters(); }
+  const std::string& last_error() const { return reflector_.last_error(); }
+  Reflector& reflector() { return reflector_; }
 
  private:
-  InformerCore core_;
+  StoreCore core_;  // before reflector_, which writes into it
+  Reflector reflector_;
 };
 
 }  // namespace gracekeeper::kube

@@ -29,6 +29,7 @@ using nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 // ------------------------------------------------------------------ diff_cache
 
@@ -196,17 +197,24 @@ class InformerTest : public ::testing::Test {
     ClientOptions co;
     co.retry.attempts = 1;
     client_.emplace(std::move(t), co);
+    // Most tests script the paginated LIST path; the WatchList tests below
+    // switch to the streaming list.
+    make_informer(/*watch_list=*/false);
+  }
+
+  void make_informer(bool watch_list) {
     InformerOptions o;
     o.namespace_ = "ns";
     o.initial_backoff = std::chrono::milliseconds{1};
     o.max_backoff = std::chrono::milliseconds{5};
     o.seed = 42;
+    o.watch_list = watch_list;
     informer_.emplace(*client_, resources::config_maps, o, project_v);
     InformerHandlers h;
     h.on_add = [this](const std::string& k) { log_.push_back("add " + k); };
     h.on_update = [this](const std::string& k) { log_.push_back("update " + k); };
     h.on_delete = [this](const std::string& k) { log_.push_back("delete " + k); };
-    informer_->set_handlers(h);
+    informer_->add_handlers(h);
   }
 
   // Runs the informer until `done` holds (checked every ms) or 10 s passed.
@@ -306,8 +314,11 @@ TEST_F(InformerTest, ListPagesAreReadItemByItem) {
   // Every page is from the first page's snapshot: watch from its version.
   EXPECT_EQ(informer_->resource_version(), "10");
   ASSERT_GE(transport_->targets.size(), 3u);
-  EXPECT_EQ(transport_->targets[0], "/api/v1/namespaces/ns/configmaps?limit=100");
-  EXPECT_EQ(transport_->targets[1], "/api/v1/namespaces/ns/configmaps?limit=100&continue=tok%2F1");
+  // The first list is served from the API server's watch cache (client-go's
+  // rule): resourceVersion=0, on every page.
+  EXPECT_EQ(transport_->targets[0], "/api/v1/namespaces/ns/configmaps?limit=100&resourceVersion=0");
+  EXPECT_EQ(transport_->targets[1],
+            "/api/v1/namespaces/ns/configmaps?limit=100&resourceVersion=0&continue=tok%2F1");
   EXPECT_THAT(transport_->targets[2], HasSubstr("resourceVersion=10"));
   EXPECT_EQ(informer_->counters().lists, 1u);
 }
@@ -333,7 +344,7 @@ TEST_F(InformerTest, FirstListIsAnnouncedAsItsPagesArrive) {
     seen.push_back(k + " " + std::to_string(transport_->targets.size()) + " " +
                    (informer_->has_synced() ? "synced" : "listing"));
   };
-  informer_->set_handlers(h);
+  informer_->add_handlers(h);
   transport_->replies.push_back({{raw_reply(
       R"({"kind":"List","metadata":{"continue":"t1","resourceVersion":"10"},"items":[)"
       R"({"metadata":{"namespace":"ns","name":"a","resourceVersion":"5"},"data":{"v":"1"}}]})")}});
@@ -389,6 +400,11 @@ TEST_F(InformerTest, GoneEventRelistsAndEmitsTheGap) {
   EXPECT_EQ(informer_->counters().relists, 1u);
   EXPECT_THAT(log_, ElementsAre("add ns/a", "add ns/b", "add ns/c", "delete ns/b", "delete ns/c",
                                 "add ns/d", "update ns/a"));
+  // After a 410 the server's cache may be what is behind: the relist is a
+  // quorum read (no resourceVersion), the first list was not.
+  ASSERT_GE(transport_->targets.size(), 3u);
+  EXPECT_THAT(transport_->targets[0], HasSubstr("resourceVersion=0"));
+  EXPECT_THAT(transport_->targets[2], Not(HasSubstr("resourceVersion")));
 }
 
 TEST_F(InformerTest, GoneRefusalRelists) {
@@ -435,6 +451,94 @@ TEST_F(InformerTest, MalformedStreamReconnectsFromLastVersion) {
   ASSERT_GE(transport_->targets.size(), 3u);
   EXPECT_THAT(transport_->targets[2], HasSubstr("resourceVersion=11"));
   EXPECT_GE(informer_->counters().watch_errors, 1u);
+}
+
+json initial_events_end(const std::string& rv) {
+  return {{"kind", "ConfigMap"},
+          {"metadata",
+           {{"resourceVersion", rv}, {"annotations", {{"k8s.io/initial-events-end", "true"}}}}}};
+}
+
+TEST_F(InformerTest, WatchListSyncsFromInitialEventsThenWatches) {
+  make_informer(/*watch_list=*/true);
+  transport_->replies.push_back(
+      {{kChunkedHead + chunk(event_line("ADDED", cm("a", "5", {{"v", "1"}}))) +
+        chunk(event_line("ADDED", cm("b", "6", {{"v", "2"}}))) +
+        chunk(event_line("BOOKMARK", initial_events_end("10"))) +
+        chunk(event_line("MODIFIED", cm("b", "12", {{"v", "3"}})))},
+       /*hold_open=*/true});
+  ASSERT_TRUE(run_until([&] { return informer_->resource_version() == "12"; }))
+      << informer_->last_error();
+  EXPECT_TRUE(informer_->has_synced());
+  EXPECT_EQ(informer_->versions(), (VersionMap{{"ns/a", "5"}, {"ns/b", "12"}}));
+  EXPECT_THAT(log_, ElementsAre("add ns/a", "add ns/b", "update ns/b"));
+  // One request: the streaming list, from the watch cache, then the watch.
+  ASSERT_EQ(transport_->targets.size(), 1u);
+  EXPECT_THAT(transport_->targets[0], HasSubstr("watch=1"));
+  EXPECT_THAT(transport_->targets[0], HasSubstr("sendInitialEvents=true"));
+  EXPECT_THAT(transport_->targets[0], HasSubstr("resourceVersionMatch=NotOlderThan"));
+  EXPECT_THAT(transport_->targets[0], HasSubstr("allowWatchBookmarks=true"));
+  EXPECT_THAT(transport_->targets[0], Not(HasSubstr("resourceVersion=")));
+  EXPECT_EQ(informer_->counters().lists, 1u);
+}
+
+TEST_F(InformerTest, WatchListIsNotSyncedBeforeItsLastInitialEvent) {
+  make_informer(/*watch_list=*/true);
+  transport_->replies.push_back(
+      {{kChunkedHead + chunk(event_line("ADDED", cm("a", "5", {{"v", "1"}}))) +
+        chunk(event_line("ADDED", cm("b", "6", {{"v", "2"}}))) +
+        chunk(event_line("BOOKMARK",
+                         {{"kind", "ConfigMap"}, {"metadata", {{"resourceVersion", "7"}}}}))},
+       /*hold_open=*/true});
+  ASSERT_TRUE(run_until([&] { return informer_->size() == 2; })) << informer_->last_error();
+  EXPECT_FALSE(informer_->has_synced());  // an ordinary bookmark does not end the list
+}
+
+TEST_F(InformerTest, WatchListAfterGoneReplacesTheStoreWithADiff) {
+  make_informer(/*watch_list=*/true);
+  json status = {{"kind", "Status"},
+                 {"status", "Failure"},
+                 {"reason", "Expired"},
+                 {"code", 410},
+                 {"message", "too old resource version: 10 (20)"}};
+  transport_->replies.push_back(
+      {{kChunkedHead + chunk(event_line("ADDED", cm("a", "5", {{"v", "1"}}))) +
+        chunk(event_line("ADDED", cm("b", "6", {{"v", "2"}}))) +
+        chunk(event_line("BOOKMARK", initial_events_end("10"))) +
+        chunk(event_line("ERROR", status)) + "0\r\n\r\n"}});
+  // During the gap: a changed, b deleted, d added.
+  transport_->replies.push_back(
+      {{kChunkedHead + chunk(event_line("ADDED", cm("a", "21", {{"v", "9"}}))) +
+        chunk(event_line("ADDED", cm("d", "23", {{"v", "4"}}))) +
+        chunk(event_line("BOOKMARK", initial_events_end("30")))},
+       /*hold_open=*/true});
+  ASSERT_TRUE(run_until([&] { return informer_->counters().lists == 2; }))
+      << informer_->last_error();
+  EXPECT_EQ(informer_->versions(), (VersionMap{{"ns/a", "21"}, {"ns/d", "23"}}));
+  EXPECT_EQ(informer_->counters().relists, 1u);
+  EXPECT_THAT(log_, ElementsAre("add ns/a", "add ns/b", "delete ns/b", "add ns/d", "update ns/a"));
+  ASSERT_EQ(transport_->targets.size(), 2u);
+  EXPECT_THAT(transport_->targets[1], HasSubstr("sendInitialEvents=true"));
+}
+
+TEST_F(InformerTest, WatchListRefusedFallsBackToPaginatedLists) {
+  make_informer(/*watch_list=*/true);
+  std::string body = json{{"kind", "Status"},
+                          {"status", "Failure"},
+                          {"reason", "BadRequest"},
+                          {"code", 400},
+                          {"message", "sendInitialEvents is not supported"}}
+                         .dump();
+  transport_->replies.push_back(
+      {{"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body}});
+  transport_->replies.push_back({{list_reply("10", {cm("a", "5", {{"v", "1"}})})}});
+  transport_->replies.push_back({{kChunkedHead}, /*hold_open=*/true});
+  ASSERT_TRUE(run_until([&] { return informer_->has_synced(); })) << informer_->last_error();
+  EXPECT_EQ(informer_->versions(), (VersionMap{{"ns/a", "5"}}));
+  ASSERT_GE(transport_->targets.size(), 3u);
+  EXPECT_THAT(transport_->targets[1], HasSubstr("limit=100&resourceVersion=0"));
+  EXPECT_THAT(transport_->targets[2], Not(HasSubstr("sendInitialEvents")));
 }
 
 TEST_F(InformerTest, StopEndsAnOpenWatch) {
