@@ -177,13 +177,21 @@ nlohmann::json budget_fields(const nlohmann::json& object) {
   return out;
 }
 
-std::expected<budget::Deployment, budget::FieldErrors> CachedDeployment::project() const {
-  budget::Json object = budget::Json::from_msgpack(inflate_source(source), /*strict=*/true,
-                                                   /*allow_exceptions=*/false);
+budget::Json CachedDeployment::object() const {
+  return budget::Json::from_msgpack(inflate_source(source), /*strict=*/true,
+                                    /*allow_exceptions=*/false);
+}
+
+std::expected<budget::Deployment, budget::FieldErrors> CachedDeployment::project(
+    const budget::Json& object) {
   if (object.is_discarded()) {  // not possible: `source` is written by project_deployment
     return std::unexpected(budget::FieldErrors{{"", "the cached Deployment is unreadable"}});
   }
   return budget::project_deployment(object);
+}
+
+std::expected<budget::Deployment, budget::FieldErrors> CachedDeployment::project() const {
+  return project(object());
 }
 
 bool opted_in(const nlohmann::json& metadata) {

@@ -45,6 +45,10 @@ struct CachedDeployment {
   // The budget engine's view; a Deployment it cannot read gives its errors,
   // so the reconciler can report them instead of guessing.
   std::expected<budget::Deployment, budget::FieldErrors> project() const;
+  // The same in two steps: the budget fields as an object (discarded if
+  // unreadable), then the engine's view of them.
+  budget::Json object() const;
+  static std::expected<budget::Deployment, budget::FieldErrors> project(const budget::Json&);
 };
 
 // What project() reads of a Deployment object: a copy with only those

@@ -22,11 +22,14 @@
 #include <random>
 
 #include "cache.h"
+#include "deployment_reconciler.h"
 #include "gracekeeper/kube/config.h"
 #include "gracekeeper/kube/leader_election.h"
 #include "gracekeeper/server/http_server.h"
+#include "handlers.h"
 #include "log.h"
-#include "reconciler.h"
+#include "policy_reconciler.h"
+#include "ports.h"
 
 namespace gracekeeper::controller {
 namespace {
@@ -88,8 +91,21 @@ class Operator {
         policy_queue_(io.get_executor()),
         events_(io.get_executor(), client_, recorder_options()),
         prometheus_(std::move(prometheus)),
-        reconciler_({client_, deployments_, policies_, deployment_queue_, policy_queue_, events_,
-                     metrics_, prometheus_.get()}) {}
+        clock_(system_clock()),
+        deployment_writer_(kube_deployment_writer(client_)),
+        status_writer_(kube_status_writer(client_)),
+        event_sink_(recorder_sink(events_)),
+        meter_(propagation_meter(prometheus_.get())),
+        rules_(deployments_.store(), policies_.store(), deployment_queue_, policy_queue_),
+        deployment_reconciler_(
+            {deployments_.store(), policies_.store(), propagation_, *deployment_writer_,
+             *event_sink_, *clock_, metrics_,
+             [this](const std::string& policy_key) { policy_queue_.add(policy_key); }}),
+        policy_reconciler_({policies_.store(), deployments_.store(), propagation_, *meter_,
+                            *status_writer_, *clock_, metrics_, deployment_reconciler_,
+                            [this](const std::string& ns) { rules_.enqueue_namespace(ns); },
+                            [this] { return deployments_settled(); }},
+                           {options_.propagation_refresh}) {}
 
   int run() {
     asio::signal_set signals(io_, SIGINT, SIGTERM);
@@ -152,17 +168,16 @@ class Operator {
   asio::awaitable<void> start() {
     auto version = co_await client_.server_version();
     if (!version) throw std::runtime_error("API server version: " + version.error().format());
-    ReconcilerOptions ro;
-    ro.capabilities.native_sleep = has_native_sleep(*version);
-    ro.propagation_refresh = options_.propagation_refresh;
-    reconciler_.configure(ro);
+    budget::Capabilities capabilities;
+    capabilities.native_sleep = has_native_sleep(*version);
+    deployment_reconciler_.set_capabilities(capabilities);
     log::info("connected", {{"server", config_.server},
                             {"version", version->git_version},
-                            {"nativeSleep", ro.capabilities.native_sleep ? "true" : "false"}});
+                            {"nativeSleep", capabilities.native_sleep ? "true" : "false"}});
     if (!start_http()) co_return;
 
-    deployments_.set_handlers(reconciler_.deployment_handlers());
-    policies_.set_handlers(reconciler_.policy_handlers());
+    deployments_.add_handlers(rules_.deployment_handlers());
+    policies_.add_handlers(rules_.policy_handlers());
     asio::co_spawn(io_, policies_.run(), asio::detached);
     asio::co_spawn(io_, deployments_.run(), asio::detached);
     asio::co_spawn(io_, publish_metrics(), asio::detached);
@@ -222,7 +237,7 @@ class Operator {
     if (shutting_down_) co_return;
     log::info("caches synced", {{"policies", std::to_string(policies_.size())},
                                 {"deployments", std::to_string(deployments_.size())}});
-    reconciler_.deployments_synced();
+    rules_.enqueue_all_policies();  // their counts can be complete now
   }
 
   bool start_http() {
@@ -280,7 +295,7 @@ class Operator {
         break;
       }
     } while (!o.continue_token.empty());
-    reconciler_.seed_reported(std::move(reported));
+    deployment_reconciler_.ledger().seed(reported);
   }
 
   void start_workers() {
@@ -292,23 +307,40 @@ class Operator {
                               [this](std::string key) { return timed(false, std::move(key)); });
   }
 
+  // Every Deployment is listed and none is queued or being reconciled: the
+  // policies' counts are final for now.
+  bool deployments_settled() const {
+    const kube::WorkQueue& q = deployment_queue_.core();
+    return deployments_.has_synced() && q.len() + q.processing() == 0;
+  }
+
+  // The queue's side of the reconcile contract (result.h): true forgets the
+  // key's backoff, false retries it with backoff.
   asio::awaitable<bool> timed(bool deployment, std::string key) {
     const auto start = steady_clock::now();
     const char* controller = deployment ? "deployment" : "shutdownpolicy";
-    bool ok = false;
+    ReconcileResult result = transient("no result");
     try {
-      if (deployment) {
-        ok = co_await reconciler_.reconcile_deployment(key);
+      if (deployment) {  // (no co_await inside ?: : GCC 12 miscompiles it)
+        result = co_await deployment_reconciler_.reconcile(key);
       } else {
-        ok = co_await reconciler_.reconcile_policy(key);
+        result = co_await policy_reconciler_.reconcile(key);
       }
     } catch (const std::exception& e) {
-      log::warn("reconcile failed, will retry",
-                {{"controller", controller}, {"key", key}, {"error", e.what()}});
+      result = transient(e.what());
     }
-    metrics_.observe_reconcile(controller, ok ? "success" : "error",
+    metrics_.observe_reconcile(controller, result ? "success" : "error",
                                std::chrono::duration<double>(steady_clock::now() - start).count());
-    co_return ok;
+    if (result) {
+      if (result->requeue_after) {
+        (deployment ? deployment_queue_ : policy_queue_).add_after(key, *result->requeue_after);
+      }
+      co_return true;
+    }
+    const bool terminal = result.error().kind == ReconcileError::Kind::Terminal;
+    log::warn(terminal ? "reconcile failed" : "reconcile failed, will retry",
+              {{"controller", controller}, {"key", key}, {"error", result.error().message}});
+    co_return terminal;
   }
 
   asio::awaitable<void> publish_metrics() {
@@ -403,7 +435,15 @@ class Operator {
   kube::EventRecorder events_;
   server::Metrics metrics_;
   std::unique_ptr<propagation::Prometheus> prometheus_;
-  Reconciler reconciler_;
+  PropagationBook propagation_;
+  std::unique_ptr<Clock> clock_;
+  std::unique_ptr<DeploymentWriter> deployment_writer_;
+  std::unique_ptr<StatusWriter> status_writer_;
+  std::unique_ptr<EventSink> event_sink_;
+  std::unique_ptr<PropagationMeter> meter_;
+  EnqueueRules rules_;
+  DeploymentReconciler deployment_reconciler_;
+  PolicyReconciler policy_reconciler_;
   std::optional<kube::LeaderElector> elector_;
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;

@@ -1,0 +1,177 @@
+#include "deployment_decision.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "gracekeeper/budget/apply.h"
+#include "takeover.h"
+
+namespace gracekeeper::controller {
+namespace {
+
+std::string describe_changes(const budget::Plan& plan) {
+  std::string out;
+  for (const auto& c : plan.changes) {
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{}: {} -> {}", c.field, c.from, c.to);
+  }
+  return out;
+}
+
+bool has_error(const std::vector<budget::Finding>& findings) {
+  return std::ranges::any_of(findings,
+                             [](const auto& f) { return f.severity == budget::Severity::Error; });
+}
+
+kube::EventRecord warning(std::string reason, std::string action, std::string note) {
+  return {{}, kube::EventType::Warning, std::move(reason), std::move(action), std::move(note)};
+}
+
+// The governing policy among the namespace's valid ones, or the finding
+// that says why there is none.
+std::expected<const CachedPolicy*, budget::Finding> governing(const budget::Deployment& d,
+                                                              const DeploymentFacts& facts) {
+  std::vector<const CachedPolicy*> valid;
+  std::vector<budget::PolicyCandidate> candidates;
+  for (const CachedPolicy* p : facts.policies) {
+    if (!p->spec) continue;  // an invalid policy governs nothing; its status says why
+    valid.push_back(p);
+    candidates.push_back({p->name, &p->spec->selector, ""});
+  }
+  auto chosen = budget::select_policy(d, candidates, "in namespace " + d.namespace_);
+  if (!chosen) return std::unexpected(chosen.error());
+  return valid[*chosen];
+}
+
+budget::Context planning_context(const budget::Deployment& d, const CachedPolicy& policy,
+                                 const PropagationState& propagation,
+                                 const DeploymentFacts& facts) {
+  budget::Context ctx;
+  ctx.policy = &*policy.spec;
+  ctx.policy_name = policy.name;
+  ctx.propagation_seconds = propagation.seconds;
+  // Never shorten a wait because the source went away (API.md): while the
+  // metrics are unavailable, the figure this Deployment was tuned to holds.
+  if (!propagation.available && d.applied) {
+    ctx.propagation_seconds = std::max(ctx.propagation_seconds, d.applied->propagation_seconds);
+  }
+  ctx.capabilities = facts.capabilities;
+  ctx.now = facts.now;
+  return ctx;
+}
+
+// What `check` would find on the Deployment once `plan` is written.
+std::vector<budget::Finding> findings_once_written(const DeploymentFacts& facts,
+                                                   const budget::Plan& plan,
+                                                   const budget::Context& ctx) {
+  if (!facts.object) return plan.findings;
+  budget::Json written = *facts.object;
+  budget::apply_plan(written, plan, ctx.policy_name, facts.now);
+  auto projected = budget::project_deployment(written);
+  if (!projected) return plan.findings;
+  return budget::plan(*projected, ctx).findings;
+}
+
+PlannedWrite planned_write(const budget::Deployment& d, const budget::Plan& plan,
+                           const budget::Context& ctx, const DeploymentFacts& facts) {
+  PlannedWrite w;
+  w.configuration = budget::apply_configuration(d, plan, ctx.policy_name, facts.now);
+  w.replace_hooks = changes_handler(d, plan);
+  w.force = ctx.policy->pre_stop.existing == budget::ExistingHook::Replace;
+  w.changes = describe_changes(plan);
+  w.plan_hash = std::hash<std::string>{}(w.changes);
+  w.propagation_seconds = plan.budget.propagation_seconds;
+  w.findings_after = findings_once_written(facts, plan, ctx);
+  return w;
+}
+
+}  // namespace
+
+kube::EventRecord finding_event(const budget::Finding& f) {
+  const bool is_warning = f.severity != budget::Severity::Info;
+  std::string note =
+      f.container.empty() ? f.message : "container " + f.container + ": " + f.message;
+  return {{},
+          is_warning ? kube::EventType::Warning : kube::EventType::Normal,
+          f.code,
+          "Check",
+          std::move(note)};
+}
+
+kube::EventRecord tuned_event(const PlannedWrite& w, const std::string& policy_name) {
+  std::string note =
+      w.changes + fmt::format(" (policy {}, propagation {}s)", policy_name, w.propagation_seconds);
+  bool is_warning = false;
+  for (const auto& f : w.findings_after) {
+    note += fmt::format(
+        "{} {}: {}", &f == &w.findings_after.front() ? ". Also" : ";", f.code,
+        f.container.empty() ? f.message : "container " + f.container + ": " + f.message);
+    is_warning |= f.severity != budget::Severity::Info;
+  }
+  return {{},
+          is_warning ? kube::EventType::Warning : kube::EventType::Normal,
+          "Tuned",
+          "Tune",
+          std::move(note)};
+}
+
+DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
+  DeploymentDecision out;
+  if (!*facts.deployment) {
+    std::string note = "gracekeeper cannot read this Deployment; left unchanged:";
+    for (const auto& e : facts.deployment->error()) note += " " + e.format() + ";";
+    out.events.push_back(warning("InvalidDeployment", "Check", std::move(note)));
+    return out;
+  }
+  const budget::Deployment& d = **facts.deployment;
+  auto policy = governing(d, facts);
+  if (!policy) {
+    out.events.push_back(finding_event(policy.error()));
+    return out;
+  }
+  out.policy_name = (*policy)->name;
+  out.policy_key = d.namespace_ + "/" + out.policy_name;
+  const PropagationState* propagation = facts.propagation->state(out.policy_key);
+  if (!propagation) {
+    out.wait_for_policy = true;  // its first measurement enqueues the namespace again
+    return out;
+  }
+  const budget::Context ctx = planning_context(d, **policy, *propagation, facts);
+  const budget::Plan plan = budget::plan(d, ctx);
+
+  out.state.violating = has_error(plan.findings);
+  if (!plan.invalid.empty()) {
+    for (const auto& e : plan.invalid) {
+      out.events.push_back(warning("InvalidAnnotation", "Check", e.format() + "; left unchanged"));
+    }
+    return out;
+  }
+  out.state.compliant = !out.state.violating && !plan.budget_broken;
+  out.state.pending = plan.changed() || plan.deferred;
+  if (plan.deferred && plan.due_at) {
+    out.requeue_after =
+        std::max<std::chrono::nanoseconds>(*plan.due_at - facts.now, std::chrono::seconds(1));
+  }
+  if (plan.changed() && (*policy)->spec->mode == budget::Mode::DryRun) {
+    out.events.push_back({{},
+                          kube::EventType::Normal,
+                          "DryRun",
+                          "Tune",
+                          "DryRun: would set " + describe_changes(plan)});
+  } else if (plan.changed()) {
+    PlannedWrite w = planned_write(d, plan, ctx, facts);
+    const BlockedWrite* b = facts.blocked;
+    if (b && b->uid == facts.uid && b->generation == facts.generation &&
+        b->plan_hash == w.plan_hash) {
+      out.events.push_back(b->event);  // the same change failed the same way: not again
+    } else {
+      out.write = std::move(w);
+    }
+  }
+  for (const auto& f : plan.findings) out.events.push_back(finding_event(f));
+  return out;
+}
+
+}  // namespace gracekeeper::controller

@@ -1,0 +1,78 @@
+// The Deployment controller's decision, without I/O: given what the stores
+// hold about one Deployment, its namespace's policies and their measured
+// propagation, what should be written and reported, and the state the
+// Deployment is in. deployment_reconciler.cpp is the I/O around it; the
+// policy reconciler calls it too, to count the states from the store.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache.h"
+#include "gracekeeper/budget/engine.h"
+#include "gracekeeper/kube/events.h"
+#include "propagation_book.h"
+#include "status.h"
+
+namespace gracekeeper::controller {
+
+// A write the server refused (a field conflict with another applier, or 422
+// Invalid): not repeated until the Deployment or the plan changes.
+struct BlockedWrite {
+  std::string uid;
+  std::int64_t generation = 0;
+  std::size_t plan_hash = 0;
+  kube::EventRecord event;  // the Warning that says why (regarding unset)
+};
+
+struct DeploymentFacts {
+  // The Deployment as the budget engine reads it, and the object it was read
+  // from (budget fields only).
+  const std::expected<budget::Deployment, budget::FieldErrors>* deployment = nullptr;
+  const budget::Json* object = nullptr;
+  std::string uid;
+  std::int64_t generation = 0;
+  std::vector<const CachedPolicy*> policies;  // the namespace's
+  const PropagationBook* propagation = nullptr;
+  budget::Capabilities capabilities{};
+  TimePoint now{};
+  const BlockedWrite* blocked = nullptr;  // this Deployment's, if any
+};
+
+struct PlannedWrite {
+  nlohmann::json configuration;  // the server-side apply configuration
+  bool replace_hooks = false;    // swap the hooks with a JSON patch (takeover.h)
+  bool force = false;            // spec.preStop.existing: Replace
+  std::string changes;           // "terminationGracePeriodSeconds: 30 -> 46, ..."
+  std::size_t plan_hash = 0;     // of `changes`: what a BlockedWrite is about
+  double propagation_seconds = 0;
+  // The findings of the Deployment once written: folded into the Tuned
+  // Event, so a first tune is one Event.
+  std::vector<budget::Finding> findings_after;
+};
+
+struct DeploymentDecision {
+  std::string policy_key;  // "ns/name" of the governing policy; "" when none
+  std::string policy_name;
+  bool wait_for_policy = false;  // the governing policy is not measured yet
+  DeploymentState state;
+  std::optional<PlannedWrite> write;
+  // The Events of the current state (regarding unset), reported once each.
+  std::vector<kube::EventRecord> events;
+  // A change held back by churn control becomes due then.
+  std::optional<std::chrono::nanoseconds> requeue_after;
+};
+
+DeploymentDecision decide_deployment(const DeploymentFacts&);
+
+kube::EventRecord finding_event(const budget::Finding&);
+// The Tuned Event of a successful write: the changes, the policy and figure,
+// and the findings of the written Deployment; a Warning when one of them is.
+kube::EventRecord tuned_event(const PlannedWrite&, const std::string& policy_name);
+
+}  // namespace gracekeeper::controller

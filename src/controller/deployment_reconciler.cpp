@@ -1,0 +1,196 @@
+#include "deployment_reconciler.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "log.h"
+
+namespace gracekeeper::controller {
+namespace {
+
+kube::ObjectRef deployment_ref(const std::string& ns, const std::string& name,
+                               const std::string& uid) {
+  return kube::ObjectRef{"apps/v1", "Deployment", ns, name, uid};
+}
+
+// The manager a server-side apply conflict names: `conflict with "kubectl" using apps/v1`.
+std::string conflicting_manager(const kube::ApiError::Cause& cause) {
+  const auto open = cause.message.find('"');
+  if (open == std::string::npos) return {};
+  const auto close = cause.message.find('"', open + 1);
+  if (close == std::string::npos) return {};
+  return cause.message.substr(open + 1, close - open - 1);
+}
+
+// A conflict with managers that wrote with Update (kubectl create/edit/
+// client-side apply, other controllers' updates) is taken over: those
+// writers do not re-assert their values, and raising the budget is what the
+// Deployment opted in for. A conflict with another *applier* (a GitOps
+// controller re-applying its manifest) is not: forcing would start a fight
+// that restarts pods on every sync. `owners` gets the conflicting managers.
+bool may_force(const kube::ApiError& conflict, const std::vector<std::string>& appliers,
+               std::string& owners) {
+  std::set<std::string> managers;
+  for (const auto& cause : conflict.causes) {
+    if (auto m = conflicting_manager(cause); !m.empty()) managers.insert(m);
+  }
+  for (const auto& m : managers) owners += (owners.empty() ? "\"" : ", \"") + m + "\"";
+  if (managers.empty()) return false;
+  for (const auto& m : managers) {
+    if (std::ranges::find(appliers, m) != appliers.end()) {
+      owners += " (an applier)";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> split_key(const std::string& key) {
+  const auto slash = key.find('/');
+  if (slash == std::string::npos) return {std::string(), key};
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
+const BlockedWrite* DeploymentReconciler::blocked(const std::string& key) const {
+  auto it = blocked_.find(key);
+  return it == blocked_.end() ? nullptr : &it->second;
+}
+
+DeploymentDecision DeploymentReconciler::decide(const std::string& key,
+                                                const CachedDeployment& cached) const {
+  const budget::Json object = cached.object();
+  const auto deployment = CachedDeployment::project(object);
+  DeploymentFacts facts;
+  facts.deployment = &deployment;
+  facts.object = &object;
+  facts.uid = cached.uid;
+  facts.generation = cached.generation;
+  // The policies are read in place: nothing here waits, so the store cannot
+  // change underneath.
+  deps_.policies.in_namespace(split_key(key).first, [&](const std::string&, const CachedPolicy& p) {
+    facts.policies.push_back(&p);
+  });
+  facts.propagation = &deps_.propagation;
+  facts.capabilities = capabilities_;
+  facts.now = deps_.clock.now();
+  facts.blocked = blocked(key);
+  return decide_deployment(facts);
+}
+
+void DeploymentReconciler::forget(const std::string& key) {
+  ledger_.forget(key);
+  blocked_.erase(key);
+}
+
+boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::string key) {
+  // A snapshot: it stays as it is while this coroutine waits.
+  const auto cached = deps_.deployments.get(key);
+  if (!cached) {
+    forget(key);  // deleted, or no longer opted in: left as it is, no longer managed
+    co_return Result::done();
+  }
+  DeploymentDecision decision = decide(key, *cached);
+  const auto [ns, name] = split_key(key);
+  const kube::ObjectRef ref = deployment_ref(ns, name, cached->uid);
+  if (decision.wait_for_policy) co_return Result::done();
+
+  if (decision.write) {
+    auto outcome = co_await write(ns, name, *decision.write, cached->appliers);
+    if (!outcome) co_return transient(outcome.error());
+    if (outcome->applied) {
+      if (blocked_.erase(key)) deps_.policy_changed(decision.policy_key);
+      // One Event for the tune, with the findings of the written Deployment
+      // folded in; its next reconcile reports only what differs from them.
+      std::vector<kube::EventRecord> after;
+      for (const auto& f : decision.write->findings_after) after.push_back(finding_event(f));
+      ledger_.mark(key, after);
+      kube::EventRecord tuned = tuned_event(*decision.write, decision.policy_name);
+      tuned.regarding = ref;
+      deps_.metrics.count_event(to_string(tuned.type), tuned.reason);
+      deps_.events.record(std::move(tuned));
+      co_return Result::done();
+    }
+    blocked_.insert_or_assign(key, BlockedWrite{cached->uid, cached->generation,
+                                                decision.write->plan_hash, *outcome->refused});
+    deps_.policy_changed(decision.policy_key);
+    decision.events.insert(decision.events.begin(), std::move(*outcome->refused));
+  }
+  report(key, ref, std::move(decision.events));
+  co_return decision.requeue_after ? Result::after(*decision.requeue_after) : Result::done();
+}
+
+void DeploymentReconciler::report(const std::string& key, const kube::ObjectRef& ref,
+                                  std::vector<kube::EventRecord> events) {
+  for (auto& e : ledger_.unreported(key, std::move(events))) {
+    e.regarding = ref;
+    deps_.metrics.count_event(to_string(e.type), e.reason);
+    deps_.events.record(std::move(e));
+  }
+}
+
+// Applies the write. A field conflict with Update writers is taken over at
+// once (may_force); a conflict with another applier, or a configuration the
+// server rejects, is refused for good: `refused` says why. Anything else is
+// an error worth retrying.
+boost::asio::awaitable<std::expected<DeploymentReconciler::WriteOutcome, std::string>>
+DeploymentReconciler::write(const std::string& ns, const std::string& name, const PlannedWrite& w,
+                            const std::vector<std::string>& appliers) {
+  const std::string key = ns + "/" + name;
+  const std::string wanted = "(wanted " + w.changes + ")";
+  // Without another applier every conflict is with Update writers, which
+  // may_force takes over anyway: force at once, one request instead of two.
+  bool force = w.force || appliers.empty();
+  // (No co_await inside ?: : GCC 12 miscompiles it.)
+  DeploymentWriter::Written result;
+  if (w.replace_hooks) {
+    result = co_await deps_.writer.replace_hooks(ns, name, w.configuration);
+  } else {
+    result = co_await deps_.writer.apply(ns, name, w.configuration, force);
+  }
+  std::string owners;
+  if (!result && result.error().reason == kube::ApiError::Reason::Conflict &&
+      !result.error().causes.empty() && !force && !w.replace_hooks) {
+    if (!may_force(result.error(), appliers, owners)) {
+      log::warn("field conflict", {{"deployment", key}, {"owners", owners}});
+      WriteOutcome refused;
+      refused.refused = kube::EventRecord{
+          {},
+          kube::EventType::Warning,
+          "FieldConflict",
+          "Tune",
+          fmt::format("not changed: {} owned by {}; gracekeeper takes fields over from another "
+                      "applier only with spec.preStop.existing: Replace {}",
+                      result.error().causes.size() == 1 ? "a field is" : "fields are", owners,
+                      wanted)};
+      co_return refused;
+    }
+    result = co_await deps_.writer.apply(ns, name, w.configuration, /*force=*/true);
+  }
+  if (!result && result.error().reason == kube::ApiError::Reason::Invalid) {
+    // The server refuses this configuration; sending it again cannot help
+    // until the Deployment or the plan changes.
+    log::warn("apply rejected", {{"deployment", key}, {"error", result.error().format()}});
+    WriteOutcome refused;
+    refused.refused = kube::EventRecord{{},
+                                        kube::EventType::Warning,
+                                        "ApplyRejected",
+                                        "Tune",
+                                        "not changed: the API server rejected the change: " +
+                                            result.error().message + " " + wanted};
+    co_return refused;
+  }
+  if (!result) {
+    std::string error = "apply " + key + ": " + result.error().format();
+    co_return std::unexpected(std::move(error));
+  }
+  deps_.metrics.count_patch(ns);
+  log::info("tuned", {{"deployment", key}, {"changes", w.changes}});
+  WriteOutcome applied;
+  applied.applied = true;
+  co_return applied;
+}
+
+}  // namespace gracekeeper::controller

@@ -1,0 +1,73 @@
+// The Deployment controller: for key "ns/name", read the Deployment and its
+// namespace's policies from the stores, decide (deployment_decision.h), apply
+// what the decision says with server-side apply, report the Events of the
+// state once, and come back when a held-back change becomes due.
+//
+// It keeps two things between reconciles, both about its own writes: the
+// Events it reported per Deployment (EventLedger) and the writes the server
+// refused (BlockedWrite, by uid, generation and plan). Everything else comes
+// from the stores on each reconcile.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <functional>
+#include <string>
+#include <unordered_map>
+
+#include "cache.h"
+#include "deployment_decision.h"
+#include "event_ledger.h"
+#include "gracekeeper/kube/store.h"
+#include "gracekeeper/server/metrics.h"
+#include "ports.h"
+#include "result.h"
+
+namespace gracekeeper::controller {
+
+class DeploymentReconciler {
+ public:
+  struct Dependencies {
+    kube::Store<CachedDeployment> deployments;
+    kube::Store<CachedPolicy> policies;
+    const PropagationBook& propagation;
+    DeploymentWriter& writer;
+    EventSink& events;
+    const Clock& clock;
+    server::Metrics& metrics;
+    // A policy's counts changed without any object changing (a write was
+    // refused, or is no longer): its status must follow.
+    std::function<void(const std::string& policy_key)> policy_changed;
+  };
+  explicit DeploymentReconciler(Dependencies deps) : deps_(std::move(deps)) {}
+  void set_capabilities(budget::Capabilities c) { capabilities_ = c; }
+
+  boost::asio::awaitable<ReconcileResult> reconcile(std::string key);
+
+  // The decision for a cached Deployment, as reconcile() would take it now
+  // (no I/O): the policy reconciler counts states with it.
+  DeploymentDecision decide(const std::string& key, const CachedDeployment&) const;
+
+  EventLedger& ledger() { return ledger_; }
+  const BlockedWrite* blocked(const std::string& key) const;
+
+ private:
+  struct WriteOutcome {
+    bool applied = false;
+    std::optional<kube::EventRecord> refused;  // why the server refused it for good
+  };
+  boost::asio::awaitable<std::expected<WriteOutcome, std::string>> write(
+      const std::string& ns, const std::string& name, const PlannedWrite&,
+      const std::vector<std::string>& appliers);
+  void report(const std::string& key, const kube::ObjectRef&, std::vector<kube::EventRecord>);
+  void forget(const std::string& key);
+
+  Dependencies deps_;
+  budget::Capabilities capabilities_{};
+  EventLedger ledger_;
+  std::unordered_map<std::string, BlockedWrite> blocked_;
+};
+
+// "ns/name" -> {ns, name}.
+std::pair<std::string, std::string> split_key(const std::string& key);
+
+}  // namespace gracekeeper::controller

@@ -1,0 +1,119 @@
+// The real implementations of ports.h.
+#include <utility>
+
+#include "cache.h"
+#include "gracekeeper/kube/client.h"
+#include "gracekeeper/kube/events.h"
+#include "ports.h"
+#include "takeover.h"
+
+namespace gracekeeper::controller {
+namespace {
+
+namespace asio = boost::asio;
+
+class SystemClock final : public Clock {
+ public:
+  TimePoint now() const override { return std::chrono::system_clock::now(); }
+};
+
+class KubeDeploymentWriter final : public DeploymentWriter {
+ public:
+  explicit KubeDeploymentWriter(kube::Client& client) : client_(client) {}
+
+  asio::awaitable<Written> apply(const std::string& ns, const std::string& name,
+                                 const nlohmann::json& configuration, bool force) override {
+    kube::ApplyOptions options;
+    options.field_manager = kFieldManager;
+    options.force = force;
+    options.read_object = false;  // the informer's watch brings the patched Deployment
+    auto result =
+        co_await client_.apply(kube::resources::deployments, ns, name, configuration, options);
+    if (!result) co_return std::unexpected(std::move(result.error()));
+    co_return Written{};
+  }
+
+  asio::awaitable<Written> replace_hooks(const std::string& ns, const std::string& name,
+                                         const nlohmann::json& configuration) override {
+    auto current = co_await client_.get(kube::resources::deployments, ns, name, std::string());
+    if (!current) co_return std::unexpected(std::move(current.error()));
+    kube::WriteOptions options;
+    options.field_manager = kFieldManager;
+    options.read_object = false;
+    auto result = co_await client_.json_patch(kube::resources::deployments, ns, name,
+                                              replacement_patch(*current, configuration), options);
+    if (!result) co_return std::unexpected(std::move(result.error()));
+    co_return Written{};
+  }
+
+ private:
+  kube::Client& client_;
+};
+
+class KubeStatusWriter final : public StatusWriter {
+ public:
+  explicit KubeStatusWriter(kube::Client& client) : client_(client) {}
+
+  asio::awaitable<Written> write_status(const CachedPolicy& policy,
+                                        nlohmann::json status) override {
+    nlohmann::json object{{"apiVersion", "gracekeeper.dev/v1alpha1"},
+                          {"kind", "ShutdownPolicy"},
+                          {"metadata",
+                           {{"name", policy.name},
+                            {"namespace", policy.namespace_},
+                            {"resourceVersion", policy.resource_version}}},
+                          {"status", std::move(status)}};
+    kube::WriteOptions options;
+    options.field_manager = kFieldManager;
+    options.read_object = false;  // the informer's watch brings the new status
+    auto result = co_await client_.update_status(shutdown_policies, policy.namespace_, policy.name,
+                                                 std::move(object), options);
+    if (!result) co_return std::unexpected(std::move(result.error()));
+    co_return Written{};
+  }
+
+ private:
+  kube::Client& client_;
+};
+
+class RecorderSink final : public EventSink {
+ public:
+  explicit RecorderSink(kube::EventRecorder& recorder) : recorder_(recorder) {}
+  void record(kube::EventRecord e) override { recorder_.record(std::move(e)); }
+
+ private:
+  kube::EventRecorder& recorder_;
+};
+
+class Meter final : public PropagationMeter {
+ public:
+  explicit Meter(propagation::Prometheus* prometheus) : prometheus_(prometheus) {}
+  asio::awaitable<propagation::Measurement> measure(
+      const budget::PolicySpec& spec, const std::optional<propagation::LastGood>& last_good,
+      TimePoint now) override {
+    co_return co_await propagation::measure(spec, prometheus_, last_good, now);
+  }
+
+ private:
+  propagation::Prometheus* prometheus_;
+};
+
+}  // namespace
+
+std::unique_ptr<Clock> system_clock() {
+  return std::make_unique<SystemClock>();
+}
+std::unique_ptr<DeploymentWriter> kube_deployment_writer(kube::Client& c) {
+  return std::make_unique<KubeDeploymentWriter>(c);
+}
+std::unique_ptr<StatusWriter> kube_status_writer(kube::Client& c) {
+  return std::make_unique<KubeStatusWriter>(c);
+}
+std::unique_ptr<EventSink> recorder_sink(kube::EventRecorder& r) {
+  return std::make_unique<RecorderSink>(r);
+}
+std::unique_ptr<PropagationMeter> propagation_meter(propagation::Prometheus* p) {
+  return std::make_unique<Meter>(p);
+}
+
+}  // namespace gracekeeper::controller

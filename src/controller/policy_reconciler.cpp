@@ -1,0 +1,118 @@
+#include "policy_reconciler.h"
+
+#include <fmt/format.h>
+
+#include "log.h"
+
+namespace gracekeeper::controller {
+
+DeploymentCounts PolicyReconciler::count(const std::string& policy_key) const {
+  DeploymentCounts c;
+  deps_.deployments.in_namespace(
+      split_key(policy_key).first, [&](const std::string& key, const CachedDeployment& cached) {
+        const DeploymentDecision d = deps_.deployment_controller.decide(key, cached);
+        if (d.policy_key != policy_key) return;
+        ++c.managed;
+        c.compliant += d.state.compliant;
+        c.pending += d.state.pending;
+        c.violations += d.state.violating;
+        if (!d.state.compliant) c.not_compliant.push_back(split_key(key).second);
+      });
+  return c;
+}
+
+boost::asio::awaitable<void> PolicyReconciler::measure(const std::string& key,
+                                                       const CachedPolicy& policy) {
+  const TimePoint now = deps_.clock.now();
+  const PolicyMeasurement* before = deps_.propagation.find(key);
+  std::optional<propagation::LastGood> last_good =
+      before ? before->last_good : std::optional<propagation::LastGood>();
+  const propagation::Measurement m = co_await deps_.meter.measure(*policy.spec, last_good, now);
+  PolicyMeasurement next;
+  next.last_good = m.last_good;
+  next.generation = policy.generation;
+  next.next = now + options_.propagation_refresh;
+  PropagationState& s = next.state;
+  s.seconds = m.seconds;
+  // API.md: the source reads Static when a failing source fell back to staticSeconds.
+  const bool static_fallback =
+      m.fallback && (!m.last_good || now - m.last_good->sampled_at > std::chrono::hours(1));
+  s.source = static_fallback ? "Static" : m.source;
+  s.sampled_at = m.sampled_at;
+  s.message = m.message;
+  s.available = m.metrics_available;
+  s.reason = m.reason;
+  // `before` may dangle once the book changes: compare first.
+  const bool moved =
+      !before || before->state.seconds != s.seconds || before->state.available != s.available;
+  if (!m.metrics_available) {
+    log::warn("propagation source unavailable",
+              {{"policy", key}, {"reason", m.reason}, {"message", m.message}});
+  } else if (moved) {
+    log::info("propagation measured",
+              {{"policy", key}, {"source", s.source}, {"seconds", fmt::format("{}", s.seconds)}});
+  }
+  deps_.metrics.set_propagation(policy.namespace_, policy.name, s.source, s.seconds);
+  deps_.propagation.put(key, std::move(next));
+  if (moved) deps_.namespace_changed(policy.namespace_);
+}
+
+boost::asio::awaitable<ReconcileResult> PolicyReconciler::reconcile(std::string key) {
+  const auto policy = deps_.policies.get(key);  // a snapshot, unchanged while we wait
+  const auto [ns, name] = split_key(key);
+  if (!policy) {
+    deps_.propagation.erase(key);
+    deps_.metrics.forget_policy(ns, name);
+    co_return Result::done();
+  }
+  StatusInput in;
+  in.generation = policy->generation;
+  in.now = deps_.clock.now();
+  if (!policy->spec) {
+    std::string message;
+    for (const auto& e : policy->spec.error()) {
+      message += (message.empty() ? "" : "; ") + e.format();
+    }
+    in.invalid_spec = message;
+    deps_.propagation.erase(key);
+    nlohmann::json status = desired_status(in, policy->status);
+    auto written = co_await write_status(*policy, std::move(status), Result::done());
+    co_return written;
+  }
+  const PolicyMeasurement* m = deps_.propagation.find(key);
+  if (!m || m->generation != policy->generation || in.now >= m->next) {
+    co_await measure(key, *policy);
+    m = deps_.propagation.find(key);
+  }
+  const Result refresh = Result::after(std::max<std::chrono::nanoseconds>(
+      m->next - deps_.clock.now(), std::chrono::nanoseconds::zero()));
+  if (!deps_.deployments_settled()) {
+    co_return Result::after(
+        std::min<std::chrono::nanoseconds>(*refresh.requeue_after, options_.settle_poll));
+  }
+  in.quantile = policy->spec->propagation.quantile;
+  in.propagation = m->state;
+  in.recommended =
+      budget::compute_budget(*policy->spec, m->state.seconds, policy->spec->drain_seconds);
+  DeploymentCounts counts = count(key);
+  deps_.metrics.set_deployments(ns, name, counts.managed, counts.compliant, counts.violations);
+  in.deployments = std::move(counts);
+  nlohmann::json status = desired_status(in, policy->status);
+  auto written = co_await write_status(*policy, std::move(status), refresh);
+  co_return written;
+}
+
+// Written at the resourceVersion the status was computed from; a Conflict
+// (someone wrote in between) is retried with the next store state.
+boost::asio::awaitable<ReconcileResult> PolicyReconciler::write_status(const CachedPolicy& policy,
+                                                                       nlohmann::json status,
+                                                                       Result then) {
+  if (status == policy.status) co_return then;
+  auto written = co_await deps_.writer.write_status(policy, std::move(status));
+  if (written || written.error().reason == kube::ApiError::Reason::NotFound) co_return then;
+  std::string error =
+      "status of " + policy.namespace_ + "/" + policy.name + ": " + written.error().format();
+  co_return transient(std::move(error));
+}
+
+}  // namespace gracekeeper::controller

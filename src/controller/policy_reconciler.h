@@ -1,0 +1,66 @@
+// The ShutdownPolicy controller: for key "ns/name", validate the spec,
+// measure the propagation when due (PropagationBook), and write the status,
+// computed from the stores on each reconcile: the counts come from deciding,
+// without I/O, every Deployment of the namespace as the Deployment
+// controller would now.
+//
+// The status waits while Deployments are still queued (a cold start or a
+// mass change): it would change with each of them. The measurement does
+// not: Deployments wait for it.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "cache.h"
+#include "deployment_reconciler.h"
+#include "gracekeeper/kube/store.h"
+#include "gracekeeper/server/metrics.h"
+#include "ports.h"
+#include "propagation_book.h"
+#include "result.h"
+#include "status.h"
+
+namespace gracekeeper::controller {
+
+class PolicyReconciler {
+ public:
+  struct Dependencies {
+    kube::Store<CachedPolicy> policies;
+    kube::Store<CachedDeployment> deployments;
+    PropagationBook& propagation;
+    PropagationMeter& meter;
+    StatusWriter& writer;
+    const Clock& clock;
+    server::Metrics& metrics;
+    const DeploymentReconciler& deployment_controller;  // its decide(), for the counts
+    // The figure of a policy moved: its namespace's Deployments must follow.
+    std::function<void(const std::string& ns)> namespace_changed;
+    // Every Deployment is listed and none is queued or being reconciled.
+    std::function<bool()> deployments_settled;
+  };
+  struct Options {
+    std::chrono::seconds propagation_refresh{60};
+    // How soon to look again while Deployments are still queued.
+    std::chrono::seconds settle_poll{2};
+  };
+  PolicyReconciler(Dependencies deps, Options options)
+      : deps_(std::move(deps)), options_(options) {}
+
+  boost::asio::awaitable<ReconcileResult> reconcile(std::string key);
+
+  // The counts of the policy's Deployments, as the store has them now.
+  DeploymentCounts count(const std::string& policy_key) const;
+
+ private:
+  boost::asio::awaitable<void> measure(const std::string& key, const CachedPolicy&);
+  boost::asio::awaitable<ReconcileResult> write_status(const CachedPolicy&, nlohmann::json status,
+                                                       Result then);
+
+  Dependencies deps_;
+  Options options_;
+};
+
+}  // namespace gracekeeper::controller

@@ -1,0 +1,83 @@
+// The narrow interfaces the reconcilers talk to the world through. Each has
+// one real implementation (kube_ports.cpp, on kube::Client and the event
+// recorder); the unit tests drive the reconcilers with in-memory ones and a
+// fake clock (test/unit/controller/fakes.h).
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <expected>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "gracekeeper/kube/error.h"
+#include "gracekeeper/kube/events.h"
+#include "gracekeeper/propagation/propagation.h"
+
+namespace gracekeeper::kube {
+class Client;
+class EventRecorder;
+}  // namespace gracekeeper::kube
+
+namespace gracekeeper::controller {
+
+struct CachedPolicy;
+using TimePoint = std::chrono::system_clock::time_point;
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual TimePoint now() const = 0;
+};
+
+// Writes the fields gracekeeper owns on a Deployment.
+class DeploymentWriter {
+ public:
+  using Written = std::expected<void, kube::ApiError>;
+  virtual ~DeploymentWriter() = default;
+  // Server-side apply of `configuration` with gracekeeper's field manager.
+  virtual boost::asio::awaitable<Written> apply(const std::string& ns, const std::string& name,
+                                                const nlohmann::json& configuration,
+                                                bool force) = 0;
+  // Swaps the preStop hooks of `configuration` in with one JSON patch
+  // (takeover.h), for a hook gracekeeper replaces under another manager.
+  virtual boost::asio::awaitable<Written> replace_hooks(const std::string& ns,
+                                                        const std::string& name,
+                                                        const nlohmann::json& configuration) = 0;
+};
+
+// Writes a ShutdownPolicy's status (PUT .../status at the cached
+// resourceVersion; a Conflict comes back as an error).
+class StatusWriter {
+ public:
+  using Written = std::expected<void, kube::ApiError>;
+  virtual ~StatusWriter() = default;
+  virtual boost::asio::awaitable<Written> write_status(const CachedPolicy&,
+                                                       nlohmann::json status) = 0;
+};
+
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void record(kube::EventRecord) = 0;
+};
+
+// Measures a policy's propagation figure (propagation::measure).
+class PropagationMeter {
+ public:
+  virtual ~PropagationMeter() = default;
+  virtual boost::asio::awaitable<propagation::Measurement> measure(
+      const budget::PolicySpec&, const std::optional<propagation::LastGood>&, TimePoint now) = 0;
+};
+
+// The real implementations.
+std::unique_ptr<Clock> system_clock();
+std::unique_ptr<DeploymentWriter> kube_deployment_writer(kube::Client&);
+std::unique_ptr<StatusWriter> kube_status_writer(kube::Client&);
+std::unique_ptr<EventSink> recorder_sink(kube::EventRecorder&);
+// `prometheus` may be null (no --prometheus-url).
+std::unique_ptr<PropagationMeter> propagation_meter(propagation::Prometheus* prometheus);
+
+}  // namespace gracekeeper::controller

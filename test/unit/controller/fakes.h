@@ -1,0 +1,286 @@
+// In-memory implementations of the reconcilers' ports (src/controller/ports.h)
+// and a small world to drive them: stores filled by hand, a fake clock, a
+// writer that applies what it is sent to the stored object (as the API
+// server's watch would bring it back), and recorders of what was sent.
+#pragma once
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../../../src/controller/cache.h"
+#include "../../../src/controller/deployment_reconciler.h"
+#include "../../../src/controller/policy_reconciler.h"
+#include "../../../src/controller/ports.h"
+#include "gracekeeper/kube/store.h"
+#include "gracekeeper/server/metrics.h"
+
+namespace gracekeeper::controller::testing {
+
+using nlohmann::json;
+namespace asio = boost::asio;
+
+inline const TimePoint kStart = std::chrono::sys_days(std::chrono::year{2026} / 12 / 1);
+
+class FakeClock final : public Clock {
+ public:
+  TimePoint now() const override { return now_; }
+  void advance(std::chrono::nanoseconds d) {
+    now_ += std::chrono::duration_cast<std::chrono::system_clock::duration>(d);
+  }
+
+ private:
+  TimePoint now_ = kStart;
+};
+
+// Merges an apply configuration into an object the way server-side apply
+// does for these fields: objects member by member, lists of named objects
+// (containers) by name, everything else replaced.
+inline void merge(json& into, const json& patch) {
+  if (!patch.is_object() || !into.is_object()) {
+    into = patch;
+    return;
+  }
+  for (auto it = patch.begin(); it != patch.end(); ++it) {
+    json& target = into[it.key()];
+    const json& value = it.value();
+    if (value.is_array() && target.is_array() && !value.empty() && value[0].contains("name")) {
+      for (const auto& item : value) {
+        auto same = std::find_if(target.begin(), target.end(), [&](const json& t) {
+          return t.value("name", "") == item["name"];
+        });
+        if (same == target.end()) {
+          target.push_back(item);
+        } else {
+          merge(*same, item);
+        }
+      }
+    } else if (value.is_object()) {
+      merge(target, value);
+    } else {
+      target = value;
+    }
+  }
+}
+
+class World;
+
+class FakeWriter final : public DeploymentWriter {
+ public:
+  explicit FakeWriter(World& world) : world_(world) {}
+  struct Call {
+    std::string key;
+    json configuration;
+    bool force = false;
+    bool replace_hooks = false;
+  };
+  std::vector<Call> calls;
+  // Scripted answers, in order; when empty, every write succeeds.
+  std::deque<Written> answers;
+
+  asio::awaitable<Written> apply(const std::string& ns, const std::string& name,
+                                 const json& configuration, bool force) override;
+  asio::awaitable<Written> replace_hooks(const std::string& ns, const std::string& name,
+                                         const json& configuration) override;
+
+ private:
+  asio::awaitable<Written> answer(Call call);
+  World& world_;
+};
+
+class FakeStatusWriter final : public StatusWriter {
+ public:
+  explicit FakeStatusWriter(World& world) : world_(world) {}
+  std::vector<json> written;
+  asio::awaitable<Written> write_status(const CachedPolicy& policy, json status) override;
+
+ private:
+  World& world_;
+};
+
+class FakeEvents final : public EventSink {
+ public:
+  std::vector<kube::EventRecord> recorded;
+  void record(kube::EventRecord e) override { recorded.push_back(std::move(e)); }
+  std::vector<std::string> reasons() const {
+    std::vector<std::string> out;
+    for (const auto& e : recorded) out.push_back(e.reason);
+    return out;
+  }
+};
+
+class FakeMeter final : public PropagationMeter {
+ public:
+  double seconds = 4;
+  int calls = 0;
+  asio::awaitable<propagation::Measurement> measure(const budget::PolicySpec&,
+                                                    const std::optional<propagation::LastGood>&,
+                                                    TimePoint now) override {
+    ++calls;
+    propagation::Measurement m;
+    m.seconds = seconds;
+    m.source = "Static";
+    m.reason = "StaticSource";
+    m.sampled_at = now;
+    co_return m;
+  }
+};
+
+// A namespace "shop" with stores, ports and both reconcilers.
+class World {
+ public:
+  World()
+      : deployments(deployment_core),
+        policies(policy_core),
+        deployment_controller(
+            {deployments, policies, book, writer, events, clock, metrics,
+             [this](const std::string& key) { policies_changed.push_back(key); }}),
+        policy_controller({policies, deployments, book, meter, status_writer, clock, metrics,
+                           deployment_controller,
+                           [this](const std::string& ns) { namespaces_changed.push_back(ns); },
+                           [this] { return settled; }},
+                          {}) {
+    budget::Capabilities c;
+    c.native_sleep = true;
+    deployment_controller.set_capabilities(c);
+  }
+
+  // Stores (or replaces) an object as the informer would.
+  void put_deployment(json object) {
+    const std::string key = object["metadata"]["namespace"].get<std::string>() + "/" +
+                            object["metadata"]["name"].get<std::string>();
+    objects[key] = object;
+    if (auto cached = project_deployment(object)) {
+      kube::store_value(deployment_core, key, std::to_string(++version), std::move(*cached));
+    } else {
+      deployment_core.erase(key);
+    }
+  }
+  void put_policy(json object) {
+    const std::string key = object["metadata"]["namespace"].get<std::string>() + "/" +
+                            object["metadata"]["name"].get<std::string>();
+    policy_objects[key] = object;
+    auto cached = project_policy(object);
+    kube::store_value(policy_core, key, std::to_string(++version), std::move(*cached));
+  }
+
+  template <class T>
+  T run(asio::awaitable<T> op) {
+    auto future = asio::co_spawn(io, std::move(op), asio::use_future);
+    io.restart();
+    io.run();
+    return future.get();
+  }
+  ReconcileResult reconcile_deployment(const std::string& key) {
+    return run(deployment_controller.reconcile(key));
+  }
+  ReconcileResult reconcile_policy(const std::string& key) {
+    return run(policy_controller.reconcile(key));
+  }
+
+  asio::io_context io;
+  std::int64_t version = 100;
+  std::map<std::string, json> objects;
+  std::map<std::string, json> policy_objects;
+  kube::StoreCore deployment_core;
+  kube::StoreCore policy_core;
+  kube::Store<CachedDeployment> deployments;
+  kube::Store<CachedPolicy> policies;
+  PropagationBook book;
+  FakeClock clock;
+  FakeWriter writer{*this};
+  FakeStatusWriter status_writer{*this};
+  FakeEvents events;
+  FakeMeter meter;
+  server::Metrics metrics;
+  bool settled = true;
+  std::vector<std::string> policies_changed;
+  std::vector<std::string> namespaces_changed;
+  DeploymentReconciler deployment_controller;
+  PolicyReconciler policy_controller;
+};
+
+inline asio::awaitable<DeploymentWriter::Written> FakeWriter::answer(Call call) {
+  calls.push_back(call);
+  if (!answers.empty()) {
+    Written w = std::move(answers.front());
+    answers.pop_front();
+    if (!w) co_return w;
+  }
+  // Accepted: the watch brings the object back, written, with a new generation.
+  json object = world_.objects.at(call.key);
+  merge(object, call.configuration);
+  object["metadata"]["generation"] = object["metadata"].value("generation", 1) + 1;
+  world_.put_deployment(object);
+  co_return Written{};
+}
+
+inline asio::awaitable<DeploymentWriter::Written> FakeWriter::apply(const std::string& ns,
+                                                                    const std::string& name,
+                                                                    const json& configuration,
+                                                                    bool force) {
+  Call call{ns + "/" + name, configuration, force, false};
+  auto written = co_await answer(std::move(call));
+  co_return written;
+}
+
+inline asio::awaitable<DeploymentWriter::Written> FakeWriter::replace_hooks(
+    const std::string& ns, const std::string& name, const json& configuration) {
+  Call call{ns + "/" + name, configuration, true, true};
+  auto written = co_await answer(std::move(call));
+  co_return written;
+}
+
+inline asio::awaitable<StatusWriter::Written> FakeStatusWriter::write_status(
+    const CachedPolicy& policy, json status) {
+  written.push_back(status);
+  json object = world_.policy_objects.at(policy.namespace_ + "/" + policy.name);
+  object["status"] = status;
+  world_.put_policy(object);
+  co_return Written{};
+}
+
+inline json policy(json spec = json::object(), const std::string& name = "default") {
+  json s = {{"propagation", {{"source", "Static"}, {"staticSeconds", 4}}}};
+  merge(s, spec);
+  return {{"apiVersion", "gracekeeper.dev/v1alpha1"},
+          {"kind", "ShutdownPolicy"},
+          {"metadata",
+           {{"name", name},
+            {"namespace", "shop"},
+            {"uid", "p-" + name},
+            {"generation", 1},
+            {"resourceVersion", "1"}}},
+          {"spec", s}};
+}
+
+// An opted-in Deployment with no preStop hook, the default grace and
+// strategy: everything in it breaks the budget.
+inline json deployment(const std::string& name = "web") {
+  json d = json::parse(R"({
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"namespace": "shop", "generation": 1,
+                 "annotations": {"gracekeeper.dev/enabled": "true"}},
+    "spec": {"replicas": 3, "template": {"spec": {"containers": [
+      {"name": "app", "image": "app:1", "ports": [{"containerPort": 8080}],
+       "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}}}]}}}})");
+  d["metadata"]["name"] = name;
+  d["metadata"]["uid"] = "u-" + name;
+  return d;
+}
+
+inline kube::ApiError api_error(kube::ApiError::Reason reason, std::string message,
+                                std::vector<kube::ApiError::Cause> causes = {}) {
+  kube::ApiError e;
+  e.reason = reason;
+  e.message = std::move(message);
+  e.causes = std::move(causes);
+  return e;
+}
+
+}  // namespace gracekeeper::controller::testing

@@ -1,0 +1,135 @@
+// The ShutdownPolicy controller: its status is computed from the stores on
+// each reconcile, its measurement is refreshed on a schedule the fake clock
+// drives, and it waits for queued Deployments before it counts them.
+#include "../../../src/controller/policy_reconciler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fakes.h"
+
+namespace gracekeeper::controller::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::string condition(const json& status, const std::string& type, const char* field) {
+  for (const auto& c : status.value("conditions", json::array())) {
+    if (c.value("type", "") == type) return c.value(field, "");
+  }
+  return "";
+}
+
+TEST(PolicyReconciler, MeasuresWritesStatusAndSchedulesTheRefresh) {
+  World world;
+  world.put_policy(policy());
+  auto r = world.reconcile_policy("shop/default");
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_TRUE(r->requeue_after);
+  EXPECT_EQ(*r->requeue_after, std::chrono::seconds(60));
+  EXPECT_EQ(world.meter.calls, 1);
+  EXPECT_THAT(world.namespaces_changed, ElementsAre("shop"));  // a first figure
+  ASSERT_EQ(world.status_writer.written.size(), 1u);
+  const json& status = world.status_writer.written[0];
+  EXPECT_EQ(status["propagation"]["seconds"], 4);
+  EXPECT_EQ(status["deployments"]["managed"], 0);
+
+  // Within the refresh period: no new measurement, no write (status equal).
+  world.clock.advance(std::chrono::seconds(30));
+  r = world.reconcile_policy("shop/default");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(*r->requeue_after, std::chrono::seconds(30));
+  EXPECT_EQ(world.meter.calls, 1);
+  EXPECT_EQ(world.status_writer.written.size(), 1u);
+
+  // Due: measured again; an unchanged figure enqueues nothing.
+  world.clock.advance(std::chrono::seconds(30));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  EXPECT_EQ(world.meter.calls, 2);
+  EXPECT_EQ(world.namespaces_changed.size(), 1u);
+}
+
+TEST(PolicyReconciler, CountsTheDeploymentsFromTheStore) {
+  World world;
+  world.put_policy(policy());
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  world.put_deployment(deployment("tuned"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/tuned"));  // written and read back
+  json broken = deployment("broken");
+  broken["metadata"]["annotations"]["gracekeeper.dev/policy"] = "default";
+  broken["spec"]["template"]["spec"]["containers"][0]["lifecycle"] = {
+      {"preStop", {{"exec", {{"command", {"sh", "-c", "sleep 1"}}}}}}};
+  world.put_deployment(broken);  // not reconciled yet: counted as it is
+  json other = deployment("other-policy");
+  other["metadata"]["annotations"]["gracekeeper.dev/policy"] = "missing";
+  world.put_deployment(other);
+
+  auto c = world.policy_controller.count("shop/default");
+  EXPECT_EQ(c.managed, 2);
+  EXPECT_EQ(c.compliant, 1);
+  EXPECT_THAT(c.not_compliant, ElementsAre("broken"));
+
+  world.clock.advance(std::chrono::seconds(1));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  const json& status = world.status_writer.written.back();
+  EXPECT_EQ(status["deployments"]["managed"], 2);
+  EXPECT_EQ(status["deployments"]["compliant"], 1);
+  EXPECT_EQ(condition(status, "BudgetHolds", "status"), "False");
+  EXPECT_THAT(condition(status, "BudgetHolds", "message"), HasSubstr("broken"));
+}
+
+TEST(PolicyReconciler, TheStatusWaitsWhileDeploymentsAreQueuedButTheMeasurementDoesNot) {
+  World world;
+  world.settled = false;
+  world.put_policy(policy());
+  auto r = world.reconcile_policy("shop/default");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(*r->requeue_after, std::chrono::seconds(2));
+  EXPECT_EQ(world.meter.calls, 1);
+  EXPECT_NE(world.book.state("shop/default"), nullptr);
+  EXPECT_THAT(world.status_writer.written, IsEmpty());
+  world.settled = true;
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  EXPECT_EQ(world.status_writer.written.size(), 1u);
+}
+
+TEST(PolicyReconciler, AnInvalidSpecIsReportedAndGovernsNothing) {
+  World world;
+  // What the schema cannot catch: a quantile outside (0, 1] is refused by
+  // the engine's own validation.
+  world.put_policy(policy({{"propagation", {{"quantile", 1.5}}}}));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  ASSERT_EQ(world.status_writer.written.size(), 1u);
+  const json& status = world.status_writer.written[0];
+  EXPECT_EQ(condition(status, "Ready", "status"), "False");
+  EXPECT_EQ(condition(status, "Ready", "reason"), "InvalidSpec");
+  EXPECT_EQ(world.meter.calls, 0);
+  world.put_deployment(deployment());
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_THAT(world.writer.calls, IsEmpty());
+}
+
+TEST(PolicyReconciler, ANewFigureEnqueuesTheNamespace) {
+  World world;
+  world.put_policy(policy());
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  world.meter.seconds = 9;
+  world.clock.advance(std::chrono::seconds(61));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  EXPECT_THAT(world.namespaces_changed, ElementsAre("shop", "shop"));
+  EXPECT_EQ(world.book.state("shop/default")->seconds, 9);
+}
+
+TEST(PolicyReconciler, ADeletedPolicyIsForgotten) {
+  World world;
+  world.put_policy(policy());
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  world.policy_core.erase("shop/default");
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  EXPECT_EQ(world.book.find("shop/default"), nullptr);
+}
+
+}  // namespace
+}  // namespace gracekeeper::controller::testing
