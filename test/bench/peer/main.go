@@ -532,7 +532,11 @@ func main() {
 		os.Exit(1)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
+		Scheme: scheme,
+		// Reads of unstructured objects (the policies) go to the API server
+		// unless asked for from the cache; with kubebuilder-generated typed
+		// policies they would be cached, as the Deployments are.
+		Client:                 client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress: *probeAddr,
 	})
