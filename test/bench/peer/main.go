@@ -38,6 +38,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/zapr"
+	uberzap "go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -57,7 +60,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -119,13 +121,31 @@ func defaultSpec() policySpec {
 
 // appliedRecord: the gracekeeper.dev/applied annotation, as gracekeeper writes it.
 type appliedRecord struct {
-	Policy      string   `json:"policy"`
-	PreStop     int64    `json:"preStop"`
-	Grace       int64    `json:"grace"`
-	GraceOwned  bool     `json:"graceOwned"`
-	Propagation float64  `json:"propagation"`
-	Containers  []string `json:"containers"`
-	Time        string   `json:"time"`
+	Policy      string    `json:"policy"`
+	PreStop     int64     `json:"preStop"`
+	Grace       int64     `json:"grace"`
+	GraceOwned  bool      `json:"graceOwned"`
+	Propagation jsonFloat `json:"propagation"`
+	Containers  []string  `json:"containers"`
+	Time        string    `json:"time"`
+}
+
+// jsonFloat: a double as gracekeeper's JSON writes it (4 -> 4.0), so that the
+// record is byte for byte the same.
+type jsonFloat float64
+
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	s := strconv.FormatFloat(float64(f), 'g', -1, 64)
+	if !strings.ContainsAny(s, ".eE") {
+		s += ".0"
+	}
+	return []byte(s), nil
+}
+
+func (f *jsonFloat) UnmarshalJSON(b []byte) error {
+	v, err := strconv.ParseFloat(string(b), 64)
+	*f = jsonFloat(v)
+	return err
 }
 
 type hookKind int
@@ -369,7 +389,7 @@ func intOrString(v *intstr.IntOrString) intstr.IntOrString {
 // applyConfiguration: gracekeeper's apply configuration for the plan.
 func applyConfiguration(d *appsv1.Deployment, p *plan, policyName string, now time.Time) (*appsv1ac.DeploymentApplyConfiguration, error) {
 	rec := appliedRecord{Policy: policyName, Grace: p.grace, GraceOwned: p.graceOwned,
-		Propagation: p.propagation, Containers: []string{}, Time: now.UTC().Format("2006-01-02T15:04:05Z")}
+		Propagation: jsonFloat(p.propagation), Containers: []string{}, Time: now.UTC().Format("2006-01-02T15:04:05Z")}
 	podSpec := corev1ac.PodSpec().WithTerminationGracePeriodSeconds(p.grace)
 	for _, cp := range p.containers {
 		if !cp.ours {
@@ -506,7 +526,14 @@ func main() {
 	metricsAddr := flag.String("metrics-bind-address", "0", "metrics endpoint; 0: off")
 	probeAddr := flag.String("health-probe-bind-address", "0", "health probes; 0: off")
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseDevMode(false)))
+	// JSON lines on stderr at info level, as controller-runtime's production
+	// logger writes them but without its sampling (after 100 equal messages a
+	// second it keeps one in 100): the peer logs every tune, as gracekeeper
+	// does, and operator-bench counts them.
+	encoder := uberzap.NewProductionEncoderConfig()
+	encoder.EncodeTime = zapcore.RFC3339TimeEncoder
+	ctrl.SetLogger(zapr.NewLogger(uberzap.New(zapcore.NewCore(zapcore.NewJSONEncoder(encoder),
+		zapcore.Lock(os.Stderr), zapcore.InfoLevel))))
 	setupLog := ctrl.Log.WithName("setup")
 
 	cfg, err := ctrl.GetConfig()
