@@ -105,8 +105,8 @@ bool start_watch(asio::io_context& io, kube::Client& client, Watcher& w, const s
   }
   for (const auto& item : (*list)["items"]) {
     const json& meta = item["metadata"];
-    Seen& s = w.seen[meta.value("namespace", std::string()) + "/" +
-                     meta.value("name", std::string())];
+    Seen& s =
+        w.seen[meta.value("namespace", std::string()) + "/" + meta.value("name", std::string())];
     s.applied_before = annotation(item, kApplied);
     if (annotation(item, kEnabled) == "true") s.optin_us = -1;  // opted in before we started
   }
@@ -142,8 +142,8 @@ int optin(asio::io_context& io, kube::Client& client, int r, int gap_ms, int tim
   const std::string selector = std::string(kSetLabel) + "=react";
   if (!start_watch(io, client, w, "", selector)) return 1;
   // Let the watch request reach the server before the first opt-in.
-  run_until(io, [] { return false; },
-            std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
+  run_until(
+      io, [] { return false; }, std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
   std::vector<double> from_event, from_send;
   int missed = 0, skipped = 0;
   for (int j = 0; j < r; ++j) {
@@ -163,7 +163,8 @@ int optin(asio::io_context& io, kube::Client& client, int r, int gap_ms, int tim
           wo.field_manager = "operator-bench";
           auto res = co_await client.merge_patch(kube::resources::deployments, ns_name(j), name,
                                                  patch, wo);
-          if (!res) std::fprintf(stderr, "opt-in %s: %s\n", name.c_str(), res.error().format().c_str());
+          if (!res)
+            std::fprintf(stderr, "opt-in %s: %s\n", name.c_str(), res.error().format().c_str());
           patched = true;
         },
         asio::detached);
@@ -181,13 +182,14 @@ int optin(asio::io_context& io, kube::Client& client, int r, int gap_ms, int tim
       from_event.push_back(double(s.patched_us - s.optin_us) / 1000.0);
       from_send.push_back(double(s.patched_us - send_us) / 1000.0);
     }
-    run_until(io, [] { return false; },
-              std::chrono::steady_clock::now() + std::chrono::milliseconds(gap_ms));
+    run_until(
+        io, [] { return false; },
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(gap_ms));
   }
-  std::printf("opt-in reaction: %d Deployments opted in one at a time (%d ms apart), %d not "
-              "patched within %d s, %d skipped (opted in before), %llu watch events\n",
-              r - skipped, gap_ms, missed, timeout_s, skipped,
-              static_cast<unsigned long long>(w.events));
+  std::printf(
+      "opt-in reaction: %d Deployments opted in one at a time (%d ms apart), %d not "
+      "patched within %d s, %d skipped (opted in before), %llu watch events\n",
+      r - skipped, gap_ms, missed, timeout_s, skipped, static_cast<unsigned long long>(w.events));
   summary("optin_event_to_patch_event", from_event);
   summary("optin_send_to_patch_event", from_send);
   std::fflush(stdout);
@@ -200,8 +202,8 @@ int propagation(asio::io_context& io, kube::Client& client, const std::string& n
   const std::string selector = std::string(kSetLabel) + "=on";
   if (!start_watch(io, client, w, ns, selector)) return 1;
   const std::size_t n = w.seen.size();
-  run_until(io, [] { return false; },
-            std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
+  run_until(
+      io, [] { return false; }, std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
   const std::int64_t send_us = epoch_us();
   json patch = {{"spec", {{"propagation", {{"staticSeconds", static_seconds}}}}}};
   kube::WriteOptions wo;
@@ -222,10 +224,10 @@ int propagation(asio::io_context& io, kube::Client& client, const std::string& n
   for (const auto& [key, s] : w.seen) {
     if (s.patched_us) ms.push_back(double(s.patched_us - send_us) / 1000.0);
   }
-  std::printf("propagation reaction: policy %s/default staticSeconds -> %d (patch acknowledged "
-              "after %.1f ms); %zu of %zu opted-in Deployments re-tuned within %d s\n",
-              ns.c_str(), static_seconds, double(ack_us - send_us) / 1000.0, ms.size(), n,
-              timeout_s);
+  std::printf(
+      "propagation reaction: policy %s/default staticSeconds -> %d (patch acknowledged "
+      "after %.1f ms); %zu of %zu opted-in Deployments re-tuned within %d s\n",
+      ns.c_str(), static_seconds, double(ack_us - send_us) / 1000.0, ms.size(), n, timeout_s);
   summary("policy_send_to_patch_event", ms);
   std::fflush(stdout);
   std::_Exit(ms.size() == n ? 0 : 1);

@@ -16,7 +16,7 @@ WORK="$(mktemp -d)"
 
 cleanup() {
   for pid in ${OP_PID:-} ${RACER_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
-  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-steady op-restart op-cold --wait=false >/dev/null 2>&1
+  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold --wait=false >/dev/null 2>&1
   if [ "$FAILED" -gt 0 ]; then
     for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
   fi
@@ -51,7 +51,7 @@ event_note() {
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
-for ns in op-basic op-dry op-amb op-conflict op-replace op-steady op-restart op-cold; do k create namespace "$ns" >/dev/null; done
+for ns in op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold; do k create namespace "$ns" >/dev/null; done
 
 # ------------------------------------------------------------- the basics
 policy op-basic default
@@ -224,6 +224,24 @@ wait_for 10 settings_are op-replace legacy "6 46 0 1" && ok "existing: Replace r
   || not_ok "op-replace legacy: '$(settings op-replace legacy)'"
 wait_for 10 settings_are op-replace gitops "6 46 0 1" && ok "existing: Replace takes fields over from another applier" \
   || not_ok "op-replace gitops: '$(settings op-replace gitops)'"
+
+# A change churn control holds back lands once it is due, with no other
+# event: the reconcile that held it back asked to come back then.
+policy op-defer default "  changes: {minIntervalSeconds: 20}"
+k patch sdp -n op-defer default --type merge -p '{"spec":{"propagation":{"staticSeconds":12}}}' >/dev/null
+sleep 1
+deployment op-defer web "$OPTED"
+wait_for 10 settings_are op-defer web "18 58 0 1" && ok "op-defer: tuned to an 18 s wait" \
+  || not_ok "op-defer web: '$(settings op-defer web)'"
+tuned_at=$(date +%s)
+k patch sdp -n op-defer default --type merge -p '{"spec":{"propagation":{"staticSeconds":4}}}' >/dev/null
+sleep 5
+expect "a shorter wait is held back by minIntervalSeconds" "$(settings op-defer web)" "18 58 0 1"
+if wait_for 40 settings_are op-defer web "6 46 0 1"; then
+  ok "the held-back change lands once due, with no other event ($(($(date +%s) - tuned_at)) s after the tune, interval 20 s)"
+else
+  not_ok "the held-back change never landed: '$(settings op-defer web)'"
+fi
 
 # ------------------------------------------------------------- /metrics
 curl -sf "http://127.0.0.1:$OP_PORT/metrics" >"$WORK/metrics.txt"
