@@ -164,14 +164,16 @@ class TreeBuilder final : public YAML::EventHandler {
   Node* root_ = nullptr;
 };
 
-// Equality that keeps types apart (1 vs 1.0): what reading back must give.
+// Equality that keeps types apart (1 vs 1.0), as reading back must give,
+// but not key order: a key that is edited in place keeps its place.
 bool same(const Json& a, const Json& b) {
   if (a.is_number_integer() && b.is_number_integer()) return a == b;
   if (a.type() != b.type()) return false;
   if (a.is_object()) {
     if (a.size() != b.size()) return false;
-    for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib) {
-      if (ia.key() != ib.key() || !same(*ia, *ib)) return false;
+    for (const auto& [key, value] : a.items()) {
+      auto other = b.find(key);
+      if (other == b.end() || !same(value, *other)) return false;
     }
     return true;
   }
@@ -724,8 +726,19 @@ std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edi
       for (const auto& e : groups[k].edits) local.push_back({e.offset - begin, e.length, e.text});
       const auto before = split(text.substr(begin, end - begin));
       const auto after = split(apply_edits(text.substr(begin, end - begin), local));
-      for (const auto& l : before) emit_line(body, '-', l);
-      for (const auto& l : after) emit_line(body, '+', l);
+      // Lines the edits left as they were are context, not a change.
+      std::size_t head = 0, tail = 0;
+      while (head < before.size() && head < after.size() && before[head] == after[head]) ++head;
+      while (tail + head < before.size() && tail + head < after.size() &&
+             before[before.size() - 1 - tail] == after[after.size() - 1 - tail]) {
+        ++tail;
+      }
+      for (std::size_t i = 0; i < head; ++i) emit_line(body, ' ', before[i]);
+      for (std::size_t i = head; i + tail < before.size(); ++i) emit_line(body, '-', before[i]);
+      for (std::size_t i = head; i + tail < after.size(); ++i) emit_line(body, '+', after[i]);
+      for (std::size_t i = before.size() - tail; i < before.size(); ++i) {
+        emit_line(body, ' ', before[i]);
+      }
       old_count += before.size();
       new_count += after.size();
       line = groups[k].last + 1;
