@@ -3,14 +3,25 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 namespace gracekeeper::budget {
 namespace {
 
+// JSON has no spelling for infinity and NaN (dump() writes null): use YAML's.
+std::string number_text(const Json& value) {
+  if (value.is_number_float()) {
+    const double d = value.get<double>();
+    if (std::isnan(d)) return ".nan";
+    if (std::isinf(d)) return d > 0 ? ".inf" : "-.inf";
+  }
+  return value.dump();
+}
+
 std::string describe(const Json& value) {
-  std::string text = value.dump();
+  std::string text = number_text(value);
   if (text.size() > 40) text = text.substr(0, 37) + "...";
   switch (value.type()) {
     case Json::value_t::string:
@@ -345,6 +356,10 @@ void mark_owned_hooks(Deployment& deployment) {
 }
 
 }  // namespace
+
+std::string describe_value(const Json& value) {
+  return describe(value);
+}
 
 bool is_deployment(const Json& object) {
   if (!object.is_object()) return false;

@@ -5,14 +5,32 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <set>
 
 namespace gracekeeper::budget {
 namespace {
 
 constexpr std::int64_t kMaxDrainAnnotation = 86400;
+// The longest user-written preStop wait that is budgeted, like drain-seconds.
+constexpr std::int64_t kMaxHookSeconds = 86400;
 // Far above any sane wait, far below int64 overflow when added to the other terms.
 constexpr double kUnclampedCap = 1e9;
+
+// Seconds are added up from fields users write (a hook's sleep, the grace
+// period): every sum saturates instead of wrapping, so a huge value can only
+// make a budget look broken, never make a broken one look fine.
+std::int64_t sum_seconds(std::int64_t a, std::int64_t b) {
+  std::int64_t sum = 0;
+  if (!__builtin_add_overflow(a, b, &sum)) return sum;
+  return b > 0 ? std::numeric_limits<std::int64_t>::max()
+               : std::numeric_limits<std::int64_t>::min();
+}
+
+template <typename... Rest>
+std::int64_t sum_seconds(std::int64_t a, std::int64_t b, Rest... rest) {
+  return sum_seconds(sum_seconds(a, b), rest...);
+}
 
 std::string seconds(std::int64_t value) {
   return fmt::format("{}s", value);
@@ -35,6 +53,44 @@ struct Overrides {
   std::vector<std::size_t> targets;  // indices into Deployment::containers
 };
 
+// gracekeeper.dev/containers: "a,b". Each problem is reported once: an
+// empty entry (",,app,,") or a name that is not a container of this pod.
+std::vector<std::size_t> read_container_list(const Deployment& deployment, const std::string& text,
+                                             FieldErrors& errors) {
+  std::set<std::size_t> chosen;
+  std::set<std::string> unknown;
+  bool empty_entry = false;
+  std::string_view rest = text;
+  while (true) {
+    const auto comma = rest.find(',');
+    const std::string name = trim(rest.substr(0, comma));
+    auto found = std::find_if(deployment.containers.begin(), deployment.containers.end(),
+                              [&](const Container& c) { return c.name == name; });
+    if (name.empty()) {
+      empty_entry = true;
+    } else if (found == deployment.containers.end()) {
+      unknown.insert(name);
+    } else {
+      chosen.insert(static_cast<std::size_t>(found - deployment.containers.begin()));
+    }
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  const std::string path = annotation_path(kAnnotationContainers);
+  if (empty_entry) {
+    errors.push_back({path, fmt::format("expected container names separated by commas, got an "
+                                        "empty entry in \"{}\"",
+                                        text)});
+  }
+  std::string known;
+  for (const auto& c : deployment.containers) known += (known.empty() ? "" : ", ") + c.name;
+  for (const auto& name : unknown) {
+    errors.push_back({path, fmt::format("no container named \"{}\" in \"{}\" (containers: {})",
+                                        name, text, known)});
+  }
+  return {chosen.begin(), chosen.end()};
+}
+
 Overrides read_overrides(const Deployment& deployment, FieldErrors& errors) {
   Overrides out;
   if (auto it = deployment.annotations.find(kAnnotationDrainSeconds);
@@ -54,26 +110,7 @@ Overrides read_overrides(const Deployment& deployment, FieldErrors& errors) {
 
   if (auto it = deployment.annotations.find(kAnnotationContainers);
       it != deployment.annotations.end()) {
-    std::string_view rest = it->second;
-    std::set<std::size_t> chosen;
-    while (true) {
-      const auto comma = rest.find(',');
-      const std::string name = trim(rest.substr(0, comma));
-      auto found = std::find_if(deployment.containers.begin(), deployment.containers.end(),
-                                [&](const Container& c) { return c.name == name; });
-      if (found == deployment.containers.end()) {
-        std::string known;
-        for (const auto& c : deployment.containers) known += (known.empty() ? "" : ", ") + c.name;
-        errors.push_back({annotation_path(kAnnotationContainers),
-                          fmt::format("no container named \"{}\" in \"{}\" (containers: {})", name,
-                                      it->second, known)});
-      } else {
-        chosen.insert(static_cast<std::size_t>(found - deployment.containers.begin()));
-      }
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
-    }
-    out.targets.assign(chosen.begin(), chosen.end());
+    out.targets = read_container_list(deployment, it->second, errors);
     return out;
   }
 
@@ -153,6 +190,7 @@ class Planner {
       }
       return std::move(plan_);
     }
+    if (hooks_out_of_range()) return std::move(plan_);
     targets_ = std::move(overrides.targets);
     plan_.budget = compute_budget(policy_, ctx_.propagation_seconds,
                                   overrides.drain_seconds.value_or(policy_.drain_seconds));
@@ -167,6 +205,22 @@ class Planner {
  private:
   void add(std::string code, Severity severity, std::string container, std::string message) {
     plan_.findings.push_back({std::move(code), severity, std::move(container), std::move(message)});
+  }
+
+  // A user-written wait longer than a day is a typo or an attack, not a
+  // budget: reported (bounded like gracekeeper.dev/drain-seconds), and the
+  // Deployment left as it is.
+  bool hooks_out_of_range() {
+    bool found = false;
+    for (const Container& c : d_.containers) {
+      if (!c.pre_stop.seconds || *c.pre_stop.seconds <= kMaxHookSeconds) continue;
+      add("PreStopOutOfRange", Severity::Error, c.name,
+          fmt::format("the preStop hook waits {}s, more than the {}s (one day) gracekeeper "
+                      "budgets for; the Deployment is left as it is",
+                      *c.pre_stop.seconds, kMaxHookSeconds));
+      found = true;
+    }
+    return found;
   }
 
   bool is_target(std::size_t index) const {
@@ -208,7 +262,7 @@ class Planner {
       }
     }
     const std::int64_t needed =
-        current_wait + b.drain_seconds + b.sidecar_drain_seconds + b.reserve_seconds;
+        sum_seconds(current_wait, b.drain_seconds, b.sidecar_drain_seconds, b.reserve_seconds);
     if (needed > d_.grace_seconds) {
       add("BudgetExceeded", Severity::Error, "",
           fmt::format("preStop {}s + drain {}s + sidecars {}s + reserve {}s = {}s > "
@@ -329,7 +383,7 @@ class Planner {
     std::int64_t wait = 0;
     for (const auto& cp : plan_.containers) wait = std::max(wait, cp.pre_stop_seconds);
     const std::int64_t required =
-        wait + b.drain_seconds + b.sidecar_drain_seconds + b.reserve_seconds;
+        sum_seconds(wait, b.drain_seconds, b.sidecar_drain_seconds, b.reserve_seconds);
     const bool ours = d_.applied && d_.applied->grace_owned &&
                       d_.applied->grace_seconds == d_.grace_seconds && d_.grace_set;
     const std::int64_t threshold = policy_.changes.decrease_threshold_seconds;
@@ -458,7 +512,7 @@ Budget compute_budget(const PolicySpec& policy, double propagation_seconds,
   b.sidecar_drain_seconds = policy.sidecar_drain_seconds;
   b.reserve_seconds = policy.reserve_seconds;
   b.grace_seconds =
-      b.pre_stop_seconds + b.drain_seconds + b.sidecar_drain_seconds + b.reserve_seconds;
+      sum_seconds(b.pre_stop_seconds, b.drain_seconds, b.sidecar_drain_seconds, b.reserve_seconds);
   return b;
 }
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 namespace gracekeeper::budget {
 
 std::string FieldError::format() const {
@@ -34,7 +36,12 @@ std::int64_t IntOrPercent::resolve(std::int64_t replicas, bool round_up) const {
   // Same as intstr.GetScaledValueFromIntOrPercent, but in exact integer arithmetic
   // instead of float64: value * replicas cannot overflow for percentages (<= 100 after
   // validation) and replica counts (int32 in the Deployment API).
-  const std::int64_t scaled = value * replicas;
+  std::int64_t scaled = 0;
+  if (__builtin_mul_overflow(value, replicas, &scaled)) {
+    // Only reachable for values no validated object holds; saturate, never wrap.
+    scaled = (value < 0) != (replicas < 0) ? std::numeric_limits<std::int64_t>::min()
+                                           : std::numeric_limits<std::int64_t>::max();
+  }
   return round_up ? ceil_div(scaled, 100) : floor_div(scaled, 100);
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -76,13 +77,21 @@ std::string offline_usage(std::string_view command) {
       "      --kubernetes-version V   target cluster version, e.g. 1.29 (default 1.30: native\n"
       "                               preStop sleep action; older versions get exec sleep)\n"
       "  -o, --output FORMAT          {2}\n"
+      "{3}"
       "  -h, --help                   this help\n",
       command,
       plan ? "Prints every document with the termination budget applied to opted-in Deployments,\n"
              "and a summary of each change on stderr. Exit 0, or 2 for unusable input."
            : "Prints findings about each opted-in Deployment's termination budget.\n"
              "Exit 0 when no finding is an error, 1 when one is, 2 for unusable input.",
-      plan ? "yaml (default) or json" : "text (default) or json");
+      plan ? "yaml (default) or json" : "text (default) or json",
+      plan ? "  -w, --in-place               edit the files in place, only the lines that must "
+             "change\n"
+             "                               (comments, quoting and layout kept); nothing on "
+             "stdout\n"
+             "      --diff                   print a unified diff of the edits instead of "
+             "manifests\n"
+           : "");
 }
 
 std::expected<OfflineOptions, std::string> parse_offline_args(
@@ -136,6 +145,12 @@ std::expected<OfflineOptions, std::string> parse_offline_args(
     } else if (arg == "--all") {
       if (auto ok = takes_no_value(); !ok) return std::unexpected(ok.error());
       options.all = true;
+    } else if (command == "plan" && (arg == "-w" || arg == "--in-place")) {
+      if (auto ok = takes_no_value(); !ok) return std::unexpected(ok.error());
+      options.in_place = true;
+    } else if (command == "plan" && arg == "--diff") {
+      if (auto ok = takes_no_value(); !ok) return std::unexpected(ok.error());
+      options.diff = true;
     } else if (arg.starts_with("-") && arg != "-") {
       return std::unexpected(fmt::format("unknown flag {}", arg));
     } else {
@@ -145,6 +160,15 @@ std::expected<OfflineOptions, std::string> parse_offline_args(
   }
   if (!options.help && options.files.empty()) {
     return std::unexpected("no input: give at least one -f FILE, -f DIR or -f -");
+  }
+  if ((options.in_place || options.diff) && options.output == "json") {
+    return std::unexpected(
+        "flags -w/--in-place and --diff edit the manifests as written; "
+        "they cannot be combined with -o json");
+  }
+  if (options.in_place &&
+      std::find(options.files.begin(), options.files.end(), "-") != options.files.end()) {
+    return std::unexpected("flag -w/--in-place cannot write back to standard input (-f -)");
   }
   return options;
 }

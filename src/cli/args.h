@@ -40,6 +40,8 @@ struct OfflineOptions {
   std::string output;         // plan: yaml|json, check: text|json
   bool all = false;           // every Deployment, not only opted-in ones
   int kubernetes_minor = 30;  // --kubernetes-version 1.N: native sleep from 1.30
+  bool in_place = false;      // plan -w: write the edited files back
+  bool diff = false;          // plan --diff: print a unified diff instead of the manifests
   bool help = false;
 };
 

@@ -2,13 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "args.h"
 #include "gracekeeper/budget/apply.h"
+#include "gracekeeper/manifest/edit.h"
 #include "gracekeeper/manifest/writer.h"
 #include "offline.h"
 
@@ -18,6 +23,8 @@
 
 namespace gracekeeper::cli {
 namespace {
+
+using manifest::Json;
 
 constexpr const char* kUsage =
     "gracekeeper keeps Kubernetes rollouts from losing requests: it budgets the preStop\n"
@@ -46,71 +53,259 @@ std::chrono::system_clock::time_point applied_time() {
   return std::chrono::system_clock::now();
 }
 
+std::string escaped(std::string_view text);
+
 int report_input_errors(std::string_view command, const InputErrors& errors, std::ostream& err) {
-  for (const auto& e : errors) err << "gracekeeper " << command << ": " << e << "\n";
+  for (const auto& e : errors) err << "gracekeeper " << command << ": " << escaped(e) << "\n";
   return kExitUsage;
 }
 
 void print_notes(std::string_view command, const Loaded& loaded, std::ostream& err) {
   for (const auto& note : loaded.notes)
-    err << "gracekeeper " << command << ": note: " << note << "\n";
+    err << "gracekeeper " << command << ": note: " << escaped(note) << "\n";
+}
+
+// Text output must not let a name or value drive the terminal or forge a
+// line of its own: control characters are escaped as JSON escapes them.
+std::string escaped(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F) {
+      switch (c) {
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        default:
+          out += fmt::format("\\u{:04x}", u);
+      }
+    } else {
+      out.push_back(c);
+    }
+  }
+  // C1 controls (U+0080..U+009F, UTF-8 C2 80..C2 9F) include CSI.
+  std::string clean;
+  clean.reserve(out.size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const auto u = static_cast<unsigned char>(out[i]);
+    const auto next = i + 1 < out.size() ? static_cast<unsigned char>(out[i + 1]) : 0;
+    if (u == 0xC2 && next >= 0x80 && next <= 0x9F) {
+      clean += fmt::format("\\u{:04x}", next);
+      ++i;
+    } else {
+      clean.push_back(out[i]);
+    }
+  }
+  return clean;
 }
 
 std::string object_name(const Evaluated& e) {
-  return budget::key(e.deployment);
+  return escaped(budget::key(e.deployment));
+}
+
+// What `plan` reports about one Deployment on stderr.
+void summarise(const Evaluated& e, std::ostream& summary) {
+  for (const auto& error : e.plan.invalid) {
+    summary << fmt::format("{}: Deployment {}: not changed: {}\n", escaped(e.position.format()),
+                           object_name(e), escaped(error.format()));
+  }
+  for (const auto& f : e.plan.findings) {
+    if (f.code == "AmbiguousPolicy" || f.code == "PolicyNotFound" || f.code == "NoMatchingPolicy" ||
+        f.code == "BudgetClamped" || f.code == "PreStopOutOfRange") {
+      summary << fmt::format("{}: Deployment {}: {}: {}\n", escaped(e.position.format()),
+                             object_name(e), f.code, escaped(f.message));
+    }
+  }
+  if (!e.plan.changed()) return;
+  summary << fmt::format("Deployment {} (policy {}){}:\n", object_name(e), escaped(e.policy_name),
+                         e.applied ? "" : " [DryRun: not applied]");
+  for (const auto& c : e.plan.changes) {
+    summary << fmt::format("  {}: {} -> {}\n", escaped(c.field), escaped(c.from), escaped(c.to));
+  }
+}
+
+// A planned change, kept for the second pass without the projection.
+struct PlannedChange {
+  ObjectAddress address;
+  std::string policy_name;
+  budget::Plan plan;
+};
+
+Json* object_at(Json& document, const std::vector<std::size_t>& items) {
+  Json* value = &document;
+  for (std::size_t i : items) value = &(*value)["items"][i];
+  return value;
+}
+
+// The second pass over one input: each document with changes is decoded
+// again, the plans applied, and the text edited; the rest is left alone.
+struct EditedSource {
+  std::vector<manifest::TextEdit> edits;
+  std::vector<std::string> rewritten;  // positions of documents written whole
+};
+
+EditedSource edit_source(const SourceText& source, const std::vector<const PlannedChange*>& changes,
+                         std::chrono::system_clock::time_point now) {
+  EditedSource out;
+  std::size_t next = 0;
+  (void)manifest::for_each_document(source.text, source.name, [&](manifest::Document&& document) {
+    if (next >= changes.size()) return false;
+    if (changes[next]->address.document != document.index) return true;
+    Json updated = document.value;
+    for (; next < changes.size() && changes[next]->address.document == document.index; ++next) {
+      const PlannedChange& change = *changes[next];
+      budget::apply_plan(*object_at(updated, change.address.items), change.plan, change.policy_name,
+                         now);
+    }
+    auto edit = manifest::edit_document(document, updated);
+    if (edit.rewritten) out.rewritten.push_back(document.position.format());
+    out.edits.insert(out.edits.end(), edit.edits.begin(), edit.edits.end());
+    return true;
+  });
+  return out;
+}
+
+// -o json: every document, planned, as one JSON value (a List when several),
+// written as it is produced rather than built whole.
+void write_json(const Loaded& loaded, const std::vector<std::vector<const PlannedChange*>>& changes,
+                std::chrono::system_clock::time_point now, std::ostream& out) {
+  const bool list = loaded.document_count != 1;
+  if (list) out << "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"List\",\n  \"items\": [";
+  bool first = true;
+  for (std::size_t s = 0; s < loaded.sources.size(); ++s) {
+    std::size_t next = 0;
+    const auto& planned = changes[s];
+    (void)manifest::for_each_document(
+        loaded.sources[s].text, loaded.sources[s].name, [&](manifest::Document&& document) {
+          for (; next < planned.size() && planned[next]->address.document == document.index;
+               ++next) {
+            budget::apply_plan(*object_at(document.value, planned[next]->address.items),
+                               planned[next]->plan, planned[next]->policy_name, now);
+          }
+          std::string text = document.value.dump(2, ' ', false, Json::error_handler_t::replace);
+          if (list) {
+            std::string indented = "\n    ";
+            for (char c : text) indented += c == '\n' ? std::string("\n    ") : std::string(1, c);
+            text = std::move(indented);
+            if (!first) out << ",";
+          }
+          first = false;
+          out << text;
+          return true;
+        });
+  }
+  out << (list ? "\n  ]\n}\n" : "\n");
+}
+
+// Writes `text` to `path` through a temporary file in the same directory
+// and a rename, keeping the file's permissions: never half a file.
+std::expected<void, std::string> replace_file(const std::filesystem::path& path,
+                                              const std::string& text) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto permissions = fs::status(path, ec).permissions();
+  fs::path temporary = path;
+  temporary += ".gracekeeper-tmp";
+  {
+    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+    file << text;
+    file.flush();
+    if (!file)
+      return std::unexpected(fmt::format("{}: cannot write {}", path.string(), temporary.string()));
+  }
+  if (!ec) fs::permissions(temporary, permissions, ec);
+  fs::rename(temporary, path, ec);
+  if (ec) {
+    fs::remove(temporary, ec);
+    return std::unexpected(
+        fmt::format("{}: cannot replace the file: {}", path.string(), ec.message()));
+  }
+  return {};
+}
+
+// Joins inputs into one YAML stream: a `---` between two sources.
+void write_source(std::ostream& out, std::string_view text, bool& first) {
+  if (!first) {
+    if (!(text.starts_with("---") || text.starts_with("%"))) out << "---\n";
+  }
+  first = false;
+  out << text;
+  if (!text.empty() && !text.ends_with('\n')) out << '\n';
 }
 
 int run_plan(const OfflineOptions& options, Streams io) {
-  auto loaded = load_and_evaluate(options, io.in, /*keep_documents=*/true);
+  std::vector<PlannedChange> planned;
+  std::ostringstream summary;
+  std::size_t changed = 0, dry_run = 0, unchanged = 0;
+  auto keep = [&](Evaluated&& e) {
+    summarise(e, summary);
+    if (!e.plan.changed()) {
+      ++unchanged;
+      return;
+    }
+    e.applied ? ++changed : ++dry_run;
+    if (e.applied) planned.push_back({std::move(e.address), e.policy_name, std::move(e.plan)});
+  };
+  auto loaded = load_and_evaluate(options, io.in, /*keep_sources=*/true, keep);
   if (!loaded) return report_input_errors("plan", loaded.error(), io.err);
   print_notes("plan", *loaded, io.err);
 
+  // By input, in document order.
+  std::vector<std::vector<const PlannedChange*>> by_source(loaded->sources.size());
+  for (const auto& p : planned) by_source[p.address.source].push_back(&p);
+  for (auto& list : by_source) {
+    std::stable_sort(list.begin(), list.end(), [](const auto* a, const auto* b) {
+      return a->address.document < b->address.document;
+    });
+  }
   const auto now = applied_time();
-  std::size_t changed = 0, dry_run = 0, unchanged = 0;
-  std::ostringstream summary;
-  for (const auto& e : loaded->deployments) {
-    for (const auto& error : e.plan.invalid) {
-      summary << fmt::format("{}: Deployment {}: not changed: {}\n", e.position.format(),
-                             object_name(e), error.format());
-    }
-    for (const auto& f : e.plan.findings) {
-      if (f.code == "AmbiguousPolicy" || f.code == "PolicyNotFound" ||
-          f.code == "NoMatchingPolicy" || f.code == "BudgetClamped") {
-        summary << fmt::format("{}: Deployment {}: {}: {}\n", e.position.format(), object_name(e),
-                               f.code, f.message);
+  if (options.output == "json") {
+    write_json(*loaded, by_source, now, io.out);
+  } else {
+    bool first = true;
+    for (std::size_t s = 0; s < loaded->sources.size(); ++s) {
+      const SourceText& source = loaded->sources[s];
+      if (by_source[s].empty()) {
+        if (!options.in_place && !options.diff) write_source(io.out, *source.text, first);
+        continue;
+      }
+      EditedSource edited = edit_source(source, by_source[s], now);
+      for (const auto& where : edited.rewritten) {
+        summary << fmt::format(
+            "{}: note: this document could not be edited in place and was "
+            "written out whole (comments and layout not kept)\n",
+            escaped(where));
+      }
+      if (options.diff) {
+        io.out << manifest::unified_diff(*source.text, edited.edits, "a/" + source.name,
+                                         "b/" + source.name);
+      }
+      const std::string text = manifest::apply_edits(*source.text, edited.edits);
+      if (options.in_place) {
+        if (auto written = replace_file(source.path, text); !written) {
+          io.err << "gracekeeper plan: " << escaped(written.error()) << "\n";
+          return kExitUsage;
+        }
+      } else if (!options.diff) {
+        write_source(io.out, text, first);
       }
     }
-    if (!e.plan.changed()) {
-      ++unchanged;
-      continue;
-    }
-    e.applied ? ++changed : ++dry_run;
-    summary << fmt::format("Deployment {} (policy {}){}:\n", object_name(e), e.policy_name,
-                           e.applied ? "" : " [DryRun: not applied]");
-    for (const auto& c : e.plan.changes) {
-      summary << fmt::format("  {}: {} -> {}\n", c.field, c.from, c.to);
-    }
-    if (e.applied) {
-      auto& document = loaded->documents[e.document].value;
-      budget::apply_plan(e.item ? document["items"][*e.item] : document, e.plan, e.policy_name,
-                         now);
-    }
   }
-
-  std::vector<manifest::Json> values;
-  values.reserve(loaded->documents.size());
-  for (auto& d : loaded->documents) values.push_back(std::move(d.value));
-  // Built whole before anything is written: a failure never leaves half a manifest on stdout.
-  const std::string output = options.output == "json" ? manifest::to_json_stream(values)
-                                                      : manifest::to_yaml_stream(values);
-  io.out << output;
   io.out.flush();
   io.err << summary.str()
-         << fmt::format("plan: {} Deployment(s) changed, {} unchanged{}{}\n", changed, unchanged,
+         << fmt::format("plan: {} Deployment(s) changed, {} unchanged{}{}{}\n", changed, unchanged,
                         dry_run ? fmt::format(", {} DryRun", dry_run) : "",
                         loaded->skipped
                             ? fmt::format(", {} not opted in (use --all)", loaded->skipped)
-                            : "");
+                            : "",
+                        options.in_place && changed ? "; files edited in place" : "");
   return kExitOk;
 }
 
@@ -139,13 +334,14 @@ int run_check(const OfflineOptions& options, Streams io) {
         io.out << (first ? "[\n  " : ",\n  ") << finding.dump();
         first = false;
       } else {
-        io.out << fmt::format("{}: {} {}: Deployment {}{}: {}\n", e.position.format(),
+        io.out << fmt::format("{}: {} {}: Deployment {}{}: {}\n", escaped(e.position.format()),
                               budget::to_string(f.severity), f.code, object_name(e),
-                              f.container.empty() ? "" : " container " + f.container, f.message);
+                              f.container.empty() ? "" : " container " + escaped(f.container),
+                              escaped(f.message));
       }
     }
   };
-  auto loaded = load_and_evaluate(options, io.in, /*keep_documents=*/false, write);
+  auto loaded = load_and_evaluate(options, io.in, /*keep_sources=*/false, write);
   if (!loaded) return report_input_errors("check", loaded.error(), io.err);
   if (json) io.out << (first ? "[]\n" : "\n]\n");
   io.out.flush();
@@ -173,7 +369,9 @@ int offline_command(std::string_view command, std::span<const std::string_view> 
 
 }  // namespace
 
-int main(std::span<const std::string_view> args, Streams io) {
+namespace {
+
+int dispatch(std::span<const std::string_view> args, Streams io) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
     (args.empty() ? io.err : io.out) << kUsage;
     return args.empty() ? kExitUsage : kExitOk;
@@ -182,11 +380,31 @@ int main(std::span<const std::string_view> args, Streams io) {
   const auto rest = args.subspan(1);
   if (command == "plan" || command == "check") return offline_command(command, rest, io);
   if (command == "version" || command == "--version") {
+    if (!rest.empty()) {
+      io.err << "gracekeeper version: unexpected argument \"" << escaped(rest.front())
+             << "\" (version takes no flags)\n";
+      return kExitUsage;
+    }
     io.out << "gracekeeper " << GRACEKEEPER_VERSION << "\n";
     return kExitOk;
   }
   if (command == "run") return run_command(rest, io.out, io.err);
-  io.err << "gracekeeper: unknown command \"" << command << "\"\n\n" << kUsage;
+  io.err << "gracekeeper: unknown command \"" << escaped(command) << "\"\n\n" << kUsage;
+  return kExitUsage;
+}
+
+}  // namespace
+
+int main(std::span<const std::string_view> args, Streams io) {
+  // Nothing escapes as an exception (an abort, exit 134): running out of
+  // memory, or anything unforeseen, is unusable input with a message.
+  try {
+    return dispatch(args, io);
+  } catch (const std::bad_alloc&) {
+    io.err << "gracekeeper: out of memory; the input is too large or expands too much\n";
+  } catch (const std::exception& e) {
+    io.err << "gracekeeper: internal error: " << escaped(e.what()) << "\n";
+  }
   return kExitUsage;
 }
 

@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "gracekeeper/budget/deployment.h"
 #include "gracekeeper/budget/policy.h"
@@ -47,29 +50,62 @@ bool namespaces_compatible(const std::string& a, const std::string& b) {
   return a.empty() || b.empty() || a == b;
 }
 
+// "items[2].items[0]": where an object sits inside (nested) Lists.
+std::string items_path(const std::vector<std::size_t>& items) {
+  std::string path;
+  for (std::size_t i : items) path += fmt::format("{}items[{}]", path.empty() ? "" : ".", i);
+  return path;
+}
+
+std::vector<std::string> items_segments(const std::vector<std::size_t>& items) {
+  std::vector<std::string> segments;
+  for (std::size_t i : items) {
+    segments.push_back("items");
+    segments.push_back(std::to_string(i));
+  }
+  return segments;
+}
+
+bool equals_ignoring_case(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// `kind: List` as `kubectl get -o yaml` writes it, or a typed list (DeploymentList).
+bool is_list(const Json& value) {
+  auto kind = value.find("kind");
+  if (kind == value.end() || !kind->is_string()) return false;
+  const auto& text = kind->get_ref<const std::string&>();
+  return text == "List" || (text.size() > 4 && text.ends_with("List"));
+}
+
+bool has_type_fields(const Json& value) {
+  if (!value.is_object()) return false;
+  auto kind = value.find("kind");
+  auto api_version = value.find("apiVersion");
+  return kind != value.end() && kind->is_string() && api_version != value.end() &&
+         api_version->is_string();
+}
+
+// Kinds gracekeeper acts on, for telling a misspelt kind from an unrelated one.
+constexpr std::array<std::string_view, 4> kKnownKinds{"Deployment", "ShutdownPolicy", "Service",
+                                                      "List"};
+
 class Evaluator {
  public:
-  Evaluator(const OfflineOptions& options, bool keep_documents, const EvaluatedSink& sink)
-      : options_(options), keep_documents_(keep_documents), sink_(sink) {}
+  Evaluator(const OfflineOptions& options, const EvaluatedSink& sink)
+      : options_(options), sink_(sink) {}
 
   // Takes one document of the input; false when input errors have piled up.
-  bool take(manifest::Document&& document) {
-    const Json& value = document.value;
-    auto kind = value.find("kind");
-    auto api_version = value.find("apiVersion");
-    if (kind == value.end() || !kind->is_string() || api_version == value.end() ||
-        !api_version->is_string()) {
+  bool take(const manifest::Document& document, std::size_t source) {
+    ++loaded_.document_count;
+    if (!has_type_fields(document.value)) {
       error(fmt::format("{}: expected a Kubernetes object with string fields apiVersion and kind",
                         document.position.format()));
-    } else if (*kind == "List" && value.contains("items") && value["items"].is_array()) {
-      // `kubectl get -o yaml` output: the objects are the items.
-      const Json& items = value["items"];
-      for (std::size_t i = 0; i < items.size(); ++i) take_object(document, items[i], i);
     } else {
-      take_object(document, value, std::nullopt);
-    }
-    if (keep_documents_) {
-      loaded_.documents.push_back(std::move(document));
+      take_any(document, document.value, {source, document.index, {}}, document.position);
     }
     return errors_.size() < kMaxReportedErrors;
   }
@@ -81,7 +117,7 @@ class Evaluator {
                       document.position.format(), budget::kApiVersion, budget::kPolicyKind));
       return;
     }
-    take_policy(document, document.value, std::nullopt);
+    take_policy(document, document.value, {});
   }
 
   std::expected<Loaded, InputErrors> finish() {
@@ -96,59 +132,127 @@ class Evaluator {
 
   void error(std::string message) { errors_.push_back(std::move(message)); }
   bool has_errors() const { return !errors_.empty(); }
+  Loaded& loaded() { return loaded_; }
 
  private:
   struct Pending {
     manifest::Position position;
     budget::Deployment deployment;
-    std::size_t document;
-    std::optional<std::size_t> item;
+    ObjectAddress address;
   };
 
+  // An object that passed has_type_fields: a List (whose items are taken
+  // one by one, nested Lists included) or a single object.
+  void take_any(const manifest::Document& document, const Json& value, const ObjectAddress& address,
+                const manifest::Position& position) {
+    if (!is_list(value)) {
+      take_object(document, value, address, position);
+      return;
+    }
+    auto items = value.find("items");
+    if (items == value.end() || items->is_null()) return;  // an empty List
+    const std::string path = items_path(address.items);
+    const std::string where = path.empty() ? "items" : path + ".items";
+    if (!items->is_array()) {
+      error(field_error(document, {where, "expected a list of Kubernetes objects, got " +
+                                              budget::describe_value(*items)}));
+      return;
+    }
+    // One parse for every item's position: a List of thousands stays linear.
+    std::vector<std::string> segments = items_segments(address.items);
+    segments.push_back("items");
+    const auto positions = manifest::locate_items(document, segments, items->size());
+    for (std::size_t i = 0; i < items->size(); ++i) {
+      const Json& item = (*items)[i];
+      ObjectAddress inner = address;
+      inner.items.push_back(i);
+      if (!has_type_fields(item)) {
+        error(
+            fmt::format("{}: {}[{}]: expected a Kubernetes object (a mapping with apiVersion "
+                        "and kind), got {}",
+                        positions[i].format(), where, i, budget::describe_value(item)));
+        if (errors_.size() >= kMaxReportedErrors) return;
+        continue;
+      }
+      take_any(document, item, inner, positions[i]);
+    }
+  }
+
   void take_object(const manifest::Document& document, const Json& value,
-                   std::optional<std::size_t> item) {
+                   const ObjectAddress& address, const manifest::Position& position) {
+    if (!check_identity(value, position)) return;
     if (budget::is_policy(value)) {
-      take_policy(document, value, item);
+      take_policy(document, value, address.items);
     } else if (budget::is_deployment(value)) {
-      take_deployment(document, value, item);
-    } else if (value.is_object() && value.value("kind", "") == "Service") {
+      take_deployment(document, value, address, position);
+    } else if (value.value("kind", "") == "Service") {
       take_service(value);
     }
   }
 
+  // Kinds and versions gracekeeper would otherwise pass over without a word,
+  // and the same object given twice (which one would `kubectl apply` keep?).
+  bool check_identity(const Json& value, const manifest::Position& position) {
+    const std::string kind = value.value("kind", "");
+    const std::string api_version = value.value("apiVersion", "");
+    for (std::string_view known : kKnownKinds) {
+      if (kind != known && equals_ignoring_case(kind, known)) {
+        error(fmt::format("{}: kind \"{}\": kinds are case-sensitive; expected {}",
+                          position.format(), kind, known));
+        return false;
+      }
+    }
+    if (kind == "Deployment" && api_version.starts_with("extensions/")) {
+      error(
+          fmt::format("{}: Deployment of apiVersion \"{}\": Kubernetes serves Deployments as "
+                      "apps/v1 (extensions/v1beta1 was removed in 1.16)",
+                      position.format(), api_version));
+      return false;
+    }
+    const std::string name = string_at(value, "metadata", "name");
+    if (name.empty()) return true;
+    const std::string key = fmt::format("{} {}/{}/{}", api_version.substr(0, api_version.find('/')),
+                                        kind, string_at(value, "metadata", "namespace"), name);
+    auto [it, inserted] = seen_.emplace(key, position.format());
+    if (!inserted) {
+      const std::string ns = string_at(value, "metadata", "namespace");
+      error(fmt::format("{}: duplicate object: {} {} is also at {}", position.format(), kind,
+                        ns.empty() ? name : ns + "/" + name, it->second));
+      return false;
+    }
+    return true;
+  }
+
   // Errors inside a List item are located under `items[i]`.
-  std::string item_error(const manifest::Document& document, std::optional<std::size_t> item,
+  std::string item_error(const manifest::Document& document, const std::vector<std::size_t>& items,
                          budget::FieldError e) {
-    if (item) e.path = fmt::format("items[{}]{}{}", *item, e.path.empty() ? "" : ".", e.path);
+    const std::string prefix = items_path(items);
+    if (!prefix.empty()) e.path = prefix + (e.path.empty() ? "" : ".") + e.path;
     return field_error(document, e);
   }
 
   void take_policy(const manifest::Document& document, const Json& value,
-                   std::optional<std::size_t> item) {
+                   const std::vector<std::size_t>& items) {
     auto policy = budget::parse_policy(value);
     if (!policy) {
-      for (const auto& e : policy.error()) error(item_error(document, item, e));
+      for (const auto& e : policy.error()) error(item_error(document, items, e));
       return;
     }
     policies_.push_back({std::move(*policy), document.position.format()});
   }
 
   void take_deployment(const manifest::Document& document, const Json& value,
-                       std::optional<std::size_t> item) {
+                       const ObjectAddress& address, const manifest::Position& position) {
     auto deployment = budget::project_deployment(value);
     if (!deployment) {
-      for (const auto& e : deployment.error()) error(item_error(document, item, e));
+      for (const auto& e : deployment.error()) error(item_error(document, address.items, e));
       return;
     }
     if (!options_.all && !budget::opted_in(*deployment)) {
       ++loaded_.skipped;
       return;
     }
-    manifest::Position position = document.position;
-    if (item) {
-      position = manifest::locate(document, {"items", std::to_string(*item)});
-    }
-    pending_.push_back({position, std::move(*deployment), loaded_.documents.size(), item});
+    pending_.push_back({position, std::move(*deployment), address});
   }
 
   void take_service(const Json& value) {
@@ -184,10 +288,14 @@ class Evaluator {
   std::expected<const NamedPolicy*, budget::Finding> choose_policy(const budget::Deployment& d) {
     auto named = d.annotations.find(budget::kAnnotationPolicy);
     if (policies_.empty()) {
-      if (named != d.annotations.end() && noted_.insert(named->second).second) {
-        notes_.push_back(fmt::format(
-            "policy \"{}\" is not among the inputs: using the default policy (pass --policy)",
-            named->second));
+      // A policy named but absent is reported and the Deployment left as it
+      // is (API.md): the defaults are not what its owner asked for.
+      if (named != d.annotations.end()) {
+        return std::unexpected(budget::Finding{
+            "PolicyNotFound", budget::Severity::Warning, "",
+            fmt::format("no ShutdownPolicy named \"{}\" among the inputs (pass it with "
+                        "--policy); left unchanged",
+                        named->second)});
       }
       return nullptr;
     }
@@ -206,8 +314,7 @@ class Evaluator {
   void evaluate(Pending& pending) {
     Evaluated out;
     out.position = pending.position;
-    out.document = pending.document;
-    out.item = pending.item;
+    out.address = std::move(pending.address);
     auto chosen = choose_policy(pending.deployment);
     if (!chosen) {
       out.policy_name = "(none)";
@@ -254,7 +361,6 @@ class Evaluator {
   }
 
   const OfflineOptions& options_;
-  bool keep_documents_;
   const EvaluatedSink& sink_;
   Loaded loaded_;
   InputErrors errors_;
@@ -263,44 +369,47 @@ class Evaluator {
   std::vector<Pending> pending_;
   std::vector<std::string> notes_;
   std::set<std::string> noted_;
+  std::unordered_map<std::string, std::string> seen_;  // object identity -> where first seen
 };
 
-// Reads one source and hands each document to `take`; false on a reading error.
+// Reads one source and hands each document to `take`; the text, when read.
 template <typename Take>
-bool read_documents(const manifest::Source& source, std::istream& stdin_stream,
-                    Evaluator& evaluator, std::size_t& count, Take take) {
+std::shared_ptr<const std::string> read_documents(const manifest::Source& source,
+                                                  std::istream& stdin_stream, Evaluator& evaluator,
+                                                  manifest::ReadBudget& budget, std::size_t& count,
+                                                  Take take) {
   auto text = manifest::read_source(source, stdin_stream);
   if (!text) {
     evaluator.error(text.error().format());
-    return false;
+    return nullptr;
   }
-  auto result = manifest::for_each_document(std::move(*text), source.name,
-                                            [&](manifest::Document&& document) {
-                                              ++count;
-                                              return take(std::move(document));
-                                            });
-  if (!result) {
-    evaluator.error(result.error().format());
-    return false;
-  }
-  return true;
+  auto shared = std::make_shared<const std::string>(std::move(*text));
+  auto result = manifest::for_each_document(
+      shared, source.name,
+      [&](manifest::Document&& document) {
+        ++count;
+        return take(std::move(document));
+      },
+      {}, &budget);
+  if (!result) evaluator.error(result.error().format());
+  return shared;
 }
 
 }  // namespace
 
 std::expected<Loaded, InputErrors> load_and_evaluate(const OfflineOptions& options,
-                                                     std::istream& stdin_stream,
-                                                     bool keep_documents,
+                                                     std::istream& stdin_stream, bool keep_sources,
                                                      const EvaluatedSink& sink) {
-  Evaluator evaluator(options, keep_documents, sink);
-  InputErrors errors;
+  Evaluator evaluator(options, sink);
+  // One alias budget for every file: the limit holds over the whole input.
+  manifest::ReadBudget budget;
 
   for (const auto& file : options.policy_files) {
     auto sources = manifest::expand_inputs({file});
     if (!sources) return std::unexpected(InputErrors{sources.error().format()});
     for (const auto& source : *sources) {
       std::size_t count = 0;
-      read_documents(source, stdin_stream, evaluator, count, [&](manifest::Document&& d) {
+      read_documents(source, stdin_stream, evaluator, budget, count, [&](manifest::Document&& d) {
         evaluator.take_policy_file(std::move(d));
         return true;
       });
@@ -315,8 +424,11 @@ std::expected<Loaded, InputErrors> load_and_evaluate(const OfflineOptions& optio
   if (!sources) return std::unexpected(InputErrors{sources.error().format()});
   std::size_t total = 0;
   for (const auto& source : *sources) {
-    read_documents(source, stdin_stream, evaluator, total,
-                   [&](manifest::Document&& d) { return evaluator.take(std::move(d)); });
+    const std::size_t index = evaluator.loaded().sources.size();
+    auto text = read_documents(source, stdin_stream, evaluator, budget, total,
+                               [&](manifest::Document&& d) { return evaluator.take(d, index); });
+    evaluator.loaded().sources.push_back(
+        SourceText{source.name, source.path, keep_sources ? std::move(text) : nullptr});
   }
   if (total == 0 && !evaluator.has_errors()) {
     std::string names;

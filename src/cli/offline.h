@@ -3,8 +3,10 @@
 #pragma once
 
 #include <expected>
+#include <filesystem>
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,27 +20,43 @@ namespace gracekeeper::cli {
 // Everything that makes input unusable (exit 2), each naming file and line.
 using InputErrors = std::vector<std::string>;
 
+// Where an object is: which input, which document in it, and the path of
+// `items` indices through (possibly nested) Lists; empty for the document itself.
+struct ObjectAddress {
+  std::size_t source = 0;  // index into Loaded::sources
+  int document = 0;        // manifest::Document::index
+  std::vector<std::size_t> items;
+};
+
 // One Deployment and what the engine decided for it.
 struct Evaluated {
   manifest::Position position;
+  ObjectAddress address;
   budget::Deployment deployment;
   std::string policy_name;  // "ns/name", or "(defaults)"
   budget::Plan plan;
-  bool applied = false;             // plan.changed() and the policy is not DryRun
-  std::size_t document = 0;         // index into Loaded::documents, for `plan`
-  std::optional<std::size_t> item;  // index into the document's `items` when it is a List
+  bool applied = false;  // plan.changed() and the policy is not DryRun
+};
+
+// An input as read, kept for `plan`'s second pass (the text is shared with
+// the documents read from it, not copied).
+struct SourceText {
+  std::string name;
+  std::filesystem::path path;  // empty for stdin
+  std::shared_ptr<const std::string> text;
 };
 
 struct Loaded {
-  std::vector<manifest::Document> documents;  // every input document, in order (plan only)
-  std::vector<Evaluated> deployments;         // the selected Deployments
-  std::size_t skipped = 0;                    // Deployments not opted in
-  std::vector<std::string> notes;             // stderr notes (policy fallbacks, ...)
+  std::vector<SourceText> sources;     // every input (texts only with keep_sources)
+  std::size_t document_count = 0;      // documents read, over every input
+  std::vector<Evaluated> deployments;  // the selected Deployments (without a sink)
+  std::size_t skipped = 0;             // Deployments not opted in
+  std::vector<std::string> notes;      // stderr notes (policy fallbacks, ...)
 };
 
-// Reads every input, then plans each selected Deployment. With keep_documents
-// false the decoded documents are dropped as soon as they are evaluated
-// (`check` on large inputs runs in bounded memory).
+// Reads every input, then plans each selected Deployment. Decoded documents
+// are dropped as soon as they are evaluated (bounded memory on large inputs);
+// with keep_sources the texts stay, for `plan` to edit.
 //
 // With a sink, each evaluated Deployment goes to the sink as soon as it is
 // planned instead of into Loaded::deployments, so `check` never holds every
@@ -46,8 +64,7 @@ struct Loaded {
 // read without errors: exit 2 still means nothing was printed.
 using EvaluatedSink = std::function<void(Evaluated&&)>;
 std::expected<Loaded, InputErrors> load_and_evaluate(const OfflineOptions& options,
-                                                     std::istream& stdin_stream,
-                                                     bool keep_documents,
+                                                     std::istream& stdin_stream, bool keep_sources,
                                                      const EvaluatedSink& sink = {});
 
 }  // namespace gracekeeper::cli

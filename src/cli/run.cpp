@@ -1,8 +1,12 @@
 // `gracekeeper run`: the operator's flags (API.md, "Command line").
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <charconv>
+#include <chrono>
 #include <ostream>
+#include <utility>
 
 #include "args.h"
 
@@ -54,6 +58,104 @@ std::expected<long, std::string> parse_count(std::string_view flag, std::string_
   return value;
 }
 
+#ifdef GRACEKEEPER_HAVE_OPERATOR
+// One row per flag that takes a value: its name and how the value is stored.
+// Parsing is then a lookup, and each setter says what it accepts.
+using Setter = std::expected<void, std::string> (*)(controller::OperatorOptions&, std::string_view,
+                                                    std::string_view);
+
+template <auto field>
+std::expected<void, std::string> set_text(controller::OperatorOptions& o, std::string_view,
+                                          std::string_view value) {
+  o.*field = std::string(value);
+  return {};
+}
+
+template <auto field, long max>
+std::expected<void, std::string> set_seconds(controller::OperatorOptions& o, std::string_view flag,
+                                             std::string_view value) {
+  auto number = parse_count(flag, value, 1, max);
+  if (!number) return std::unexpected(number.error());
+  o.*field = std::chrono::seconds(*number);
+  return {};
+}
+
+std::expected<void, std::string> set_workers(controller::OperatorOptions& o, std::string_view flag,
+                                             std::string_view value) {
+  auto number = parse_count(flag, value, 1, 256);
+  if (!number) return std::unexpected(number.error());
+  o.workers = static_cast<std::size_t>(*number);
+  return {};
+}
+
+std::expected<void, std::string> set_log_format(controller::OperatorOptions& o, std::string_view,
+                                                std::string_view value) {
+  if (value != "json" && value != "text") {
+    return std::unexpected(
+        fmt::format("flag --log-format: expected json or text, got \"{}\"", value));
+  }
+  o.log_format = std::string(value);
+  return {};
+}
+
+std::expected<void, std::string> set_log_level(controller::OperatorOptions& o, std::string_view,
+                                               std::string_view value) {
+  if (value != "debug" && value != "info" && value != "warn" && value != "error") {
+    return std::unexpected(
+        fmt::format("flag --log-level: expected debug, info, warn or error, got \"{}\"", value));
+  }
+  o.log_level = std::string(value);
+  return {};
+}
+
+using O = controller::OperatorOptions;
+constexpr std::array<std::pair<std::string_view, Setter>, 17> kValueFlags{{
+    {"--kubeconfig", &set_text<&O::kubeconfig>},
+    {"--context", &set_text<&O::context>},
+    {"--namespace", &set_text<&O::watch_namespace>},
+    {"--leader-election-namespace", &set_text<&O::leader_election_namespace>},
+    {"--leader-election-id", &set_text<&O::leader_election_id>},
+    {"--lease-duration", &set_seconds<&O::lease_duration, 3600>},
+    {"--renew-deadline", &set_seconds<&O::renew_deadline, 3600>},
+    {"--retry-period", &set_seconds<&O::retry_period, 3600>},
+    {"--metrics-bind-address", &set_text<&O::metrics_address>},
+    {"--health-probe-bind-address", &set_text<&O::health_address>},
+    {"--prometheus-url", &set_text<&O::prometheus_url>},
+    {"--prometheus-ca-file", &set_text<&O::prometheus_ca_file>},
+    {"--prometheus-bearer-token-file", &set_text<&O::prometheus_token_file>},
+    {"--propagation-refresh", &set_seconds<&O::propagation_refresh, 86400>},
+    {"--workers", &set_workers},
+    {"--log-format", &set_log_format},
+    {"--log-level", &set_log_level},
+}};
+
+// Parses the flags into `o`; an error names the flag. `help` when -h was given.
+std::expected<void, std::string> parse_run_flags(FlagCursor& cursor, O& o, bool& help) {
+  while (cursor.next()) {
+    const std::string_view flag = cursor.flag();
+    if (flag == "-h" || flag == "--help") {
+      help = true;
+      return {};
+    }
+    if (flag == "--leader-elect") {
+      if (auto ok = cursor.no_value(); !ok) return ok;
+      o.leader_elect = true;
+      continue;
+    }
+    if (!flag.starts_with("-")) {
+      return std::unexpected(fmt::format("unexpected argument \"{}\"", flag));
+    }
+    const auto row = std::find_if(kValueFlags.begin(), kValueFlags.end(),
+                                  [&](const auto& entry) { return entry.first == flag; });
+    if (row == kValueFlags.end()) return std::unexpected(fmt::format("unknown flag {}", flag));
+    auto value = cursor.value();
+    if (!value) return std::unexpected(value.error());
+    if (auto set = row->second(o, flag, *value); !set) return set;
+  }
+  return {};
+}
+#endif
+
 }  // namespace
 
 int run_command(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
@@ -64,77 +166,17 @@ int run_command(std::span<const std::string_view> args, std::ostream& out, std::
          "prometheus-cpp; see README, Building)\n";
   return 2;
 #else
-  controller::OperatorOptions o;
-  FlagCursor cursor(args);
   auto fail = [&](const std::string& message) {
     err << "gracekeeper run: " << message << "\nRun 'gracekeeper run --help' for usage.\n";
     return 2;
   };
-  while (cursor.next()) {
-    const std::string_view flag = cursor.flag();
-    if (flag == "-h" || flag == "--help") {
-      out << kRunUsage;
-      return 0;
-    }
-    if (flag == "--leader-elect") {
-      if (auto ok = cursor.no_value(); !ok) return fail(ok.error());
-      o.leader_elect = true;
-      continue;
-    }
-    if (!flag.starts_with("-")) return fail(fmt::format("unexpected argument \"{}\"", flag));
-    auto value = cursor.value();
-    if (!value) return fail(value.error());
-    const std::string v(*value);
-    auto seconds = [&](long max) -> std::expected<long, std::string> {
-      return parse_count(flag, v, 1, max);
-    };
-    std::expected<long, std::string> number = 0;
-    if (flag == "--kubeconfig") {
-      o.kubeconfig = v;
-    } else if (flag == "--context") {
-      o.context = v;
-    } else if (flag == "--namespace") {
-      o.watch_namespace = v;
-    } else if (flag == "--leader-election-namespace") {
-      o.leader_election_namespace = v;
-    } else if (flag == "--leader-election-id") {
-      o.leader_election_id = v;
-    } else if (flag == "--lease-duration" && (number = seconds(3600))) {
-      o.lease_duration = std::chrono::seconds(*number);
-    } else if (flag == "--renew-deadline" && (number = seconds(3600))) {
-      o.renew_deadline = std::chrono::seconds(*number);
-    } else if (flag == "--retry-period" && (number = seconds(3600))) {
-      o.retry_period = std::chrono::seconds(*number);
-    } else if (flag == "--metrics-bind-address") {
-      o.metrics_address = v;
-    } else if (flag == "--health-probe-bind-address") {
-      o.health_address = v;
-    } else if (flag == "--prometheus-url") {
-      o.prometheus_url = v;
-    } else if (flag == "--prometheus-ca-file") {
-      o.prometheus_ca_file = v;
-    } else if (flag == "--prometheus-bearer-token-file") {
-      o.prometheus_token_file = v;
-    } else if (flag == "--propagation-refresh" && (number = seconds(86400))) {
-      o.propagation_refresh = std::chrono::seconds(*number);
-    } else if (flag == "--workers" && (number = parse_count(flag, v, 1, 256))) {
-      o.workers = static_cast<std::size_t>(*number);
-    } else if (flag == "--log-format") {
-      if (v != "json" && v != "text") {
-        return fail(fmt::format("flag --log-format: expected json or text, got \"{}\"", v));
-      }
-      o.log_format = v;
-    } else if (flag == "--log-level") {
-      if (v != "debug" && v != "info" && v != "warn" && v != "error") {
-        return fail(
-            fmt::format("flag --log-level: expected debug, info, warn or error, got \"{}\"", v));
-      }
-      o.log_level = v;
-    } else if (!number) {
-      return fail(number.error());
-    } else {
-      return fail(fmt::format("unknown flag {}", flag));
-    }
+  controller::OperatorOptions o;
+  FlagCursor cursor(args);
+  bool help = false;
+  if (auto parsed = parse_run_flags(cursor, o, help); !parsed) return fail(parsed.error());
+  if (help) {
+    out << kRunUsage;
+    return 0;
   }
   if (o.leader_elect &&
       !(o.lease_duration > o.renew_deadline && o.renew_deadline > o.retry_period)) {

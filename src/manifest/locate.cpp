@@ -188,46 +188,78 @@ Position to_position(const std::string& file, const YAML::Mark& mark, const Posi
   return p.line > 0 ? p : fallback;
 }
 
-}  // namespace
-
-Position locate(const Document& doc, const std::vector<std::string>& path) {
-  if (!doc.source) return doc.position;
+// Parses the document's source again into a tree of positions; nullptr when
+// it no longer parses.
+NodePtr position_tree(const Document& doc) {
+  if (!doc.source) return nullptr;
   try {
     detail::MemoryStream stream(*doc.source);
     YAML::Parser parser(stream);
     SkipDocument skip;
     for (int i = 0; i < doc.index; ++i) {
-      if (!parser.HandleNextDocument(skip)) return doc.position;
+      if (!parser.HandleNextDocument(skip)) return nullptr;
     }
     PositionTreeBuilder builder;
-    if (!parser.HandleNextDocument(builder) || !builder.root()) return doc.position;
-
-    const std::string& file = doc.position.file;
-    const PositionNode* node = builder.root().get();
-    Position best = to_position(file, node->mark, doc.position);
-    for (const std::string& segment : path) {
-      if (node->is_map) {
-        const auto* entry = find_entry(*node, segment);
-        if (entry == nullptr) break;
-        best = to_position(file, entry->key_mark, best);
-        node = entry->value.get();
-        continue;
-      }
-      std::size_t index = 0;
-      auto [end, ec] = std::from_chars(segment.data(), segment.data() + segment.size(), index);
-      if (ec != std::errc() || end != segment.data() + segment.size() ||
-          index >= node->items.size()) {
-        break;
-      }
-      node = node->items[index].get();
-      best = to_position(file, node->mark, best);
-    }
-    return best;
+    if (!parser.HandleNextDocument(builder)) return nullptr;
+    return builder.root();
   } catch (...) {
-    // Only reached for a source that no longer parses; the document's own
-    // position is still right.
-    return doc.position;
+    // Only reached for a source that no longer parses; callers fall back to
+    // the document's own position.
+    return nullptr;
   }
+}
+
+// Follows `path` from `node` as far as it exists; `best` is the position of
+// the deepest node reached.
+const PositionNode* descend(const PositionNode* node, const std::vector<std::string>& path,
+                            const std::string& file, Position& best, bool& complete) {
+  complete = false;
+  for (const std::string& segment : path) {
+    if (node->is_map) {
+      const auto* entry = find_entry(*node, segment);
+      if (entry == nullptr) return node;
+      best = to_position(file, entry->key_mark, best);
+      node = entry->value.get();
+      continue;
+    }
+    std::size_t index = 0;
+    auto [end, ec] = std::from_chars(segment.data(), segment.data() + segment.size(), index);
+    if (ec != std::errc() || end != segment.data() + segment.size() ||
+        index >= node->items.size()) {
+      return node;
+    }
+    node = node->items[index].get();
+    best = to_position(file, node->mark, best);
+  }
+  complete = true;
+  return node;
+}
+
+}  // namespace
+
+Position locate(const Document& doc, const std::vector<std::string>& path) {
+  const NodePtr root = position_tree(doc);
+  if (!root) return doc.position;
+  Position best = to_position(doc.position.file, root->mark, doc.position);
+  bool complete = false;
+  descend(root.get(), path, doc.position.file, best, complete);
+  return best;
+}
+
+std::vector<Position> locate_items(const Document& doc, const std::vector<std::string>& path,
+                                   std::size_t count) {
+  std::vector<Position> out(count, doc.position);
+  const NodePtr root = position_tree(doc);
+  if (!root) return out;
+  Position best = to_position(doc.position.file, root->mark, doc.position);
+  bool complete = false;
+  const PositionNode* list = descend(root.get(), path, doc.position.file, best, complete);
+  for (std::size_t i = 0; i < count; ++i) {
+    out[i] = complete && !list->is_map && i < list->items.size()
+                 ? to_position(doc.position.file, list->items[i]->mark, best)
+                 : best;
+  }
+  return out;
 }
 
 std::vector<std::string> split_field_path(std::string_view dotted) {

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "gracekeeper/manifest/document.h"
+#include "prescan.h"
 #include "scalar.h"
 #include "yaml_support.h"
 
@@ -74,7 +75,8 @@ std::string repair_escapes(const std::string& text) {
 
 class DocumentBuilder final : public YAML::EventHandler {
  public:
-  DocumentBuilder(std::string_view text, const Limits& limits) : text_(text), limits_(limits) {
+  DocumentBuilder(std::string_view text, const Limits& limits, ReadBudget& budget)
+      : text_(text), limits_(limits), budget_(budget) {
     // yaml-cpp's positions start after a byte order mark.
     if (text_.starts_with("\xEF\xBB\xBF")) text_.remove_prefix(3);
   }
@@ -99,7 +101,7 @@ class DocumentBuilder final : public YAML::EventHandler {
     stack_.clear();
     anchors_.clear();
     root_.reset();
-    nodes_ = bytes_ = alias_nodes_ = alias_bytes_ = 0;
+    nodes_ = bytes_ = 0;
   }
   void OnDocumentEnd() override {}
 
@@ -147,16 +149,19 @@ class DocumentBuilder final : public YAML::EventHandler {
     if (anchored == nullptr || !anchored->complete) {
       fail(mark, "an alias refers to a node that contains it (recursive alias)");
     }
-    alias_nodes_ += anchored->nodes;
-    if (alias_nodes_ > limits_.max_nodes_per_document) {
-      fail(mark, fmt::format("aliases expand this document beyond the node limit ({} nodes); "
-                             "is it an alias bomb?",
-                             limits_.max_nodes_per_document));
+    // Counted over the whole input, not per document: twenty documents just
+    // under a per-document limit would cost twenty times the memory.
+    budget_.alias_nodes += anchored->nodes;
+    if (budget_.alias_nodes > limits_.max_alias_nodes) {
+      fail(mark, fmt::format("aliases expand the input beyond {} nodes (counted over all "
+                             "documents); is it an alias bomb?",
+                             limits_.max_alias_nodes));
     }
-    alias_bytes_ += anchored->bytes;
-    if (alias_bytes_ > limits_.max_input_bytes) {
-      fail(mark, fmt::format("aliases expand this document beyond the size limit ({} bytes)",
-                             limits_.max_input_bytes));
+    budget_.alias_bytes += anchored->bytes;
+    if (budget_.alias_bytes > limits_.max_alias_bytes) {
+      fail(mark, fmt::format("aliases expand the input beyond {} bytes of text (counted over all "
+                             "documents); is it an alias bomb?",
+                             limits_.max_alias_bytes));
     }
     if (stack_.size() + static_cast<std::size_t>(anchored->height) >
         static_cast<std::size_t>(limits_.max_depth)) {
@@ -400,6 +405,7 @@ class DocumentBuilder final : public YAML::EventHandler {
 
   std::string_view text_;
   const Limits& limits_;
+  ReadBudget& budget_;
   std::vector<Frame> stack_;
   std::vector<Anchored> anchors_;  // by yaml-cpp's anchor id, which restarts per document
   std::optional<Json> root_;
@@ -407,11 +413,9 @@ class DocumentBuilder final : public YAML::EventHandler {
   YAML::Mark document_start_;
   std::size_t nodes_ = 0;
   std::size_t bytes_ = 0;
-  // Only growth through aliases is limited: everything else is bounded by the
-  // input size already, and a `kubectl get -o yaml` List of thousands of
-  // Deployments is one legitimately large document.
-  std::size_t alias_nodes_ = 0;
-  std::size_t alias_bytes_ = 0;
+  // Only growth through aliases is limited (in budget_): everything else is
+  // bounded by the input size already, and a `kubectl get -o yaml` List of
+  // thousands of Deployments is one legitimately large document.
 };
 
 Error error_at(std::string_view name, std::string_view text, std::size_t offset,
@@ -428,6 +432,20 @@ Error error_at(std::string_view name, std::string_view text, std::size_t offset,
                std::move(message)};
 }
 
+// UTF-32 and UTF-16, by byte order mark or by the zero bytes ASCII leaves in
+// them; UTF-32 first, since its little-endian mark starts like UTF-16's.
+std::optional<std::string_view> wide_encoding(std::string_view text) {
+  using namespace std::string_view_literals;
+  if (text.starts_with("\x00\x00\xFE\xFF"sv) || text.starts_with("\xFF\xFE\x00\x00"sv)) {
+    return "UTF-32";
+  }
+  if (text.starts_with("\xFF\xFE"sv) || text.starts_with("\xFE\xFF"sv)) return "UTF-16";
+  if (text.size() >= 4 && text[0] != 0 && text.substr(1, 3) == "\0\0\0"sv) return "UTF-32";
+  if (text.size() >= 4 && text.substr(0, 3) == "\0\0\0"sv && text[3] != 0) return "UTF-32";
+  if (text.size() >= 2 && (text[0] == 0) != (text[1] == 0)) return "UTF-16";
+  return std::nullopt;
+}
+
 // yaml-cpp turns invalid UTF-8 into U+FFFD and guesses UTF-16/32 from zero
 // bytes, so binary input would otherwise parse as garbage strings. YAML allows
 // tab, LF, CR and printable characters only.
@@ -437,9 +455,9 @@ std::optional<Error> check_text(std::string_view text, std::string_view name,
     return Error{Position{std::string(name)},
                  fmt::format("input is larger than the limit of {} bytes", limits.max_input_bytes)};
   }
-  if (text.starts_with("\xFF\xFE") || text.starts_with("\xFE\xFF")) {
+  if (auto encoding = wide_encoding(text)) {
     return Error{Position{std::string(name), 1, 1},
-                 "UTF-16 text is not supported; convert the file to UTF-8"};
+                 fmt::format("{} text is not supported; convert the file to UTF-8", *encoding)};
   }
   const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
   const std::size_t size = text.size();
@@ -495,58 +513,89 @@ std::string Error::format() const {
   return fmt::format("{}: {}", where, message);
 }
 
-std::expected<void, Error> for_each_document(std::string text, std::string_view name,
-                                             const DocumentSink& sink, const Limits& limits) {
-  if (auto bad = check_text(text, name, limits)) return std::unexpected(std::move(*bad));
-  auto source = std::make_shared<const std::string>(std::move(text));
-  const std::string file(name);
-  try {
-    detail::MemoryStream stream(*source);
-    YAML::Parser parser(stream);
-    DocumentBuilder builder(*source, limits);
-    YAML::Mark previous_start;
-    for (int index = 0;; ++index) {
-      bool more = false;
-      try {
-        more = parser.HandleNextDocument(builder);
-      } catch (const ReadFailure& failure) {
-        return std::unexpected(Error{detail::position_at(file, failure.mark), failure.message});
-      } catch (const YAML::Exception& e) {
-        return std::unexpected(Error{detail::position_at(file, e.mark),
-                                     detail::describe_yaml_error(e, limits.max_depth)});
-      } catch (const std::bad_alloc&) {
-        throw;
-      } catch (const std::exception& e) {
-        // yaml-cpp has a few internal errors that are not YAML::Exception.
-        return std::unexpected(Error{Position{file}, fmt::format("invalid YAML: {}", e.what())});
-      }
-      if (!more) break;
-      // yaml-cpp 0.7 reports an empty document without consuming anything for
-      // a token that cannot start a node (a `,` at the top level), and would
-      // do so forever.
-      const YAML::Mark start = builder.document_start();
-      if (index > 0 && start.pos == previous_start.pos) {
-        char c = builder.char_at(start);
-        return std::unexpected(Error{
-            detail::position_at(file, start),
-            c > ' ' && c < 0x7F ? fmt::format("invalid YAML: unexpected `{}`; expected a node", c)
-                                : std::string("invalid YAML: unexpected token; expected a node")});
-      }
-      previous_start = start;
-      auto document = builder.take_document();
-      if (!document) continue;
-      Document doc{std::move(document->first), detail::position_at(file, document->second), index,
-                   source};
-      if (!sink(std::move(doc))) break;
+namespace {
+
+// Reads documents one by one from text that has passed check_text.
+std::expected<void, Error> parse_documents(const std::shared_ptr<const std::string>& source,
+                                           const std::string& file, const DocumentSink& sink,
+                                           const Limits& limits, ReadBudget& budget) {
+  detail::MemoryStream stream(*source);
+  YAML::Parser parser(stream);
+  DocumentBuilder builder(*source, limits, budget);
+  YAML::Mark previous_start;
+  for (int index = 0;; ++index) {
+    bool more = false;
+    try {
+      more = parser.HandleNextDocument(builder);
+    } catch (const ReadFailure& failure) {
+      return std::unexpected(Error{detail::position_at(file, failure.mark), failure.message});
+    } catch (const YAML::Exception& e) {
+      return std::unexpected(Error{detail::position_at(file, e.mark),
+                                   detail::describe_yaml_error(e, limits.max_depth)});
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      // yaml-cpp has a few internal errors that are not YAML::Exception.
+      return std::unexpected(Error{Position{file}, fmt::format("invalid YAML: {}", e.what())});
     }
-  } catch (const std::bad_alloc&) {
-    return std::unexpected(Error{Position{file}, "out of memory while reading the input"});
+    if (!more) break;
+    // yaml-cpp 0.7 reports an empty document without consuming anything for
+    // a token that cannot start a node (a `,` at the top level), and would
+    // do so forever.
+    const YAML::Mark start = builder.document_start();
+    if (index > 0 && start.pos == previous_start.pos) {
+      char c = builder.char_at(start);
+      return std::unexpected(Error{
+          detail::position_at(file, start),
+          c > ' ' && c < 0x7F ? fmt::format("invalid YAML: unexpected `{}`; expected a node", c)
+                              : std::string("invalid YAML: unexpected token; expected a node")});
+    }
+    previous_start = start;
+    auto document = builder.take_document();
+    if (!document) continue;
+    Document doc{std::move(document->first), detail::position_at(file, document->second), index,
+                 source};
+    if (!sink(std::move(doc))) break;
   }
   return {};
 }
 
+}  // namespace
+
+std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> text,
+                                             std::string_view name, const DocumentSink& sink,
+                                             const Limits& limits, ReadBudget* budget) {
+  const std::string file(name);
+  try {
+    if (auto bad = check_text(*text, name, limits)) return std::unexpected(std::move(*bad));
+    if (auto deep = detail::find_too_deep(*text, limits.max_depth)) {
+      return std::unexpected(
+          error_at(name, *text, *deep,
+                   fmt::format("nesting is deeper than {} levels (`[` or `{{` opened here)",
+                               limits.max_depth)));
+    }
+    if (detail::has_lone_cr(*text)) {
+      std::string copy = *text;
+      detail::normalise_line_breaks(copy);
+      text = std::make_shared<const std::string>(std::move(copy));
+    }
+    ReadBudget local;
+    return parse_documents(text, file, sink, limits, budget ? *budget : local);
+  } catch (const std::bad_alloc&) {
+    return std::unexpected(Error{Position{file}, "out of memory while reading the input"});
+  }
+}
+
+std::expected<void, Error> for_each_document(std::string text, std::string_view name,
+                                             const DocumentSink& sink, const Limits& limits,
+                                             ReadBudget* budget) {
+  detail::normalise_line_breaks(text);
+  return for_each_document(std::make_shared<const std::string>(std::move(text)), name, sink, limits,
+                           budget);
+}
+
 std::expected<std::vector<Document>, Error> read_text(std::string text, std::string_view name,
-                                                      const Limits& limits) {
+                                                      const Limits& limits, ReadBudget* budget) {
   std::vector<Document> documents;
   auto done = for_each_document(
       std::move(text), name,
@@ -554,7 +603,7 @@ std::expected<std::vector<Document>, Error> read_text(std::string text, std::str
         documents.push_back(std::move(doc));
         return true;
       },
-      limits);
+      limits, budget);
   if (!done) return std::unexpected(std::move(done).error());
   return documents;
 }

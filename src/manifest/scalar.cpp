@@ -289,6 +289,8 @@ std::expected<Json, std::string> resolve_tagged(std::string_view tag, std::strin
 
 bool plain_reads_as_string(std::string_view text) {
   if (text == "<<") return false;  // a merge key
+  // YAML 1.1's value key: PyYAML has no constructor for it and fails.
+  if (text == "=") return false;
   auto value = resolve_plain(text);
   if (!value || !value->is_string()) return false;
   Hint hint = kHints[static_cast<unsigned char>(text[0])];

@@ -285,7 +285,86 @@ class YamlWriter {
   std::string& out_;
 };
 
+// Flow style on one line: `{a: b, c: [1, 2]}`. Strings that hold a flow
+// indicator are quoted, since they would end the scalar there.
+void write_flow(std::string& out, const Json& value) {
+  if (value.is_object()) {
+    out.push_back('{');
+    bool first = true;
+    for (const auto& [key, member] : value.items()) {
+      if (!first) out += ", ";
+      first = false;
+      write_flow(out, Json(key));
+      out += ": ";
+      write_flow(out, member);
+    }
+    out.push_back('}');
+  } else if (value.is_array()) {
+    out.push_back('[');
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      if (i > 0) out += ", ";
+      write_flow(out, value[i]);
+    }
+    out.push_back(']');
+  } else if (value.is_string()) {
+    const auto& s = value.get_ref<const std::string&>();
+    if (can_be_plain(s) && s.find_first_of(",[]{}") == std::string::npos) {
+      out += s;
+    } else {
+      write_quoted(out, s);
+    }
+  } else {
+    out += scalar_yaml(value);
+  }
+}
+
 }  // namespace
+
+std::string scalar_yaml(const Json& value) {
+  std::string out;
+  switch (value.type()) {
+    case Json::value_t::string:
+      write_string(out, value.get_ref<const std::string&>());
+      break;
+    case Json::value_t::boolean:
+      out = value.get<bool>() ? "true" : "false";
+      break;
+    case Json::value_t::number_integer:
+      out = fmt::format("{}", value.get<std::int64_t>());
+      break;
+    case Json::value_t::number_unsigned:
+      out = fmt::format("{}", value.get<std::uint64_t>());
+      break;
+    case Json::value_t::number_float:
+      write_double(out, value.get<double>());
+      break;
+    case Json::value_t::object:
+      out = "{}";
+      break;
+    case Json::value_t::array:
+      out = "[]";
+      break;
+    default:
+      out = "null";
+  }
+  return out;
+}
+
+std::string double_quoted_yaml(std::string_view text) {
+  std::string out;
+  write_quoted(out, text);
+  return out;
+}
+
+bool plain_yaml_ok(std::string_view text) {
+  return can_be_plain(text);
+}
+
+std::string to_flow_yaml(const Json& value) {
+  std::string out;
+  write_flow(out, value);
+  return out;
+}
 
 std::string to_yaml(const Json& value) {
   std::string out;

@@ -29,6 +29,7 @@
 #include "gracekeeper/budget/engine.h"
 #include "gracekeeper/budget/policy.h"
 #include "gracekeeper/manifest/document.h"
+#include "gracekeeper/manifest/edit.h"
 #include "gracekeeper/manifest/writer.h"
 
 namespace {
@@ -41,7 +42,7 @@ using Json = manifest::Json;
 const manifest::Limits kLimits{
     .max_input_bytes = 1u << 20,
     .max_depth = 100,
-    .max_nodes_per_document = 1u << 14,
+    .max_alias_nodes = 1u << 14,
 };
 // Re-reading written text: aliases are expanded by then, so it may be larger.
 const manifest::Limits kRereadLimits{};
@@ -188,6 +189,27 @@ void plan_apply_replan(const manifest::Document& document, const budget::Deploym
   const system_clock::time_point when = sys_days{year{2026} / 1 / 15} + hours{12};
   Json applied = document.value;
   budget::apply_plan(applied, first, policy_name, when);
+
+  // `plan -w`: the source text, edited in place, reads back as the applied
+  // object, at the same document index.
+  const auto edit = manifest::edit_document(document, applied);
+  const std::string edited = manifest::apply_edits(*document.source, edit.edits);
+  auto edited_docs = manifest::read_text(edited, "edited.yaml", kRereadLimits);
+  if (!edited_docs) {
+    violation("an in-place edit does not read back",
+              edited_docs.error().format() + "\n--- edited:\n" + edited);
+  }
+  bool found = false;
+  for (const auto& d : *edited_docs) {
+    if (d.index != document.index) continue;
+    found = true;
+    if (!same(d.value, applied)) {
+      violation("an in-place edit reads back as another object",
+                "--- wanted: " + dump(applied) + "\n--- read: " + dump(d.value) +
+                    "\n--- edited:\n" + edited);
+    }
+  }
+  if (!found) violation("an in-place edit lost its document", edited);
 
   const std::string yaml = manifest::to_yaml(applied);
   auto reread = manifest::read_text(yaml, "applied.yaml", kRereadLimits);

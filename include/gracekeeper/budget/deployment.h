@@ -100,6 +100,10 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object);
 
 bool is_deployment(const Json& object);
 
+// A value for "expected X, got Y" messages: `string "abc"`, `number .inf`,
+// `null`, `a mapping`, `a list`.
+std::string describe_value(const Json& value);
+
 // `gracekeeper.dev/enabled: "true"`.
 bool opted_in(const Deployment&);
 

@@ -46,10 +46,21 @@ struct Document {
 struct Limits {
   std::size_t max_input_bytes = 256u << 20;  // one file or stdin
   int max_depth = 100;                       // nesting of mappings/sequences
-  // Nodes that aliases may add to a single document, counted at every use.
-  // Nodes written out in the text are bounded by max_input_bytes already, and
-  // a `kubectl get -o yaml` List of thousands of objects is one document.
-  std::size_t max_nodes_per_document = 1u << 20;
+  // Nodes that aliases may add over the whole input (every document of a
+  // text, and every text read with the same ReadBudget), counted at every
+  // use. Nodes written out in the text are bounded by max_input_bytes
+  // already. 256 Ki nodes cost about 30 MB decoded; real manifests reuse a
+  // few env or label blocks and stay far below.
+  std::size_t max_alias_nodes = 1u << 18;
+  // Text that aliases may repeat over the whole input (a large anchored
+  // string used many times), likewise.
+  std::size_t max_alias_bytes = 32u << 20;
+};
+
+// What several reads have spent of the limits that hold over a whole input.
+struct ReadBudget {
+  std::size_t alias_nodes = 0;
+  std::size_t alias_bytes = 0;
 };
 
 // Reads every document of `text`. Empty documents (a lone `---`, comments
@@ -57,13 +68,21 @@ struct Limits {
 // resolved like Kubernetes' YAML decoder (YAML 1.1-ish core: plain `123` is an
 // integer, `true`/`false` booleans, `null`/`~`/empty null, quoted is always a string).
 std::expected<std::vector<Document>, Error> read_text(std::string text, std::string_view name,
-                                                      const Limits& = {});
+                                                      const Limits& = {}, ReadBudget* = nullptr);
 
 // Calls `sink` for each document as soon as it is read (bounded memory for
 // large inputs). Stops at the first reading error, or when sink returns false.
 using DocumentSink = std::function<bool(Document&&)>;
+// With a budget, alias expansion is counted against it and it is updated, so
+// that the limit holds over several texts (all the files of one command).
+// Never throws: running out of memory is an error like any other.
 std::expected<void, Error> for_each_document(std::string text, std::string_view name,
-                                             const DocumentSink& sink, const Limits& = {});
+                                             const DocumentSink& sink, const Limits& = {},
+                                             ReadBudget* = nullptr);
+// The same over text that is already shared (the documents keep it).
+std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> text,
+                                             std::string_view name, const DocumentSink& sink,
+                                             const Limits& = {}, ReadBudget* = nullptr);
 
 // Expands command-line inputs: "-" is standard input, a directory is walked
 // recursively for *.yaml, *.yml and *.json in sorted order, a file is itself.
@@ -82,6 +101,13 @@ std::expected<std::string, Error> read_source(const Source&, std::istream& stdin
 // "template", "spec", "containers", "0", "name"). Falls back to the deepest
 // existing ancestor, then to the document's own position.
 Position locate(const Document&, const std::vector<std::string>& path);
+
+// The positions of the first `count` items of the sequence at `path`, from
+// one parse (locating each item on its own would re-read the document per
+// item: quadratic on a List of thousands). Missing items get the position of
+// the deepest existing ancestor.
+std::vector<Position> locate_items(const Document&, const std::vector<std::string>& path,
+                                   std::size_t count);
 
 // Parses a dotted field path as used in FieldError ("spec.containers[1].name")
 // into segments for `locate`.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -200,7 +201,11 @@ TEST(Plan, InvalidAnnotationsLeaveTheDeploymentAsItWas) {
         std::tuple{"gracekeeper.dev/drain-seconds", "-1", "got \"-1\""},
         std::tuple{"gracekeeper.dev/drain-seconds", "99999999999999999999", "from 0 to 86400"},
         std::tuple{"gracekeeper.dev/containers", "checkout,sidecar",
-                   "no container named \"sidecar\""}}) {
+                   "no container named \"sidecar\""},
+        // Issue 20: four empty entries gave four identical errors; one now.
+        std::tuple{"gracekeeper.dev/containers", ",,checkout,,", "empty entry in \",,checkout,,\""},
+        std::tuple{"gracekeeper.dev/containers", "nope, nope,nope",
+                   "no container named \"nope\""}}) {
     Json object = article_deployment();
     object["metadata"]["annotations"][annotation] = value;
     auto result = plan(project(object), ctx);
@@ -211,6 +216,36 @@ TEST(Plan, InvalidAnnotationsLeaveTheDeploymentAsItWas) {
         << result.invalid[0].message;
     EXPECT_TRUE(has(codes(result.findings, Severity::Error), "InvalidAnnotation"));
   }
+}
+
+// Issue 20: a hook near 2^63 made `current wait + drain + ...` wrap to a
+// negative number, and a budget that does not hold passed.
+TEST(Plan, HugeHookIsReportedAndSumsNeverWrap) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  for (const std::int64_t seconds : {std::int64_t{86401}, std::int64_t{9223372036854775800},
+                                     std::numeric_limits<std::int64_t>::max()}) {
+    Json object = article_deployment();
+    object["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["sleep"]
+          ["seconds"] = seconds;
+    auto result = plan(project(object), ctx);
+    EXPECT_FALSE(result.changed());
+    EXPECT_TRUE(has(codes(result.findings, Severity::Error), "PreStopOutOfRange")) << seconds;
+  }
+  // A day is still a wait gracekeeper budgets for; the grace it needs is
+  // computed without overflow and reported as too short.
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"] =
+      86400;
+  auto result = plan(project(object), ctx);
+  EXPECT_TRUE(has(codes(result.findings, Severity::Error), "BudgetExceeded"));
+  // Saturating: the largest grace the API allows is never exceeded by a wrap.
+  object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] =
+      std::numeric_limits<std::int64_t>::max();
+  result = plan(project(object), ctx);
+  EXPECT_FALSE(has(codes(result.findings, Severity::Error), "BudgetExceeded"));
+  IntOrPercent huge{std::numeric_limits<std::int64_t>::max(), true};
+  EXPECT_GT(huge.resolve(std::numeric_limits<std::int32_t>::max(), true), 0);
 }
 
 TEST(Plan, ContainersAnnotationChoosesTargets) {

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -276,6 +277,19 @@ std::string alias_bomb() {
   return text;
 }
 
+// Documents each well under a per-document limit, over the whole-input one
+// together (issue 20: twenty such documents cost 1.1 GB).
+std::string alias_spread(int documents) {
+  std::string text;
+  for (int d = 0; d < documents; ++d) {
+    text += "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: m" + std::to_string(d) +
+            "}\ndata:\n  a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n  b: [";
+    for (int i = 0; i < 10000; ++i) text += i ? ", *a" : "*a";
+    text += "]\n---\n";
+  }
+  return text;
+}
+
 std::string with(std::string base, const std::string& from, const std::string& to) {
   const auto at = base.find(from);
   if (at == std::string::npos) throw std::runtime_error("fixture does not contain: " + from);
@@ -386,8 +400,135 @@ std::vector<BadInput> bad_inputs() {
        {"plan", "-f", "@", "--policy", "@"},
        {"@:1:", "expected a ShutdownPolicy"}},
       {"no_input_flag", "", {"check"}, {"no input"}},
+      // Issue 20's hostile classes.
+      {"aliases_across_documents", alias_spread(3), {}, {"@:", "counted over all documents"}},
+      {"unclosed_brackets",
+       "apiVersion: v1\nkind: ConfigMap\ndata: " + std::string(200000, '['),
+       {},
+       {"@:3:107:", "nesting is deeper than 100 levels"}},
+      {"list_items_not_a_list",
+       "apiVersion: v1\nkind: List\nitems: 5\n",
+       {},
+       {"@:3:", "items: expected a list of Kubernetes objects, got number 5"}},
+      {"list_items_wrong_types",
+       "apiVersion: v1\nkind: List\nitems: [null, 3, \"x\"]\n",
+       {},
+       {"items[0]: expected a Kubernetes object", "got null", "items[1]", "got number 3",
+        "items[2]", "got string \"x\""}},
+      {"nested_list_bad_item",
+       "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: List\n  items: [7]\n",
+       {},
+       {"@:6:", "items[0].items[0]: expected a Kubernetes object"}},
+      {"extensions_deployment",
+       with(a, "apiVersion: apps/v1", "apiVersion: extensions/v1beta1"),
+       {},
+       {"@:1:1:", "extensions/v1beta1", "apps/v1"}},
+      {"lowercase_kind",
+       with(a, "kind: Deployment", "kind: deployment"),
+       {},
+       {"@:1:1:", "kind \"deployment\": kinds are case-sensitive; expected Deployment"}},
+      {"duplicate_objects",
+       std::string(kArticle) + "---\n" + kArticle,
+       {},
+       {"@:28:1: duplicate object: Deployment shop-prod/checkout is also at "}},
+      {"grace_infinite",
+       with(a, grace, "terminationGracePeriodSeconds: .inf"),
+       {},
+       {"@:17:", "got number .inf"}},
+      {"grace_nan", with(a, grace, "terminationGracePeriodSeconds: .nan"), {}, {"got number .nan"}},
+      {"utf32", std::string("\xFF\xFE\0\0k\0\0\0", 8), {}, {"@:1:1:", "UTF-32"}},
+      {"truncated_json",
+       "{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [{\"a\": ",
+       {},
+       {"@:1:"}},
+      {"version_with_flag", "", {"version", "--frob"}, {"unexpected argument \"--frob\""}},
+      {"in_place_on_stdin", kArticle, {"plan", "-f", "-", "-w"}, {"cannot write back"}},
       {"stdin_broken", "kind: [\n", {"check", "-f", "-"}, {"-:"}},
   };
+}
+
+// A user hook near 2^63 once made the budget's sum wrap, and `check` passed
+// a budget that does not hold. Now the hook is bounded (a finding) and every
+// sum saturates.
+TEST_F(CliTest, HugeHookSecondsAreAFindingNotAnOverflow) {
+  const std::string hook =
+      "        lifecycle:\n          preStop:\n            sleep: {seconds: 9223372036854775800}\n";
+  const auto file = write(
+      "hook.yaml", with(kArticle, "        readinessProbe:", hook + "        readinessProbe:"));
+  auto r = run({"check", "-f", file});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("error PreStopOutOfRange: Deployment shop-prod/checkout container "
+                               "checkout: the preStop hook waits 9223372036854775800s"));
+  auto planned = run({"plan", "-f", file});
+  EXPECT_EQ(planned.code, 0);
+  EXPECT_THAT(planned.err, HasSubstr("PreStopOutOfRange"));
+  EXPECT_THAT(planned.err, HasSubstr("0 Deployment(s) changed"));
+  std::ifstream in(file);
+  EXPECT_EQ(planned.out, std::string(std::istreambuf_iterator<char>(in), {}));
+}
+
+// Names come from the input: escaped in text output, so they cannot forge a
+// finding line or drive the terminal.
+TEST_F(CliTest, ControlCharactersAreEscapedInTextOutput) {
+  const auto file =
+      write("evil.yaml", with(kArticle, "  name: checkout\n",
+                              "  name: \"x\\nforged.yaml:1:1: info Fine: all good\\r\\e[2J\"\n"));
+  auto r = run({"check", "-f", file});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.out, HasSubstr("Deployment shop-prod/x\\nforged.yaml:1:1: info Fine: all "
+                               "good\\r\\u001b[2J: "));
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos);
+  EXPECT_EQ(r.out.find('\r'), std::string::npos);
+  for (std::size_t at = 0; (at = r.out.find('\n', at)) != std::string::npos; ++at) {
+    EXPECT_TRUE(at + 1 == r.out.size() || r.out.compare(at + 1, file.size(), file) == 0)
+        << "a line that does not start with the file name";
+  }
+  auto planned = run({"plan", "-f", file});
+  EXPECT_EQ(planned.err.find('\x1b'), std::string::npos);
+  EXPECT_THAT(planned.err, HasSubstr("Deployment shop-prod/x\\nforged"));
+}
+
+// API.md: a Deployment that names a policy that is not there is reported
+// (PolicyNotFound) and left as it is, not planned with the defaults.
+TEST_F(CliTest, NamedButAbsentPolicyLeavesTheDeploymentUnchanged) {
+  const std::string text =
+      with(kArticle, "    gracekeeper.dev/enabled: \"true\"\n",
+           "    gracekeeper.dev/enabled: \"true\"\n    gracekeeper.dev/policy: strict\n");
+  const auto file = write("named.yaml", text);
+  auto r = run({"plan", "-f", file});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, text);
+  EXPECT_THAT(r.err, HasSubstr("PolicyNotFound: no ShutdownPolicy named \"strict\""));
+  EXPECT_THAT(r.err, HasSubstr("0 Deployment(s) changed"));
+  auto checked = run({"check", "-f", file});
+  EXPECT_THAT(checked.out, HasSubstr("warning PolicyNotFound"));
+}
+
+// A List inside a List: its Deployments are planned, not skipped.
+TEST_F(CliTest, NestedListsArePlanned) {
+  const std::string list =
+      "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: List\n  "
+      "items:\n  - " +
+      with_indent(kArticle, "    ").substr(4);
+  const auto file = write("nested.yaml", list);
+  auto checked = run({"check", "-f", file});
+  EXPECT_EQ(checked.code, 1);
+  EXPECT_THAT(checked.out, HasSubstr(file + ":7:5: error NoPreStopWait"));
+  auto planned = run({"plan", "-f", file, "-o", "json"});
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  auto out = nlohmann::json::parse(planned.out);
+  EXPECT_EQ(
+      out["items"][0]["items"][0]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 55);
+}
+
+// Valid YAML with old Mac line ends (CR only) reads, plans and keeps them.
+TEST_F(CliTest, CarriageReturnOnlyLineBreaks) {
+  std::string text = kArticle;
+  std::replace(text.begin(), text.end(), '\n', '\r');
+  const auto file = write("mac.yaml", text);
+  auto r = run({"check", "-f", file});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(file + ":1:1: error NoPreStopWait"));
 }
 
 TEST_F(CliTest, UnusableInputExitsTwoNamingFileLineAndExpectation) {

@@ -1,0 +1,48 @@
+// Editing manifests the way a person would: a document that must change is
+// changed at the positions the reader records, only on the lines that must
+// change; everything else (comments, quoting, flow style, anchors, line
+// ends, JSON indentation) stays byte for byte.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gracekeeper/manifest/document.h"
+
+namespace gracekeeper::manifest {
+
+// Replace `length` bytes at `offset` of the source text with `text`.
+struct TextEdit {
+  std::size_t offset = 0;
+  std::size_t length = 0;
+  std::string text;
+};
+
+struct DocumentEdit {
+  std::vector<TextEdit> edits;  // sorted, not overlapping
+  // The edits could not be made in place (say, an edited node is anchored
+  // and used elsewhere): the document is written out whole instead, which
+  // still reads back to `updated` but loses its comments and layout.
+  bool rewritten = false;
+};
+
+// The edits that turn `document` (as read from document.source) into
+// `updated`. Keys are changed, or added after their siblings at their
+// indentation; a value keeps its quoting style where it still reads back
+// the same; new collections take the style of their parent (flow inside
+// flow, JSON inside JSON). An alias is expanded only where a change goes
+// through it. The result is checked: the edited document reads back as
+// exactly `updated`, else the document is rewritten whole.
+DocumentEdit edit_document(const Document& document, const Json& updated);
+
+// Applies sorted, non-overlapping edits.
+std::string apply_edits(std::string_view text, const std::vector<TextEdit>& edits);
+
+// A unified diff (`diff -u`, 3 lines of context) of `text` against `text`
+// with `edits` applied; empty when there are no edits.
+std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edits,
+                         std::string_view old_name, std::string_view new_name);
+
+}  // namespace gracekeeper::manifest

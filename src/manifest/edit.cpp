@@ -1,0 +1,759 @@
+// In-place edits of a manifest's text: a tree of positions is built for the
+// one document that changes (yaml-cpp's event API, as in locate.cpp), the old
+// and new values are compared, and each difference becomes an edit at the
+// position of the node it concerns. The edited document is read back and
+// compared with the wanted value; if they differ, the document is written
+// whole instead (correct before pretty).
+#include "gracekeeper/manifest/edit.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <optional>
+
+#include "gracekeeper/manifest/writer.h"
+#include "yaml_support.h"
+
+namespace gracekeeper::manifest {
+namespace {
+
+struct Node {
+  enum class Kind { Scalar, Null, Map, Seq, Alias };
+  Kind kind = Kind::Scalar;
+  std::size_t pos = 0;
+  int line = 0;
+  int column = 0;
+  bool flow = false;  // a flow collection, or any node inside one
+  struct Entry {
+    std::string key;
+    std::size_t key_pos = 0;
+    int key_line = 0;
+    int key_column = 0;
+    Node* value = nullptr;
+  };
+  std::vector<Entry> entries;
+  std::vector<Node*> items;
+
+  const Entry* find(const std::string& key) const {
+    for (const auto& e : entries) {
+      if (e.key == key) return &e;
+    }
+    return nullptr;
+  }
+};
+
+class SkipEvents final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+class TreeBuilder final : public YAML::EventHandler {
+ public:
+  explicit TreeBuilder(std::size_t offset) : offset_(offset) {}
+  Node* root() const { return root_; }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { leaf(mark, Node::Kind::Null, ""); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string& text) override {
+    leaf(mark, Node::Kind::Scalar, text);
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    leaf(mark, Node::Kind::Alias, "");
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value style) override {
+    open(mark, Node::Kind::Seq, style == YAML::EmitterStyle::Flow);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value style) override {
+    open(mark, Node::Kind::Map, style == YAML::EmitterStyle::Flow);
+  }
+  void OnMapEnd() override { close(); }
+
+ private:
+  struct Open {
+    Node* node;
+    bool expect_key = true;
+    Node::Entry pending;
+  };
+
+  Node* make(const YAML::Mark& mark, Node::Kind kind, bool flow) {
+    Node& node = nodes_.emplace_back();
+    node.kind = kind;
+    node.pos = static_cast<std::size_t>(std::max(mark.pos, 0)) + offset_;
+    node.line = mark.line;
+    node.column = mark.column;
+    node.flow = flow || (!open_.empty() && open_.back().node->flow);
+    return &node;
+  }
+
+  bool key_expected() const {
+    return !open_.empty() && open_.back().node->kind == Node::Kind::Map && open_.back().expect_key;
+  }
+
+  void leaf(const YAML::Mark& mark, Node::Kind kind, const std::string& text) {
+    if (key_expected()) {
+      Open& parent = open_.back();
+      parent.pending = Node::Entry{kind == Node::Kind::Scalar ? text : std::string("\x01"),
+                                   static_cast<std::size_t>(std::max(mark.pos, 0)) + offset_,
+                                   mark.line, mark.column, nullptr};
+      parent.expect_key = false;
+      return;
+    }
+    attach(make(mark, kind, false));
+  }
+
+  void open(const YAML::Mark& mark, Node::Kind kind, bool flow) {
+    Node* node = make(mark, kind, flow);
+    if (key_expected()) {
+      // A collection as a key: never one of ours; remembered as unmatchable.
+      open_.back().pending = Node::Entry{"\x01", node->pos, mark.line, mark.column, nullptr};
+      open_.back().expect_key = false;
+      key_depth_.push_back(open_.size());
+    }
+    open_.push_back(Open{node, true, {}});
+  }
+
+  void close() {
+    Open done = std::move(open_.back());
+    open_.pop_back();
+    if (!key_depth_.empty() && key_depth_.back() == open_.size()) {
+      key_depth_.pop_back();
+      return;  // it was a key
+    }
+    attach(done.node);
+  }
+
+  void attach(Node* node) {
+    if (open_.empty()) {
+      root_ = node;
+      return;
+    }
+    Open& parent = open_.back();
+    if (parent.node->kind == Node::Kind::Seq) {
+      parent.node->items.push_back(node);
+      return;
+    }
+    parent.pending.value = node;
+    parent.node->entries.push_back(std::move(parent.pending));
+    parent.expect_key = true;
+  }
+
+  std::size_t offset_;
+  std::deque<Node> nodes_;
+  std::vector<Open> open_;
+  std::vector<std::size_t> key_depth_;
+  Node* root_ = nullptr;
+};
+
+// Equality that keeps types apart (1 vs 1.0), as reading back must give,
+// but not key order: a key that is edited in place keeps its place.
+bool same(const Json& a, const Json& b) {
+  if (a.is_number_integer() && b.is_number_integer()) return a == b;
+  if (a.type() != b.type()) return false;
+  if (a.is_object()) {
+    if (a.size() != b.size()) return false;
+    for (const auto& [key, value] : a.items()) {
+      auto other = b.find(key);
+      if (other == b.end() || !same(value, *other)) return false;
+    }
+    return true;
+  }
+  if (a.is_array()) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (!same(a[i], b[i])) return false;
+    }
+    return true;
+  }
+  if (a.is_number_float()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    return (std::isnan(x) && std::isnan(y)) || x == y;
+  }
+  return a == b;
+}
+
+bool has_removed_keys(const Json& before, const Json& after) {
+  for (const auto& [key, value] : before.items()) {
+    if (!after.contains(key)) return true;
+  }
+  return false;
+}
+
+// Reads the text the way the edits need: where a token ends.
+class Text {
+ public:
+  explicit Text(std::string_view text) : s_(text) {}
+  std::string_view str() const { return s_; }
+  char at(std::size_t i) const { return i < s_.size() ? s_[i] : '\0'; }
+  bool line_end(std::size_t i) const { return i >= s_.size() || s_[i] == '\n' || s_[i] == '\r'; }
+
+  // Past an `&anchor` or `!tag` and the blanks after it.
+  std::size_t skip_properties(std::size_t i) const {
+    while (at(i) == '&' || at(i) == '!') {
+      while (!line_end(i) && at(i) != ' ' && at(i) != '\t') ++i;
+      while (at(i) == ' ' || at(i) == '\t') ++i;
+    }
+    return i;
+  }
+
+  std::size_t quoted_end(std::size_t i) const {
+    const char quote = at(i);
+    for (++i; i < s_.size(); ++i) {
+      if (quote == '"' && s_[i] == '\\') {
+        ++i;
+      } else if (s_[i] == quote) {
+        if (quote == '\'' && at(i + 1) == '\'') {
+          ++i;
+          continue;
+        }
+        return i + 1;
+      }
+    }
+    return s_.size();
+  }
+
+  std::size_t next_line(std::size_t i) const {
+    while (!line_end(i)) ++i;
+    if (at(i) == '\r') ++i;
+    if (at(i) == '\n') ++i;
+    return i;
+  }
+
+  std::size_t indent_at(std::size_t line_start) const {
+    std::size_t i = line_start;
+    while (at(i) == ' ') ++i;
+    return i - line_start;
+  }
+
+  std::size_t line_start(std::size_t i) const {
+    while (i > 0 && s_[i - 1] != '\n' && s_[i - 1] != '\r') --i;
+    return i;
+  }
+
+  // A block scalar (`|`, `>`): its lines are those indented deeper than the
+  // line of its header; ends after the last non-blank one.
+  std::size_t block_scalar_end(std::size_t header) const {
+    const std::size_t parent = indent_at(line_start(header));
+    std::size_t end = header;
+    while (!line_end(end)) ++end;
+    for (std::size_t i = next_line(header); i < s_.size(); i = next_line(i)) {
+      const std::size_t indent = indent_at(i);
+      if (line_end(i + indent)) continue;  // blank
+      if (indent <= parent) break;
+      end = i;
+      while (!line_end(end)) ++end;
+    }
+    return end;
+  }
+
+  std::size_t plain_end(std::size_t i, bool flow) const {
+    std::size_t end = i;
+    while (!line_end(i)) {
+      const char c = s_[i];
+      if (c == '#' && i > 0 && (s_[i - 1] == ' ' || s_[i - 1] == '\t')) break;
+      if (flow && (c == ',' || c == ']' || c == '}')) break;
+      if (c == ':' && (line_end(i + 1) || at(i + 1) == ' ' || (flow && at(i + 1) == ','))) break;
+      ++i;
+      if (c != ' ' && c != '\t') end = i;
+    }
+    return end;
+  }
+
+  std::size_t flow_end(std::size_t i) const {
+    int depth = 0;
+    while (i < s_.size()) {
+      const char c = s_[i];
+      if (c == '"' || c == '\'') {
+        i = quoted_end(i);
+        continue;
+      }
+      if (c == '#' && i > 0 && (s_[i - 1] == ' ' || s_[i - 1] == '\t')) {
+        while (!line_end(i)) ++i;
+        continue;
+      }
+      if (c == '[' || c == '{') ++depth;
+      if ((c == ']' || c == '}') && --depth == 0) return i + 1;
+      ++i;
+    }
+    return s_.size();
+  }
+
+  // Where the key that starts at `key` ends: its `:`.
+  std::size_t colon_after_key(std::size_t key, bool flow) const {
+    std::size_t i = skip_properties(key);
+    if (at(i) == '"' || at(i) == '\'') {
+      i = quoted_end(i);
+    } else {
+      i = plain_end(i, flow);
+    }
+    while (i < s_.size() && s_[i] != ':') ++i;
+    return i;
+  }
+
+ private:
+  std::string_view s_;
+};
+
+class Editor {
+ public:
+  Editor(std::string_view source, bool json) : text_(source), json_(json) {
+    const auto lf = source.find('\n');
+    newline_ = lf != std::string_view::npos && lf > 0 && source[lf - 1] == '\r' ? "\r\n" : "\n";
+  }
+
+  std::vector<TextEdit>& edits() { return edits_; }
+
+  std::size_t node_end(const Node& node) const {
+    const std::size_t start = text_.skip_properties(node.pos);
+    switch (node.kind) {
+      case Node::Kind::Alias: {
+        std::size_t i = start + 1;
+        while (!text_.line_end(i) && text_.at(i) != ' ' && text_.at(i) != ',' &&
+               text_.at(i) != ']' && text_.at(i) != '}') {
+          ++i;
+        }
+        return i;
+      }
+      case Node::Kind::Null:
+      case Node::Kind::Scalar: {
+        const char c = text_.at(start);
+        if (c == '"' || c == '\'') return text_.quoted_end(start);
+        if (!node.flow && (c == '|' || c == '>')) return text_.block_scalar_end(start);
+        return text_.plain_end(start, node.flow);
+      }
+      case Node::Kind::Map:
+      case Node::Kind::Seq:
+        if (node.flow) return text_.flow_end(start);
+        if (node.kind == Node::Kind::Map) {
+          return node.entries.empty() ? start : entry_end(node.entries.back());
+        }
+        return node.items.empty() ? start : node_end(*node.items.back());
+    }
+    return start;
+  }
+
+  // An empty value (`key:` and nothing) has no text of its own.
+  bool empty_value(const Node::Entry& entry) const {
+    return entry.value->kind == Node::Kind::Null &&
+           (entry.value->pos <= colon(entry) ||
+            text_.plain_end(text_.skip_properties(entry.value->pos), entry.value->flow) ==
+                text_.skip_properties(entry.value->pos));
+  }
+
+  std::size_t colon(const Node::Entry& entry) const {
+    return text_.colon_after_key(entry.key_pos, entry.value && entry.value->flow);
+  }
+
+  std::size_t entry_end(const Node::Entry& entry) const {
+    if (empty_value(entry)) return colon(entry) + 1;
+    return node_end(*entry.value);
+  }
+
+  // Changes `map` (whose value was `before`) into `after`; false when that
+  // cannot be done key by key (a key was removed).
+  bool edit_map(const Node& map, const Json& before, const Json& after) {
+    if (has_removed_keys(before, after)) return false;
+    for (const auto& [key, value] : after.items()) {
+      auto old = before.find(key);
+      if (old != before.end() && same(*old, value)) continue;
+      const Node::Entry* entry = map.find(key);
+      if (entry == nullptr) {  // new, or brought in by a merge key (<<)
+        insert_entry(map, key, value);
+        continue;
+      }
+      const Node& node = *entry->value;
+      if (old != before.end() && node.kind == Node::Kind::Map && old->is_object() &&
+          value.is_object() && edit_map(node, *old, value)) {
+        continue;
+      }
+      if (old != before.end() && node.kind == Node::Kind::Seq && old->is_array() &&
+          value.is_array() && edit_seq(node, *old, value)) {
+        continue;
+      }
+      replace_value(map, *entry, value);
+    }
+    return true;
+  }
+
+ private:
+  bool edit_seq(const Node& seq, const Json& before, const Json& after) {
+    if (before.size() != after.size() || seq.items.size() != after.size()) return false;
+    for (std::size_t i = 0; i < after.size(); ++i) {
+      if (same(before[i], after[i])) continue;
+      const Node& item = *seq.items[i];
+      if (item.kind != Node::Kind::Map || !before[i].is_object() || !after[i].is_object() ||
+          !edit_map(item, before[i], after[i])) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void add(std::size_t offset, std::size_t length, std::string text) {
+    edits_.push_back({offset, length, std::move(text)});
+  }
+
+  std::string key_text(const std::string& key) const {
+    if (json_) return Json(key).dump();
+    return plain_yaml_ok(key) && key.find_first_of(",[]{}") == std::string::npos
+               ? key
+               : double_quoted_yaml(key);
+  }
+
+  std::string flow_text(const Json& value) const {
+    return json_ ? value.dump(-1, ' ', false, Json::error_handler_t::replace) : to_flow_yaml(value);
+  }
+
+  // Pretty JSON whose lines after the first start at `indent`.
+  std::string json_text(const Json& value, std::size_t indent, int unit) const {
+    const std::string dumped = value.dump(unit, ' ', false, Json::error_handler_t::replace);
+    std::string out;
+    for (char c : dumped) {
+      if (c == '\n') {
+        out += newline_;
+        out.append(indent, ' ');
+      } else {
+        out.push_back(c);
+      }
+    }
+    return out;
+  }
+
+  // Block YAML, every line at `indent`, without the last line break.
+  std::string block_text(const Json& value, std::size_t indent) const {
+    const std::string yaml = to_yaml(value);
+    std::string out;
+    std::size_t start = 0;
+    while (start < yaml.size()) {
+      std::size_t end = yaml.find('\n', start);
+      if (end == std::string::npos) end = yaml.size();
+      if (!out.empty() || start > 0) out += newline_;
+      if (end > start) out.append(indent, ' ');
+      out.append(yaml, start, end - start);
+      start = end + 1;
+    }
+    return out;
+  }
+
+  static bool nonempty_collection(const Json& value) {
+    return (value.is_object() || value.is_array()) && !value.empty();
+  }
+
+  // A scalar that replaces one written in some quoting style keeps it when
+  // the style can still hold the value.
+  std::string scalar_in_style(const Json& value, char style) const {
+    if (json_) return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+    if (!value.is_string()) return scalar_yaml(value);
+    const auto& s = value.get_ref<const std::string&>();
+    const bool printable = std::none_of(s.begin(), s.end(), [](char c) {
+      return static_cast<unsigned char>(c) < 0x20 || c == 0x7F;
+    });
+    if (style == '\'' && printable) {
+      std::string out = "'";
+      for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+      return out + "'";
+    }
+    if (style == '"') return double_quoted_yaml(s);
+    return scalar_yaml(value);
+  }
+
+  void replace_value(const Node& map, const Node::Entry& entry, const Json& value) {
+    const Node& node = *entry.value;
+    const std::size_t after_colon = colon(entry) + 1;
+    if (map.flow) {
+      if (empty_value(entry)) {
+        add(after_colon, 0, " " + flow_text(value));
+      } else {
+        const std::size_t start = text_.skip_properties(node.pos);
+        add(start, node_end(node) - start, flow_text(value));
+      }
+      return;
+    }
+    const bool scalar_to_scalar = node.kind == Node::Kind::Scalar && !nonempty_collection(value);
+    if (scalar_to_scalar) {
+      const std::size_t start = text_.skip_properties(node.pos);
+      const char style = text_.at(start);
+      if (style != '|' && style != '>') {
+        add(start, node_end(node) - start, scalar_in_style(value, style));
+        return;
+      }
+    }
+    const std::size_t end = entry_end(entry);
+    if (!nonempty_collection(value)) {
+      add(after_colon, end - after_colon, " " + scalar_yaml(value));
+      return;
+    }
+    // A block value that starts on a later line keeps what follows the
+    // colon on the key's own line (a comment).
+    std::size_t from = after_colon;
+    if (node.kind != Node::Kind::Null && node.line > entry.key_line) {
+      from = after_colon;
+      while (!text_.line_end(from)) ++from;
+    }
+    add(from, end - from,
+        newline_ + block_text(value, static_cast<std::size_t>(entry.key_column) + 2));
+  }
+
+  void insert_entry(const Node& map, const std::string& key, const Json& value) {
+    if (map.flow) {
+      insert_flow_entry(map, key, value);
+      return;
+    }
+    const std::size_t indent = map.entries.empty()
+                                   ? static_cast<std::size_t>(map.column)
+                                   : static_cast<std::size_t>(map.entries.front().key_column);
+    const std::size_t at = map.entries.empty() ? node_end(map) : entry_end(map.entries.back());
+    std::string text = newline_ + std::string(indent, ' ') + key_text(key) + ":";
+    text += nonempty_collection(value) ? newline_ + block_text(value, indent + 2)
+                                       : " " + scalar_yaml(value);
+    add(at, 0, std::move(text));
+  }
+
+  void insert_flow_entry(const Node& map, const std::string& key, const Json& value) {
+    const std::size_t start = text_.skip_properties(map.pos);
+    if (map.entries.empty()) {
+      add(start + 1, 0, key_text(key) + ": " + flow_text(value));
+      return;
+    }
+    const Node::Entry& last = map.entries.back();
+    const std::size_t at = entry_end(last);
+    if (last.key_line == map.line) {
+      add(at, 0, ", " + key_text(key) + ": " + flow_text(value));
+      return;
+    }
+    // One member per line (pretty JSON): a new line at the members' indentation.
+    const auto indent = static_cast<std::size_t>(last.key_column);
+    const std::size_t map_indent = text_.indent_at(text_.line_start(start));
+    const int unit = indent > map_indent ? static_cast<int>(indent - map_indent) : 2;
+    const std::string rendered = json_ ? json_text(value, indent, unit) : flow_text(value);
+    add(at, 0, "," + newline_ + std::string(indent, ' ') + key_text(key) + ": " + rendered);
+  }
+
+  Text text_;
+  bool json_;
+  std::string newline_;
+  std::vector<TextEdit> edits_;
+};
+
+// The tree of one document, parsed from `text` (the document alone, starting
+// at `offset` of the source).
+struct Parsed {
+  std::unique_ptr<TreeBuilder> builder;
+  Node* root = nullptr;
+};
+
+Parsed parse_document(const std::string& source, int index) {
+  Parsed parsed;
+  detail::MemoryStream stream(source);
+  YAML::Parser parser(stream);
+  SkipEvents skip;
+  for (int i = 0; i < index; ++i) {
+    if (!parser.HandleNextDocument(skip)) return parsed;
+  }
+  // yaml-cpp's positions start after a byte order mark.
+  const std::size_t bom = std::string_view(source).starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  parsed.builder = std::make_unique<TreeBuilder>(bom);
+  if (parser.HandleNextDocument(*parsed.builder)) parsed.root = parsed.builder->root();
+  return parsed;
+}
+
+bool first_char_is_brace(std::string_view text, std::size_t from) {
+  while (from < text.size() &&
+         (text[from] == ' ' || text[from] == '\t' || text[from] == '\n' || text[from] == '\r')) {
+    ++from;
+  }
+  return from < text.size() && text[from] == '{';
+}
+
+// True when the document's text, with the edits applied, reads back as `updated`.
+bool reads_back(const std::string& source, std::size_t begin, std::size_t end,
+                const std::vector<TextEdit>& edits, const Json& updated) {
+  std::vector<TextEdit> local;
+  for (const auto& e : edits) local.push_back({e.offset - begin, e.length, e.text});
+  std::string fragment = apply_edits(std::string_view(source).substr(begin, end - begin), local);
+  auto documents = read_text(std::move(fragment), "edit");
+  return documents && documents->size() == 1 && same(documents->front().value, updated);
+}
+
+std::vector<TextEdit> normalised(std::vector<TextEdit> edits) {
+  std::stable_sort(edits.begin(), edits.end(),
+                   [](const TextEdit& a, const TextEdit& b) { return a.offset < b.offset; });
+  return edits;
+}
+
+bool overlapping(const std::vector<TextEdit>& edits) {
+  for (std::size_t i = 1; i < edits.size(); ++i) {
+    if (edits[i - 1].offset + edits[i - 1].length > edits[i].offset) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string apply_edits(std::string_view text, const std::vector<TextEdit>& edits) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t at = 0;
+  for (const auto& e : edits) {
+    out.append(text.substr(at, e.offset - at));
+    out += e.text;
+    at = e.offset + e.length;
+  }
+  out.append(text.substr(std::min(at, text.size())));
+  return out;
+}
+
+DocumentEdit edit_document(const Document& document, const Json& updated) {
+  DocumentEdit result;
+  if (!document.source) return result;
+  const std::string& source = *document.source;
+  Parsed parsed;
+  try {
+    parsed = parse_document(source, document.index);
+  } catch (...) {
+    return result;  // the source was read before, so this is not reached
+  }
+  if (parsed.root == nullptr) return result;
+  const Node& root = *parsed.root;
+  const bool json = first_char_is_brace(source, root.pos);
+  Editor editor(source, json);
+  const std::size_t begin = root.pos;
+  const std::size_t end = editor.node_end(root);
+  if (root.kind == Node::Kind::Map && document.value.is_object() && updated.is_object() &&
+      editor.edit_map(root, document.value, updated)) {
+    auto edits = normalised(std::move(editor.edits()));
+    if (!overlapping(edits) && reads_back(source, begin, end, edits, updated)) {
+      result.edits = std::move(edits);
+      return result;
+    }
+  }
+  // Whole: the same style (JSON stays JSON), comments around it kept.
+  std::string whole =
+      json ? updated.dump(2, ' ', false, Json::error_handler_t::replace) : to_yaml(updated);
+  if (!json && whole.ends_with('\n')) whole.pop_back();
+  result.edits = {{begin, end - begin, std::move(whole)}};
+  result.rewritten = true;
+  return result;
+}
+
+std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edits,
+                         std::string_view old_name, std::string_view new_name) {
+  if (edits.empty()) return "";
+  // Lines of the old text, as [start, end) offsets including the line break.
+  std::vector<std::size_t> starts{0};
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\n') starts.push_back(i + 1);
+  }
+  if (starts.back() == text.size() && text.size() > 0) starts.pop_back();
+  const auto line_of = [&](std::size_t offset) {
+    return static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), offset) -
+                                    starts.begin()) -
+           1;
+  };
+  const auto line_end = [&](std::size_t line) {
+    return line + 1 < starts.size() ? starts[line + 1] : text.size();
+  };
+  struct Group {
+    std::size_t first, last;  // old lines, inclusive
+    std::vector<TextEdit> edits;
+  };
+  std::vector<Group> groups;
+  for (const auto& e : edits) {
+    const std::size_t first = line_of(std::min(e.offset, text.empty() ? 0 : text.size() - 1));
+    const std::size_t last =
+        e.length == 0 ? first : line_of(std::min(e.offset + e.length - 1, text.size() - 1));
+    if (!groups.empty() && first <= groups.back().last + 1) {
+      groups.back().last = std::max(groups.back().last, last);
+      groups.back().edits.push_back(e);
+    } else {
+      groups.push_back({first, last, {e}});
+    }
+  }
+  const auto split = [](std::string_view block) {
+    std::vector<std::string> lines;
+    std::size_t start = 0;
+    while (start < block.size()) {
+      std::size_t end = block.find('\n', start);
+      end = end == std::string_view::npos ? block.size() : end + 1;
+      lines.emplace_back(block.substr(start, end - start));
+      start = end;
+    }
+    return lines;
+  };
+  const auto emit_line = [](std::string& out, char mark, const std::string& line) {
+    out += mark;
+    out += line;
+    if (!line.ends_with('\n')) out += "\n\\ No newline at end of file\n";
+  };
+  constexpr std::size_t kContext = 3;
+  std::string out = fmt::format("--- {}\n+++ {}\n", old_name, new_name);
+  long delta = 0;  // new line number minus old line number, before the hunk
+  for (std::size_t g = 0; g < groups.size();) {
+    // Groups closer than twice the context share a hunk.
+    std::size_t h = g;
+    while (h + 1 < groups.size() && groups[h + 1].first <= groups[h].last + 2 * kContext + 1) ++h;
+    const std::size_t from = groups[g].first > kContext ? groups[g].first - kContext : 0;
+    const std::size_t to = std::min(groups[h].last + kContext, starts.size() - 1);
+    std::string body;
+    std::size_t old_count = 0, new_count = 0;
+    std::size_t line = from;
+    for (std::size_t k = g; k <= h; ++k) {
+      for (; line < groups[k].first; ++line, ++old_count, ++new_count) {
+        emit_line(body, ' ', std::string(text.substr(starts[line], line_end(line) - starts[line])));
+      }
+      const std::size_t begin = starts[groups[k].first];
+      const std::size_t end = line_end(groups[k].last);
+      std::vector<TextEdit> local;
+      for (const auto& e : groups[k].edits) local.push_back({e.offset - begin, e.length, e.text});
+      const auto before = split(text.substr(begin, end - begin));
+      const auto after = split(apply_edits(text.substr(begin, end - begin), local));
+      // Lines the edits left as they were are context, not a change.
+      std::size_t head = 0, tail = 0;
+      while (head < before.size() && head < after.size() && before[head] == after[head]) ++head;
+      while (tail + head < before.size() && tail + head < after.size() &&
+             before[before.size() - 1 - tail] == after[after.size() - 1 - tail]) {
+        ++tail;
+      }
+      for (std::size_t i = 0; i < head; ++i) emit_line(body, ' ', before[i]);
+      for (std::size_t i = head; i + tail < before.size(); ++i) emit_line(body, '-', before[i]);
+      for (std::size_t i = head; i + tail < after.size(); ++i) emit_line(body, '+', after[i]);
+      for (std::size_t i = before.size() - tail; i < before.size(); ++i) {
+        emit_line(body, ' ', before[i]);
+      }
+      old_count += before.size();
+      new_count += after.size();
+      line = groups[k].last + 1;
+    }
+    for (; line <= to; ++line, ++old_count, ++new_count) {
+      emit_line(body, ' ', std::string(text.substr(starts[line], line_end(line) - starts[line])));
+    }
+    const long old_start = static_cast<long>(from) + 1;
+    out += fmt::format("@@ -{},{} +{},{} @@\n", old_count ? old_start : old_start - 1, old_count,
+                       new_count ? old_start + delta : old_start + delta - 1, new_count);
+    out += body;
+    delta += static_cast<long>(new_count) - static_cast<long>(old_count);
+    g = h + 1;
+  }
+  return out;
+}
+
+}  // namespace gracekeeper::manifest

@@ -1,0 +1,189 @@
+#include "prescan.h"
+
+#include <cstdint>
+
+namespace gracekeeper::manifest::detail {
+namespace {
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t';
+}
+
+bool is_break(char c) {
+  return c == '\n' || c == '\r';
+}
+
+// One pass over the text, line by line, with the little state YAML needs to
+// tell structure from content: inside a quoted scalar (which may span lines),
+// inside a block scalar (`|`, `>`: skipped while lines are indented deeper
+// than the line that started it), and the current flow depth.
+class DepthScanner {
+ public:
+  DepthScanner(std::string_view text, int max_depth) : text_(text), max_depth_(max_depth) {}
+
+  std::optional<std::size_t> run() {
+    while (i_ < text_.size()) {
+      std::size_t indent = 0;
+      while (i_ < text_.size() && text_[i_] == ' ') {
+        ++i_;
+        ++indent;
+      }
+      if (block_scalar_indent_ >= 0) {
+        if (at_line_end() || static_cast<long>(indent) > block_scalar_indent_) {
+          skip_line();
+          continue;
+        }
+        block_scalar_indent_ = -1;
+      }
+      if (quote_ != 0) {
+        if (!scan_quoted()) return too_deep_;
+      }
+      if (depth_ > 0) {
+        if (!scan_flow()) return too_deep_;
+      }
+      if (depth_ == 0 && quote_ == 0 && !scan_block(indent)) return too_deep_;
+      skip_line();
+    }
+    return std::nullopt;
+  }
+
+ private:
+  bool at_line_end() const { return i_ >= text_.size() || is_break(text_[i_]); }
+
+  void skip_line() {
+    while (i_ < text_.size() && !is_break(text_[i_])) ++i_;
+    while (i_ < text_.size() && is_break(text_[i_])) {
+      ++i_;
+      if (text_[i_ - 1] == '\n') break;
+    }
+  }
+
+  // Continues a quoted scalar up to its closing quote or the end of the line.
+  bool scan_quoted() {
+    while (!at_line_end()) {
+      const char c = text_[i_++];
+      if (quote_ == '"' && c == '\\') {
+        if (!at_line_end()) ++i_;
+      } else if (c == quote_) {
+        if (quote_ == '\'' && i_ < text_.size() && text_[i_] == '\'') {
+          ++i_;
+          continue;
+        }
+        quote_ = 0;
+        return true;
+      }
+    }
+    return true;
+  }
+
+  bool open() {
+    if (++depth_ > max_depth_) {
+      too_deep_ = i_ - 1;
+      return false;
+    }
+    return true;
+  }
+
+  // Inside flow collections: every bracket outside quotes and comments counts.
+  bool scan_flow() {
+    while (depth_ > 0 && !at_line_end()) {
+      if (quote_ != 0) {
+        scan_quoted();
+        continue;
+      }
+      const char c = text_[i_++];
+      if (c == '"' || c == '\'') {
+        quote_ = c;
+      } else if (c == '#' && (i_ == 1 || is_space(text_[i_ - 2]))) {
+        while (!at_line_end()) ++i_;
+      } else if (c == '[' || c == '{') {
+        if (!open()) return false;
+      } else if (c == ']' || c == '}') {
+        --depth_;
+      }
+    }
+    return true;
+  }
+
+  // Block context: a flow collection, a quoted scalar or a block scalar can
+  // only start where a node starts, after the indentation, an indicator
+  // (`- `, `? `, `: `), an anchor or a tag.
+  bool scan_block(std::size_t indent) {
+    while (!at_line_end()) {
+      const char c = text_[i_];
+      if (is_space(c)) {
+        ++i_;
+      } else if (c == '#') {
+        return true;
+      } else if ((c == '-' || c == '?' || c == ':') &&
+                 (i_ + 1 >= text_.size() || is_space(text_[i_ + 1]) || is_break(text_[i_ + 1]))) {
+        ++i_;
+      } else if (c == '&' || c == '!') {
+        while (!at_line_end() && !is_space(text_[i_])) ++i_;
+      } else if (c == '[' || c == '{') {
+        ++i_;
+        if (!open() || !scan_flow()) return false;
+      } else if (c == '"' || c == '\'') {
+        quote_ = c;
+        ++i_;
+        scan_quoted();
+        if (quote_ != 0) return true;  // continues on the next line
+      } else if (c == '|' || c == '>') {
+        block_scalar_indent_ = static_cast<long>(indent);
+        return true;
+      } else if (!skip_plain()) {
+        return true;
+      }
+    }
+    return true;
+  }
+
+  // A plain scalar in block context; true when it was a key (`: ` follows)
+  // and the scan continues with its value on this line.
+  bool skip_plain() {
+    while (!at_line_end()) {
+      const char c = text_[i_++];
+      if (c == ':' && (at_line_end() || is_space(text_[i_]))) return true;
+      if (c == '#' && i_ >= 2 && is_space(text_[i_ - 2])) {
+        while (!at_line_end()) ++i_;
+        return false;
+      }
+    }
+    return false;
+  }
+
+  std::string_view text_;
+  int max_depth_;
+  std::size_t i_ = 0;
+  int depth_ = 0;
+  char quote_ = 0;
+  long block_scalar_indent_ = -1;
+  std::optional<std::size_t> too_deep_;
+};
+
+}  // namespace
+
+std::optional<std::size_t> find_too_deep(std::string_view text, int max_depth) {
+  return DepthScanner(text, max_depth).run();
+}
+
+bool has_lone_cr(std::string_view text) {
+  for (std::size_t i = text.find('\r'); i != std::string_view::npos; i = text.find('\r', i + 1)) {
+    if (i + 1 == text.size() || text[i + 1] != '\n') return true;
+  }
+  return false;
+}
+
+bool normalise_line_breaks(std::string& text) {
+  if (!has_lone_cr(text)) return false;
+  bool changed = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\r' && (i + 1 == text.size() || text[i + 1] != '\n')) {
+      text[i] = '\n';
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+}  // namespace gracekeeper::manifest::detail

@@ -1,0 +1,100 @@
+// plan --in-place on a corpus of real-world styles (test/corpus/plan): each
+// input's diff is the expected one, kept beside it; after the edit `check`
+// passes, a second plan changes nothing, and PyYAML (a YAML 1.1 loader)
+// reads the edited file as the same objects our reader does.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gracekeeper/cli/cli.h"
+
+namespace gracekeeper::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = 0;
+  std::string out, err;
+};
+
+Result run(std::vector<std::string> args) {
+  std::vector<std::string_view> views(args.begin(), args.end());
+  std::istringstream in;
+  std::ostringstream out, err;
+  const int code = main(views, Streams{in, out, err});
+  return {code, out.str(), err.str()};
+}
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+TEST(Corpus, PlanInPlaceEditsOnlyWhatItMust) {
+  ::setenv("SOURCE_DATE_EPOCH", "1790000000", 1);
+  const fs::path corpus = fs::path(GK_SOURCE_DIR) / "test/corpus/plan";
+  const fs::path work = fs::temp_directory_path() / ("gk-corpus-" + std::to_string(::getpid()));
+  fs::create_directories(work);
+  int inputs = 0;
+  for (const auto& entry : fs::directory_iterator(corpus)) {
+    const fs::path input = entry.path();
+    if (input.extension() == ".diff") continue;
+    ++inputs;
+    SCOPED_TRACE(input.filename().string());
+    const fs::path copy = work / input.filename();
+    fs::copy_file(input, copy, fs::copy_options::overwrite_existing);
+    // The expected diff names the corpus file as it is given here.
+    const std::string name = "test/corpus/plan/" + input.filename().string();
+    auto diff = run({"plan", "--diff", "-f", input.string()});
+    ASSERT_EQ(diff.code, 0) << diff.err;
+    std::string expected = slurp(fs::path(input).replace_extension(".diff"));
+    std::string got = diff.out;
+    for (std::string* text : {&got}) {
+      for (auto at = text->find(input.string()); at != std::string::npos;
+           at = text->find(input.string())) {
+        text->replace(at, input.string().size(), name);
+      }
+    }
+    EXPECT_EQ(got, expected);
+    EXPECT_EQ(diff.err.find("written out whole"), std::string::npos) << diff.err;
+
+    auto edited = run({"plan", "-w", "-f", copy.string()});
+    ASSERT_EQ(edited.code, 0) << edited.err;
+    EXPECT_EQ(edited.out, "");
+    auto checked = run({"check", "-f", copy.string()});
+    EXPECT_EQ(checked.code, 0) << checked.out << checked.err;
+    auto again = run({"plan", "--diff", "-f", copy.string()});
+    EXPECT_EQ(again.code, 0);
+    EXPECT_EQ(again.out, "") << "a second plan changes something";
+    EXPECT_NE(again.err.find("0 Deployment(s) changed"), std::string::npos) << again.err;
+
+    // YAML 1.1 (PyYAML) reads what our reader reads (dates as text, as Kubernetes does).
+    auto json = run({"plan", "-o", "json", "-f", copy.string()});
+    ASSERT_EQ(json.code, 0);
+    const fs::path ours = work / (input.filename().string() + ".ours.json");
+    std::ofstream(ours) << json.out;
+    const std::string script =
+        "import json,sys,yaml\n"
+        "docs=[d for d in yaml.safe_load_all(open(sys.argv[1],encoding='utf-8')) if d is not "
+        "None]\n"
+        "ours=json.load(open(sys.argv[2]))\n"
+        "ours=ours['items'] if len(docs)!=1 else [ours]\n"
+        "norm=lambda v: json.loads(json.dumps(v,default=str,sort_keys=True))\n"
+        "sys.exit(0 if norm(docs)==norm(ours) else 1)\n";
+    const fs::path py = work / "compare.py";
+    std::ofstream(py) << script;
+    const std::string command =
+        "python3 " + py.string() + " " + copy.string() + " " + ours.string() + " 2>&1";
+    EXPECT_EQ(std::system(command.c_str()), 0) << "PyYAML reads other objects";
+  }
+  EXPECT_GE(inputs, 15);
+  fs::remove_all(work);
+}
+
+}  // namespace
+}  // namespace gracekeeper::cli

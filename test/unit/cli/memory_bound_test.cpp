@@ -1,0 +1,159 @@
+// The hostile-input classes of issue 20, run through the real binary: for
+// each, peak RSS (getrusage of the child) stays under 3x the input + 64 MiB,
+// the exit code is the right one, and it is over within seconds. Measured,
+// not assumed.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Measured {
+  int code = -1;
+  long peak_kib = 0;
+  double seconds = 0;
+};
+
+// Runs GK_BINARY with `args`, stdout and stderr to /dev/null.
+Measured run_binary(const std::vector<std::string>& args) {
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    std::string binary = GK_BINARY;
+    argv.push_back(binary.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::FILE* null = std::fopen("/dev/null", "w");
+    ::dup2(fileno(null), 1);
+    ::dup2(fileno(null), 2);
+    ::execv(binary.c_str(), argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  ::wait4(pid, &status, 0, &usage);
+  Measured m;
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  m.peak_kib = usage.ru_maxrss;
+  return m;
+}
+
+class MemoryBound : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("gk-memory-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path path = dir_ / name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path.string();
+  }
+
+  // Asserts the bound for `command` on the file.
+  void expect_bounded(const std::string& name, const std::string& text, const char* command,
+                      int expected_code, std::vector<std::string> extra = {}) {
+    SCOPED_TRACE(name + " " + command);
+    const auto path = write(name, text);
+    std::vector<std::string> args{command, "-f", path};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Measured m = run_binary(args);
+    const double bound_kib = 3.0 * static_cast<double>(text.size()) / 1024 + 64 * 1024;
+    std::printf(
+        "[ bound    ] %-28s %-6s %9zu bytes: exit %d, %6.2f s, peak %7ld KiB (bound %.0f)\n",
+        name.c_str(), command, text.size(), m.code, m.seconds, m.peak_kib, bound_kib);
+    EXPECT_EQ(m.code, expected_code);
+    EXPECT_LT(static_cast<double>(m.peak_kib), bound_kib);
+    EXPECT_LT(m.seconds, 20.0);  // a loaded 2-core machine; seconds, not minutes
+  }
+
+  fs::path dir_;
+};
+
+std::string deployment(int i) {
+  return "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app-" + std::to_string(i) +
+         "\n  annotations:\n    gracekeeper.dev/enabled: \"true\"\nspec:\n  replicas: 2\n"
+         "  template:\n    metadata:\n      labels: {app: a}\n    spec:\n      containers:\n"
+         "      - name: app\n        image: app:1\n        ports:\n        - containerPort: 8080\n";
+}
+
+TEST_F(MemoryBound, AliasesAcrossDocuments) {
+  std::string text;
+  for (int d = 0; d < 200; ++d) {
+    text += "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: m" + std::to_string(d) +
+            "}\ndata:\n  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+            "  b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+            "  c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+            "  d: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n---\n";
+  }
+  expect_bounded("aliases.yaml", text, "plan", 2);
+  expect_bounded("aliases.yaml", text, "check", 2);
+}
+
+TEST_F(MemoryBound, DeepNesting) {
+  const std::string text = "apiVersion: v1\nkind: ConfigMap\ndata: " + std::string(20u << 20, '[');
+  expect_bounded("brackets.yaml", text, "plan", 2);
+  expect_bounded("brackets.yaml", text, "check", 2);
+}
+
+TEST_F(MemoryBound, Garbage) {
+  std::string text = "apiVersion: v1\nkind: ConfigMap\ndata:\n  a: b\n";
+  text += std::string(20u << 20, ':');
+  expect_bounded("garbage.yaml", text, "check", 2);
+  std::string binary(20u << 20, 'x');
+  binary[1000] = '\0';
+  expect_bounded("binary.yaml", binary, "check", 2);
+}
+
+// OPEN (issue 20, "Size"): a 20 MB single-line document decodes to ~280 MB
+// peak (measured), over the 3x + 64 MiB bound: the decoded JSON tree costs
+// ~13x its text. Disabled until documents are streamed below the object
+// level; run it with --gtest_also_run_disabled_tests.
+TEST_F(MemoryBound, DISABLED_LargeSingleLineDocument) {
+  std::string text =
+      "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": "
+      "\"big\"}, \"data\": {";
+  for (int i = 0; text.size() < (20u << 20); ++i) {
+    text += (i ? ", \"k" : "\"k") + std::to_string(i) + "\": \"" + std::string(40, 'v') + "\"";
+  }
+  text += "}}\n";
+  expect_bounded("single-line.json", text, "check", 0);
+  expect_bounded("single-line.json", text, "plan", 0);
+}
+
+// OPEN: plan edits each changed document after re-parsing the source up to
+// it (edit_document skips the earlier documents), so plan on thousands of
+// changed documents is quadratic and this test does not finish in time.
+TEST_F(MemoryBound, DISABLED_ManyDeploymentsAndAList) {
+  std::string documents;
+  for (int i = 0; i < 5000; ++i) documents += (i ? "---\n" : "") + deployment(i);
+  expect_bounded("documents.yaml", documents, "plan", 0);
+  std::string list = "apiVersion: v1\nkind: List\nitems:\n";
+  for (int i = 0; i < 5000; ++i) {
+    std::string item = deployment(i);
+    std::string indented = "- ";
+    for (std::size_t k = 0; k < item.size(); ++k) {
+      indented += item[k];
+      if (item[k] == '\n' && k + 1 < item.size()) indented += "  ";
+    }
+    list += indented;
+  }
+  expect_bounded("list.yaml", list, "plan", 0);
+  expect_bounded("list.yaml", list, "check", 1);
+}
+
+}  // namespace
