@@ -18,15 +18,15 @@ constexpr std::array<bool, 256> kUnreserved = [] {
 }  // namespace
 
 void append_percent_encoded(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
+  static constexpr char hex[] = "0123456789ABCDEF";
   out.reserve(out.size() + s.size());
   for (unsigned char ch : s) {
     if (kUnreserved[ch]) {
       out += static_cast<char>(ch);
     } else {
       out += '%';
-      out += kHex[ch >> 4];
-      out += kHex[ch & 15];
+      out += hex[ch >> 4];
+      out += hex[ch & 15];
     }
   }
 }

@@ -14,10 +14,10 @@ namespace {
 using Json = nlohmann::json;
 
 std::string_view trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\r";
-  const auto first = s.find_first_not_of(kSpace);
+  constexpr std::string_view space = " \t\r";
+  const auto first = s.find_first_not_of(space);
   if (first == std::string_view::npos) return {};
-  return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
+  return s.substr(first, s.find_last_not_of(space) - first + 1);
 }
 
 // nlohmann's parser itself is iterative, but copying and comparing a json are
@@ -79,9 +79,9 @@ WatchStatus decode_status(const Json& object) {
   if (code != object.end() && code->is_number_integer()) {
     // Clamp rather than wrap: a nonsense code must not turn into 410.
     const auto wide = code->get<std::int64_t>();
-    constexpr std::int64_t kMin = std::numeric_limits<int>::min();
-    constexpr std::int64_t kMax = std::numeric_limits<int>::max();
-    status.code = static_cast<int>(wide < kMin ? kMin : wide > kMax ? kMax : wide);
+    constexpr std::int64_t lowest = std::numeric_limits<int>::min();
+    constexpr std::int64_t highest = std::numeric_limits<int>::max();
+    status.code = static_cast<int>(wide < lowest ? lowest : wide > highest ? highest : wide);
   }
   return status;
 }
