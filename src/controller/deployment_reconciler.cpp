@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "log.h"
+#include "gracekeeper/log/log.h"
 
 namespace gracekeeper::controller {
 namespace {

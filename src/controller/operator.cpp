@@ -25,9 +25,9 @@
 #include "deployment_reconciler.h"
 #include "gracekeeper/kube/config.h"
 #include "gracekeeper/kube/leader_election.h"
+#include "gracekeeper/log/log.h"
 #include "gracekeeper/server/http_server.h"
 #include "handlers.h"
-#include "log.h"
 #include "policy_reconciler.h"
 #include "ports.h"
 

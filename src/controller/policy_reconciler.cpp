@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "log.h"
+#include "gracekeeper/log/log.h"
 
 namespace gracekeeper::controller {
 

@@ -247,7 +247,9 @@ void HeldEvents::push(const EventRecord& e, SystemTime observed, SteadyTime sinc
                                       e.regarding.uid,
                                       e.reason,
                                       e.action};
-  std::size_t size = sizeof(std::uint8_t) + 2 * sizeof(std::int64_t) + sizeof note;
+  std::size_t size =
+      sizeof(std::uint8_t) + 2 * sizeof(std::int64_t) +
+      sizeof note;  // NOLINT(bugprone-sizeof-expression): the pointer is what is stored
   for (auto text : strings)
     size += sizeof(std::uint16_t) + std::min<std::size_t>(text.size(), 0xffff);
   if (chunks_.empty() || chunks_.back().capacity - chunks_.back().written < size) {
@@ -267,7 +269,7 @@ void HeldEvents::push(const EventRecord& e, SystemTime observed, SteadyTime sinc
                                 since.time_since_epoch().count()};
   put_bytes(out, &type, sizeof type);
   put_bytes(out, times, sizeof times);
-  put_bytes(out, &note, sizeof note);
+  put_bytes(out, &note, sizeof note);  // NOLINT(bugprone-sizeof-expression)
   for (auto text : strings) put_string(out, text);
   c.written += size;
   ++size_;

@@ -5,14 +5,16 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <cctype>
 #include <exception>
 #include <functional>
 #include <variant>
 
+#include "gracekeeper/http/encoding.h"
 #include "json_reader.h"
 
 namespace gracekeeper::kube {
+
+using http::add_query;
 
 namespace asio = boost::asio;
 using nlohmann::json;
@@ -33,25 +35,6 @@ std::string metadata_string(const json& object, const char* field) {
 // as a failure, so a server that keeps closing at once is not hammered
 // (client-go does the same for "very short watches").
 constexpr auto kShortWatch = std::chrono::seconds{1};
-
-// Appends `key=value` (value percent-encoded) to a target, unless value is
-// empty; the same query Client::list sends.
-void add_query(std::string& target, std::string_view key, std::string_view value) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  if (value.empty()) return;
-  target += target.find('?') == std::string::npos ? '?' : '&';
-  target += key;
-  target += '=';
-  for (unsigned char ch : value) {
-    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
-      target += static_cast<char>(ch);
-    } else {
-      target += '%';
-      target += hex[ch >> 4];
-      target += hex[ch & 15];
-    }
-  }
-}
 
 }  // namespace
 

@@ -149,7 +149,7 @@ class HeldEvents {
   std::size_t chunk_bytes() const;
   std::size_t distinct_notes() const { return notes_.size(); }
 
-  static constexpr std::size_t kChunkSize = 256 * 1024;
+  static constexpr std::size_t kChunkSize = std::size_t{256} * 1024;
 
  private:
   struct Chunk {

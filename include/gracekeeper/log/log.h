@@ -35,9 +35,3 @@ inline void error(std::string_view m, std::initializer_list<Field> f = {}) {
 }
 
 }  // namespace gracekeeper::log
-
-// Until src/controller/log.h (a forwarder) goes: controller code names it
-// controller::log.
-namespace gracekeeper::controller {
-namespace log = gracekeeper::log;
-}

@@ -44,7 +44,7 @@ struct HttpServerOptions {
   // keep-alive connection is closed after it too.
   std::chrono::steady_clock::duration timeout = std::chrono::seconds{10};
   // Request line plus headers, and separately the body: larger is 431 / 413.
-  std::size_t max_request_bytes = 8 * 1024;
+  std::size_t max_request_bytes = std::size_t{8} * 1024;
   // Connections beyond this are closed as soon as they are accepted.
   std::size_t max_connections = 64;
 };

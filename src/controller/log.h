@@ -1,1 +1,0 @@
-#include "gracekeeper/log/log.h"
