@@ -154,6 +154,7 @@ struct EditedSource {
 EditedSource edit_source(const SourceText& source, const std::vector<const PlannedChange*>& changes,
                          std::chrono::system_clock::time_point now) {
   EditedSource out;
+  manifest::SourceEditor editor(source.text);
   std::size_t next = 0;
   (void)manifest::for_each_document(source.text, source.name, [&](manifest::Document&& document) {
     if (next >= changes.size()) return false;
@@ -164,9 +165,11 @@ EditedSource edit_source(const SourceText& source, const std::vector<const Plann
       budget::apply_plan(*object_at(updated, change.address.items), change.plan, change.policy_name,
                          now);
     }
-    auto edit = manifest::edit_document(document, updated);
-    if (edit.rewritten) out.rewritten.push_back(document.position.format());
-    out.edits.insert(out.edits.end(), edit.edits.begin(), edit.edits.end());
+    const std::string where = document.position.format();
+    auto edit = editor.edit(std::move(document), updated);
+    if (edit.rewritten) out.rewritten.push_back(where);
+    out.edits.insert(out.edits.end(), std::make_move_iterator(edit.edits.begin()),
+                     std::make_move_iterator(edit.edits.end()));
     return true;
   });
   return out;

@@ -66,6 +66,11 @@ class TreeBuilder final : public YAML::EventHandler {
  public:
   explicit TreeBuilder(std::size_t offset) : offset_(offset) {}
   Node* root() const { return root_; }
+  // Frees the tree (positions are no longer needed once the edits are made).
+  void clear() {
+    std::deque<Node>().swap(nodes_);
+    root_ = nullptr;
+  }
 
   void OnDocumentStart(const YAML::Mark&) override {}
   void OnDocumentEnd() override {}
@@ -554,28 +559,6 @@ class Editor {
   std::vector<TextEdit> edits_;
 };
 
-// The tree of one document, parsed from `text` (the document alone, starting
-// at `offset` of the source).
-struct Parsed {
-  std::unique_ptr<TreeBuilder> builder;
-  Node* root = nullptr;
-};
-
-Parsed parse_document(const std::string& source, int index) {
-  Parsed parsed;
-  detail::MemoryStream stream(source);
-  YAML::Parser parser(stream);
-  SkipEvents skip;
-  for (int i = 0; i < index; ++i) {
-    if (!parser.HandleNextDocument(skip)) return parsed;
-  }
-  // yaml-cpp's positions start after a byte order mark.
-  const std::size_t bom = std::string_view(source).starts_with("\xEF\xBB\xBF") ? 3 : 0;
-  parsed.builder = std::make_unique<TreeBuilder>(bom);
-  if (parser.HandleNextDocument(*parsed.builder)) parsed.root = parsed.builder->root();
-  return parsed;
-}
-
 bool first_char_is_brace(std::string_view text, std::size_t from) {
   while (from < text.size() &&
          (text[from] == ' ' || text[from] == '\t' || text[from] == '\n' || text[from] == '\r')) {
@@ -607,6 +590,38 @@ bool overlapping(const std::vector<TextEdit>& edits) {
   return false;
 }
 
+// The edits for one document whose tree `builder` holds. Once the edits are
+// made, the tree and (when given) the decoded old value are freed before the
+// edited text is read back: on a List of thousands each costs about as much
+// as the document, and they would otherwise all be held at once.
+DocumentEdit edit_tree(const std::string& source, TreeBuilder& builder, const Json& before,
+                       Json* release_before, const Json& updated) {
+  DocumentEdit result;
+  const Node& root = *builder.root();
+  const bool json = first_char_is_brace(source, root.pos);
+  Editor editor(source, json);
+  const std::size_t begin = root.pos;
+  const std::size_t end = editor.node_end(root);
+  const bool in_place = root.kind == Node::Kind::Map && before.is_object() && updated.is_object() &&
+                        editor.edit_map(root, before, updated);
+  builder.clear();
+  if (release_before != nullptr) *release_before = Json();
+  if (in_place) {
+    auto edits = normalised(std::move(editor.edits()));
+    if (!overlapping(edits) && reads_back(source, begin, end, edits, updated)) {
+      result.edits = std::move(edits);
+      return result;
+    }
+  }
+  // Whole: the same style (JSON stays JSON), comments around it kept.
+  std::string whole =
+      json ? updated.dump(2, ' ', false, Json::error_handler_t::replace) : to_yaml(updated);
+  if (!json && whole.ends_with('\n')) whole.pop_back();
+  result.edits = {{begin, end - begin, std::move(whole)}};
+  result.rewritten = true;
+  return result;
+}
+
 }  // namespace
 
 std::string apply_edits(std::string_view text, const std::vector<TextEdit>& edits) {
@@ -622,37 +637,56 @@ std::string apply_edits(std::string_view text, const std::vector<TextEdit>& edit
   return out;
 }
 
-DocumentEdit edit_document(const Document& document, const Json& updated) {
+// One parser over the whole source, moved forward document by document: the
+// documents before the one to edit are skipped once, not once per edit.
+struct SourceEditor::State {
+  explicit State(std::shared_ptr<const std::string> text)
+      : source(std::move(text)), stream(*source), parser(stream) {}
+  std::shared_ptr<const std::string> source;
+  detail::MemoryStream stream;
+  YAML::Parser parser;
+  int next = 0;  // the index of the document the parser reads next
+  bool failed = false;
+};
+
+SourceEditor::SourceEditor(std::shared_ptr<const std::string> source)
+    : state_(source ? std::make_unique<State>(std::move(source)) : nullptr) {}
+
+SourceEditor::~SourceEditor() = default;
+
+DocumentEdit SourceEditor::edit(const Document& document, const Json& updated) {
+  return edit(document, nullptr, updated);
+}
+
+DocumentEdit SourceEditor::edit(Document&& document, const Json& updated) {
+  return edit(document, &document.value, updated);
+}
+
+DocumentEdit SourceEditor::edit(const Document& document, Json* release, const Json& updated) {
   DocumentEdit result;
-  if (!document.source) return result;
-  const std::string& source = *document.source;
-  Parsed parsed;
+  if (!state_ || state_->failed || document.index < state_->next) return result;
+  const std::string& source = *state_->source;
+  // yaml-cpp's positions start after a byte order mark.
+  const std::size_t bom = std::string_view(source).starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  TreeBuilder builder(bom);
   try {
-    parsed = parse_document(source, document.index);
-  } catch (...) {
-    return result;  // the source was read before, so this is not reached
-  }
-  if (parsed.root == nullptr) return result;
-  const Node& root = *parsed.root;
-  const bool json = first_char_is_brace(source, root.pos);
-  Editor editor(source, json);
-  const std::size_t begin = root.pos;
-  const std::size_t end = editor.node_end(root);
-  if (root.kind == Node::Kind::Map && document.value.is_object() && updated.is_object() &&
-      editor.edit_map(root, document.value, updated)) {
-    auto edits = normalised(std::move(editor.edits()));
-    if (!overlapping(edits) && reads_back(source, begin, end, edits, updated)) {
-      result.edits = std::move(edits);
-      return result;
+    SkipEvents skip;
+    for (; state_->next < document.index; ++state_->next) {
+      if (!state_->parser.HandleNextDocument(skip)) state_->failed = true;
+      if (state_->failed) return result;
     }
+    ++state_->next;
+    if (!state_->parser.HandleNextDocument(builder)) state_->failed = true;
+  } catch (...) {
+    state_->failed = true;  // the source was read before, so this is not reached
   }
-  // Whole: the same style (JSON stays JSON), comments around it kept.
-  std::string whole =
-      json ? updated.dump(2, ' ', false, Json::error_handler_t::replace) : to_yaml(updated);
-  if (!json && whole.ends_with('\n')) whole.pop_back();
-  result.edits = {{begin, end - begin, std::move(whole)}};
-  result.rewritten = true;
-  return result;
+  if (state_->failed || builder.root() == nullptr) return result;
+  return edit_tree(source, builder, document.value, release, updated);
+}
+
+DocumentEdit edit_document(const Document& document, const Json& updated) {
+  SourceEditor editor(document.source);
+  return editor.edit(document, updated);
 }
 
 std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edits,
