@@ -579,6 +579,18 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
       detail::normalise_line_breaks(copy);
       text = std::make_shared<const std::string>(std::move(copy));
     }
+    const std::size_t first = text->find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && (*text)[first] == '{') {
+      if (auto value = detail::read_json_object(*text, first)) {
+        const std::size_t line_start = text->find_last_of('\n', first) + 1;  // npos + 1 == 0
+        const auto line = std::count(text->begin(), text->begin() + first, '\n');
+        (void)sink(Document{
+            std::move(*value),
+            Position{file, static_cast<int>(line) + 1, static_cast<int>(first - line_start) + 1}, 0,
+            text});
+        return {};
+      }
+    }
     ReadBudget local;
     return parse_documents(text, file, sink, limits, budget ? *budget : local);
   } catch (const std::bad_alloc&) {
