@@ -689,32 +689,49 @@ DocumentEdit edit_document(const Document& document, const Json& updated) {
   return editor.edit(document, updated);
 }
 
-std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edits,
-                         std::string_view old_name, std::string_view new_name) {
-  if (edits.empty()) return "";
-  // Lines of the old text, as [start, end) offsets including the line break.
-  std::vector<std::size_t> starts{0};
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '\n') starts.push_back(i + 1);
+namespace {
+
+// The old text's lines, as offsets where each starts (line breaks included).
+class Lines {
+ public:
+  explicit Lines(std::string_view text) : text_(text) {
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == '\n') starts_.push_back(i + 1);
+    }
+    if (starts_.back() == text.size() && text.size() > 0) starts_.pop_back();
   }
-  if (starts.back() == text.size() && text.size() > 0) starts.pop_back();
-  const auto line_of = [&](std::size_t offset) {
-    return static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), offset) -
-                                    starts.begin()) -
+  std::size_t count() const { return starts_.size(); }
+  std::size_t of(std::size_t offset) const {
+    return static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), offset) -
+                                    starts_.begin()) -
            1;
-  };
-  const auto line_end = [&](std::size_t line) {
-    return line + 1 < starts.size() ? starts[line + 1] : text.size();
-  };
-  struct Group {
-    std::size_t first, last;  // old lines, inclusive
-    std::vector<TextEdit> edits;
-  };
+  }
+  std::size_t start(std::size_t line) const { return starts_[line]; }
+  std::size_t end(std::size_t line) const {
+    return line + 1 < starts_.size() ? starts_[line + 1] : text_.size();
+  }
+  std::string line(std::size_t line) const {
+    return std::string(text_.substr(start(line), end(line) - start(line)));
+  }
+
+ private:
+  std::string_view text_;
+  std::vector<std::size_t> starts_{0};
+};
+
+// Edits on the same or adjacent old lines, and the lines they span.
+struct Group {
+  std::size_t first, last;  // old lines, inclusive
+  std::vector<TextEdit> edits;
+};
+
+std::vector<Group> group_edits(std::string_view text, const Lines& lines,
+                               const std::vector<TextEdit>& edits) {
   std::vector<Group> groups;
   for (const auto& e : edits) {
-    const std::size_t first = line_of(std::min(e.offset, text.empty() ? 0 : text.size() - 1));
+    const std::size_t first = lines.of(std::min(e.offset, text.empty() ? 0 : text.size() - 1));
     const std::size_t last =
-        e.length == 0 ? first : line_of(std::min(e.offset + e.length - 1, text.size() - 1));
+        e.length == 0 ? first : lines.of(std::min(e.offset + e.length - 1, text.size() - 1));
     if (!groups.empty() && first <= groups.back().last + 1) {
       groups.back().last = std::max(groups.back().last, last);
       groups.back().edits.push_back(e);
@@ -722,22 +739,60 @@ std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edi
       groups.push_back({first, last, {e}});
     }
   }
-  const auto split = [](std::string_view block) {
-    std::vector<std::string> lines;
-    std::size_t start = 0;
-    while (start < block.size()) {
-      std::size_t end = block.find('\n', start);
-      end = end == std::string_view::npos ? block.size() : end + 1;
-      lines.emplace_back(block.substr(start, end - start));
-      start = end;
-    }
-    return lines;
-  };
-  const auto emit_line = [](std::string& out, char mark, const std::string& line) {
-    out += mark;
-    out += line;
-    if (!line.ends_with('\n')) out += "\n\\ No newline at end of file\n";
-  };
+  return groups;
+}
+
+std::vector<std::string> split_lines(std::string_view block) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < block.size()) {
+    std::size_t end = block.find('\n', start);
+    end = end == std::string_view::npos ? block.size() : end + 1;
+    lines.emplace_back(block.substr(start, end - start));
+    start = end;
+  }
+  return lines;
+}
+
+void emit_line(std::string& out, char mark, const std::string& line) {
+  out += mark;
+  out += line;
+  if (!line.ends_with('\n')) out += "\n\\ No newline at end of file\n";
+}
+
+// The body lines of one group: its old lines out, its new lines in; lines the
+// edits left as they were are context, not a change. Adds to the counts.
+void emit_group(std::string& body, std::string_view text, const Lines& lines, const Group& group,
+                std::size_t& old_count, std::size_t& new_count) {
+  const std::size_t begin = lines.start(group.first);
+  const std::size_t end = lines.end(group.last);
+  std::vector<TextEdit> local;
+  for (const auto& e : group.edits) local.push_back({e.offset - begin, e.length, e.text});
+  const auto before = split_lines(text.substr(begin, end - begin));
+  const auto after = split_lines(apply_edits(text.substr(begin, end - begin), local));
+  std::size_t head = 0, tail = 0;
+  while (head < before.size() && head < after.size() && before[head] == after[head]) ++head;
+  while (tail + head < before.size() && tail + head < after.size() &&
+         before[before.size() - 1 - tail] == after[after.size() - 1 - tail]) {
+    ++tail;
+  }
+  for (std::size_t i = 0; i < head; ++i) emit_line(body, ' ', before[i]);
+  for (std::size_t i = head; i + tail < before.size(); ++i) emit_line(body, '-', before[i]);
+  for (std::size_t i = head; i + tail < after.size(); ++i) emit_line(body, '+', after[i]);
+  for (std::size_t i = before.size() - tail; i < before.size(); ++i) {
+    emit_line(body, ' ', before[i]);
+  }
+  old_count += before.size();
+  new_count += after.size();
+}
+
+}  // namespace
+
+std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edits,
+                         std::string_view old_name, std::string_view new_name) {
+  if (edits.empty()) return "";
+  const Lines lines(text);
+  const std::vector<Group> groups = group_edits(text, lines, edits);
   constexpr std::size_t kContext = 3;
   std::string out = fmt::format("--- {}\n+++ {}\n", old_name, new_name);
   long delta = 0;  // new line number minus old line number, before the hunk
@@ -746,40 +801,18 @@ std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edi
     std::size_t h = g;
     while (h + 1 < groups.size() && groups[h + 1].first <= groups[h].last + 2 * kContext + 1) ++h;
     const std::size_t from = groups[g].first > kContext ? groups[g].first - kContext : 0;
-    const std::size_t to = std::min(groups[h].last + kContext, starts.size() - 1);
+    const std::size_t to = std::min(groups[h].last + kContext, lines.count() - 1);
     std::string body;
     std::size_t old_count = 0, new_count = 0;
     std::size_t line = from;
     for (std::size_t k = g; k <= h; ++k) {
       for (; line < groups[k].first; ++line, ++old_count, ++new_count) {
-        emit_line(body, ' ', std::string(text.substr(starts[line], line_end(line) - starts[line])));
+        emit_line(body, ' ', lines.line(line));
       }
-      const std::size_t begin = starts[groups[k].first];
-      const std::size_t end = line_end(groups[k].last);
-      std::vector<TextEdit> local;
-      for (const auto& e : groups[k].edits) local.push_back({e.offset - begin, e.length, e.text});
-      const auto before = split(text.substr(begin, end - begin));
-      const auto after = split(apply_edits(text.substr(begin, end - begin), local));
-      // Lines the edits left as they were are context, not a change.
-      std::size_t head = 0, tail = 0;
-      while (head < before.size() && head < after.size() && before[head] == after[head]) ++head;
-      while (tail + head < before.size() && tail + head < after.size() &&
-             before[before.size() - 1 - tail] == after[after.size() - 1 - tail]) {
-        ++tail;
-      }
-      for (std::size_t i = 0; i < head; ++i) emit_line(body, ' ', before[i]);
-      for (std::size_t i = head; i + tail < before.size(); ++i) emit_line(body, '-', before[i]);
-      for (std::size_t i = head; i + tail < after.size(); ++i) emit_line(body, '+', after[i]);
-      for (std::size_t i = before.size() - tail; i < before.size(); ++i) {
-        emit_line(body, ' ', before[i]);
-      }
-      old_count += before.size();
-      new_count += after.size();
+      emit_group(body, text, lines, groups[k], old_count, new_count);
       line = groups[k].last + 1;
     }
-    for (; line <= to; ++line, ++old_count, ++new_count) {
-      emit_line(body, ' ', std::string(text.substr(starts[line], line_end(line) - starts[line])));
-    }
+    for (; line <= to; ++line, ++old_count, ++new_count) emit_line(body, ' ', lines.line(line));
     const long old_start = static_cast<long>(from) + 1;
     out += fmt::format("@@ -{},{} +{},{} @@\n", old_count ? old_start : old_start - 1, old_count,
                        new_count ? old_start + delta : old_start + delta - 1, new_count);
