@@ -27,7 +27,8 @@ struct Node {
   std::size_t pos = 0;
   int line = 0;
   int column = 0;
-  bool flow = false;  // a flow collection, or any node inside one
+  bool flow = false;           // a flow collection, or any node inside one
+  std::size_t value_size = 0;  // of a scalar's value: a plain one may span lines
   struct Entry {
     std::string key;
     std::size_t key_pos = 0;
@@ -123,7 +124,9 @@ class TreeBuilder final : public YAML::EventHandler {
       parent.expect_key = false;
       return;
     }
-    attach(make(mark, kind, false));
+    Node* node = make(mark, kind, false);
+    node->value_size = text.size();
+    attach(node);
   }
 
   void open(const YAML::Mark& mark, Node::Kind kind, bool flow) {
@@ -283,6 +286,33 @@ class Text {
     return end;
   }
 
+  // Where a plain scalar whose value is `value_size` bytes ends: a plain
+  // scalar may go on over more lines (folded: one line break becomes a
+  // space, n + 1 become n line breaks), which yaml-cpp accepts even at the
+  // indentation of its key. Without this, an edit after such a value would
+  // land inside it.
+  std::size_t plain_scalar_end(std::size_t start, bool flow, std::size_t value_size) const {
+    std::size_t end = plain_end(start, flow);
+    std::size_t folded = end - start;
+    while (folded < value_size) {
+      std::size_t i = end;
+      while (at(i) == ' ' || at(i) == '\t') ++i;
+      if (!line_end(i) || i >= s_.size()) break;  // a comment or an indicator ends it
+      std::size_t breaks = 0;
+      std::size_t content = i;
+      do {
+        content = next_line(content);
+        ++breaks;
+        while (at(content) == ' ' || at(content) == '\t') ++content;
+      } while (content < s_.size() && line_end(content));
+      const std::size_t next_end = plain_end(content, flow);
+      if (content >= s_.size() || next_end == content) break;
+      folded += (breaks == 1 ? 1 : breaks - 1) + (next_end - content);
+      end = next_end;
+    }
+    return end;
+  }
+
   std::size_t flow_end(std::size_t i) const {
     int depth = 0;
     while (i < s_.size()) {
@@ -343,7 +373,7 @@ class Editor {
         const char c = text_.at(start);
         if (c == '"' || c == '\'') return text_.quoted_end(start);
         if (!node.flow && (c == '|' || c == '>')) return text_.block_scalar_end(start);
-        return text_.plain_end(start, node.flow);
+        return text_.plain_scalar_end(start, node.flow, node.value_size);
       }
       case Node::Kind::Map:
       case Node::Kind::Seq:

@@ -594,3 +594,28 @@ TEST(Reader, JsonObjectsReadAsYamlWould) {
 
 }  // namespace
 }  // namespace gracekeeper::manifest
+
+namespace gracekeeper::manifest {
+namespace {
+
+// yaml-cpp takes a block-mapping line without `:` as a key with a null value
+// and folds a plain key over lines, even over a `---` (found by the fuzzer: an
+// in-place edit then ran into the next document). go-yaml rejects both.
+TEST(Reader, BlockKeysNeedAColonOnTheirLine) {
+  auto no_colon = read_text("a: 1\nargs p:r[x, y]\n---\nb: 2\n", "k.yaml");
+  ASSERT_FALSE(no_colon.has_value());
+  EXPECT_THAT(no_colon.error().format(), HasSubstr("k.yaml:2:1: invalid YAML: expected `:`"));
+  EXPECT_FALSE(read_text("a: 1\nlong\n  key: 2\n", "k.yaml").has_value());
+  // Still read: explicit keys, flow keys without values, spaces before `:`,
+  // and plain values over several lines.
+  EXPECT_TRUE(read_text("? a\n: 1\n", "k.yaml").has_value());
+  EXPECT_TRUE(read_text("m: {a, b: 1}\n", "k.yaml").has_value());
+  EXPECT_TRUE(read_text("a   : 1\n- x: 1\n", "k.yaml").has_value() ||
+              read_text("a   : 1\n", "k.yaml").has_value());
+  auto folded = read_text("a: one\n  two\nb: 2\n", "k.yaml");
+  ASSERT_TRUE(folded.has_value());
+  EXPECT_EQ(folded->front().value["a"], "one two");
+}
+
+}  // namespace
+}  // namespace gracekeeper::manifest
