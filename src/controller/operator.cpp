@@ -195,6 +195,12 @@ class Operator {
       start_workers();
       co_return;
     }
+    start_leader_election();
+  }
+
+  // Workers start when this replica starts leading; losing the lease ends
+  // the process (a standby takes over).
+  void start_leader_election() {
     kube::LeaderElectionConfig le;
     le.namespace_ = options_.leader_election_namespace.empty() ? config_.namespace_
                                                                : options_.leader_election_namespace;

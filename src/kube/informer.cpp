@@ -179,6 +179,8 @@ asio::awaitable<std::optional<T>> Reflector::interruptible(asio::awaitable<T> op
   co_return std::nullopt;
 }
 
+// (About 60 lines, one loop: the pages and the choice between streaming
+// into the store and replacing it share their state.)
 asio::awaitable<bool> Reflector::list_and_replace() {
   // Page by page, each item projected as soon as it has been parsed: the
   // peak is one page's text plus one item's JSON tree plus the projections,
@@ -299,18 +301,8 @@ asio::awaitable<Reflector::WatchOutcome> Reflector::watch_once(bool initial_even
   ChunkHandler on_chunk = [&](std::string_view bytes) {
     auto fed = decoder.feed(bytes);
     // Events decoded before a bad one are still good: apply them first.
-    while (auto event = decoder.next()) {
-      Step step = apply(*event);
-      if (step == Step::Gone) {
-        early = WatchOutcome::Gone;
-        return false;
-      }
-      if (step == Step::Failed) {
-        early = WatchOutcome::Failed;
-        return false;
-      }
-      ++applied;
-    }
+    early = apply_decoded(decoder, applied);
+    if (early) return false;
     if (!fed) {
       last_error_ = "watch stream: " + fed.error().format();
       early = WatchOutcome::Failed;
@@ -337,12 +329,7 @@ asio::awaitable<Reflector::WatchOutcome> Reflector::watch_once(bool initial_even
   }
   // The server ended the stream: its last bytes must complete an event.
   auto finished = decoder.finish();
-  while (auto event = decoder.next()) {
-    Step step = apply(*event);
-    if (step == Step::Gone) co_return WatchOutcome::Gone;
-    if (step == Step::Failed) co_return WatchOutcome::Failed;
-    ++applied;
-  }
+  if (auto end = apply_decoded(decoder, applied)) co_return *end;
   if (!finished) {
     last_error_ = "watch stream: " + finished.error().format();
     co_return WatchOutcome::Failed;
@@ -352,6 +339,18 @@ asio::awaitable<Reflector::WatchOutcome> Reflector::watch_once(bool initial_even
     co_return WatchOutcome::Failed;
   }
   co_return WatchOutcome::Closed;
+}
+
+// Applies the events the decoder holds; the outcome when one ends the watch.
+std::optional<Reflector::WatchOutcome> Reflector::apply_decoded(WatchDecoder& decoder,
+                                                                std::uint64_t& applied) {
+  while (auto event = decoder.next()) {
+    const Step step = apply(*event);
+    if (step == Step::Gone) return WatchOutcome::Gone;
+    if (step == Step::Failed) return WatchOutcome::Failed;
+    ++applied;
+  }
+  return std::nullopt;
 }
 
 Reflector::Step Reflector::apply(const WatchEvent& event) {

@@ -164,6 +164,7 @@ class Reflector {
   std::string list_resource_version() const;
   void replace(StoreCore::Entries fresh, std::string version);
   Step apply(const WatchEvent& event);
+  std::optional<WatchOutcome> apply_decoded(WatchDecoder& decoder, std::uint64_t& applied);
   StoreCore::Value project(const nlohmann::json& object);
   void upsert(std::string key, StoreCore::Entry entry);
   void erase(const std::string& key);
