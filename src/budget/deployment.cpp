@@ -140,13 +140,13 @@ class Reader {
                                              const std::string& path) {
     auto it = parent.find(key);
     if (it == parent.end() || it->is_null()) return std::nullopt;
-    constexpr std::int64_t kMax = std::numeric_limits<std::int32_t>::max();
+    constexpr std::int64_t max_value = std::numeric_limits<std::int32_t>::max();
     if (it->is_number_integer()) {
       if (it->is_number_unsigned()
-              ? it->get<std::uint64_t>() > kMax
-              : (it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > kMax)) {
-        fail(path, fmt::format("expected a count between 0 and {} or a percentage, got {}", kMax,
-                               it->dump()));
+              ? it->get<std::uint64_t>() > max_value
+              : (it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > max_value)) {
+        fail(path, fmt::format("expected a count between 0 and {} or a percentage, got {}",
+                               max_value, it->dump()));
         return std::nullopt;
       }
       return IntOrPercent{it->get<std::int64_t>(), false};
@@ -157,7 +157,7 @@ class Reader {
       if (text.size() >= 2 && text.back() == '%') {
         auto [end, ec] = std::from_chars(text.data(), text.data() + text.size() - 1, value);
         if (ec == std::errc() && end == text.data() + text.size() - 1 && value >= 0 &&
-            value <= kMax) {
+            value <= max_value) {
           return IntOrPercent{value, true};
         }
       }

@@ -21,7 +21,7 @@
 namespace gracekeeper::manifest {
 namespace {
 
-struct Node {
+struct TextNode {
   enum class Kind { Scalar, Null, Map, Seq, Alias };
   Kind kind = Kind::Scalar;
   std::size_t pos = 0;
@@ -34,10 +34,10 @@ struct Node {
     std::size_t key_pos = 0;
     int key_line = 0;
     int key_column = 0;
-    Node* value = nullptr;
+    TextNode* value = nullptr;
   };
   std::vector<Entry> entries;
-  std::vector<Node*> items;
+  std::vector<TextNode*> items;
 
   const Entry* find(const std::string& key) const {
     for (const auto& e : entries) {
@@ -66,43 +66,45 @@ class SkipEvents final : public YAML::EventHandler {
 class TreeBuilder final : public YAML::EventHandler {
  public:
   explicit TreeBuilder(std::size_t offset) : offset_(offset) {}
-  Node* root() const { return root_; }
+  TextNode* root() const { return root_; }
   // Frees the tree (positions are no longer needed once the edits are made).
   void clear() {
-    std::deque<Node>().swap(nodes_);
+    std::deque<TextNode>().swap(nodes_);
     root_ = nullptr;
   }
 
   void OnDocumentStart(const YAML::Mark&) override {}
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { leaf(mark, Node::Kind::Null, ""); }
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override {
+    leaf(mark, TextNode::Kind::Null, "");
+  }
   void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
                 const std::string& text) override {
-    leaf(mark, Node::Kind::Scalar, text);
+    leaf(mark, TextNode::Kind::Scalar, text);
   }
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
-    leaf(mark, Node::Kind::Alias, "");
+    leaf(mark, TextNode::Kind::Alias, "");
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
                        YAML::EmitterStyle::value style) override {
-    open(mark, Node::Kind::Seq, style == YAML::EmitterStyle::Flow);
+    open(mark, TextNode::Kind::Seq, style == YAML::EmitterStyle::Flow);
   }
   void OnSequenceEnd() override { close(); }
   void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
                   YAML::EmitterStyle::value style) override {
-    open(mark, Node::Kind::Map, style == YAML::EmitterStyle::Flow);
+    open(mark, TextNode::Kind::Map, style == YAML::EmitterStyle::Flow);
   }
   void OnMapEnd() override { close(); }
 
  private:
   struct Open {
-    Node* node;
+    TextNode* node;
     bool expect_key = true;
-    Node::Entry pending;
+    TextNode::Entry pending;
   };
 
-  Node* make(const YAML::Mark& mark, Node::Kind kind, bool flow) {
-    Node& node = nodes_.emplace_back();
+  TextNode* make(const YAML::Mark& mark, TextNode::Kind kind, bool flow) {
+    TextNode& node = nodes_.emplace_back();
     node.kind = kind;
     node.pos = static_cast<std::size_t>(std::max(mark.pos, 0)) + offset_;
     node.line = mark.line;
@@ -112,28 +114,29 @@ class TreeBuilder final : public YAML::EventHandler {
   }
 
   bool key_expected() const {
-    return !open_.empty() && open_.back().node->kind == Node::Kind::Map && open_.back().expect_key;
+    return !open_.empty() && open_.back().node->kind == TextNode::Kind::Map &&
+           open_.back().expect_key;
   }
 
-  void leaf(const YAML::Mark& mark, Node::Kind kind, const std::string& text) {
+  void leaf(const YAML::Mark& mark, TextNode::Kind kind, const std::string& text) {
     if (key_expected()) {
       Open& parent = open_.back();
-      parent.pending = Node::Entry{kind == Node::Kind::Scalar ? text : std::string("\x01"),
-                                   static_cast<std::size_t>(std::max(mark.pos, 0)) + offset_,
-                                   mark.line, mark.column, nullptr};
+      parent.pending = TextNode::Entry{kind == TextNode::Kind::Scalar ? text : std::string("\x01"),
+                                       static_cast<std::size_t>(std::max(mark.pos, 0)) + offset_,
+                                       mark.line, mark.column, nullptr};
       parent.expect_key = false;
       return;
     }
-    Node* node = make(mark, kind, false);
+    TextNode* node = make(mark, kind, false);
     node->value_size = text.size();
     attach(node);
   }
 
-  void open(const YAML::Mark& mark, Node::Kind kind, bool flow) {
-    Node* node = make(mark, kind, flow);
+  void open(const YAML::Mark& mark, TextNode::Kind kind, bool flow) {
+    TextNode* node = make(mark, kind, flow);
     if (key_expected()) {
       // A collection as a key: never one of ours; remembered as unmatchable.
-      open_.back().pending = Node::Entry{"\x01", node->pos, mark.line, mark.column, nullptr};
+      open_.back().pending = TextNode::Entry{"\x01", node->pos, mark.line, mark.column, nullptr};
       open_.back().expect_key = false;
       key_depth_.push_back(open_.size());
     }
@@ -150,13 +153,13 @@ class TreeBuilder final : public YAML::EventHandler {
     attach(done.node);
   }
 
-  void attach(Node* node) {
+  void attach(TextNode* node) {
     if (open_.empty()) {
       root_ = node;
       return;
     }
     Open& parent = open_.back();
-    if (parent.node->kind == Node::Kind::Seq) {
+    if (parent.node->kind == TextNode::Kind::Seq) {
       parent.node->items.push_back(node);
       return;
     }
@@ -166,10 +169,10 @@ class TreeBuilder final : public YAML::EventHandler {
   }
 
   std::size_t offset_;
-  std::deque<Node> nodes_;
+  std::deque<TextNode> nodes_;
   std::vector<Open> open_;
   std::vector<std::size_t> key_depth_;
-  Node* root_ = nullptr;
+  TextNode* root_ = nullptr;
 };
 
 // Equality that keeps types apart (1 vs 1.0), as reading back must give,
@@ -317,7 +320,10 @@ class Text {
     int depth = 0;
     while (i < s_.size()) {
       const char c = s_[i];
-      if (c == '"' || c == '\'') {
+      // A quote opens a quoted scalar only where a node can start; inside a
+      // plain scalar (`a"b`) it is an ordinary character.
+      if ((c == '"' || c == '\'') &&
+          (i == 0 || std::string_view(" \t\r\n[{,:?").find(s_[i - 1]) != std::string_view::npos)) {
         i = quoted_end(i);
         continue;
       }
@@ -357,10 +363,10 @@ class Editor {
 
   std::vector<TextEdit>& edits() { return edits_; }
 
-  std::size_t node_end(const Node& node) const {
+  std::size_t node_end(const TextNode& node) const {
     const std::size_t start = text_.skip_properties(node.pos);
     switch (node.kind) {
-      case Node::Kind::Alias: {
+      case TextNode::Kind::Alias: {
         std::size_t i = start + 1;
         while (!text_.line_end(i) && text_.at(i) != ' ' && text_.at(i) != ',' &&
                text_.at(i) != ']' && text_.at(i) != '}') {
@@ -368,17 +374,17 @@ class Editor {
         }
         return i;
       }
-      case Node::Kind::Null:
-      case Node::Kind::Scalar: {
+      case TextNode::Kind::Null:
+      case TextNode::Kind::Scalar: {
         const char c = text_.at(start);
         if (c == '"' || c == '\'') return text_.quoted_end(start);
         if (!node.flow && (c == '|' || c == '>')) return text_.block_scalar_end(start);
         return text_.plain_scalar_end(start, node.flow, node.value_size);
       }
-      case Node::Kind::Map:
-      case Node::Kind::Seq:
+      case TextNode::Kind::Map:
+      case TextNode::Kind::Seq:
         if (node.flow) return text_.flow_end(start);
-        if (node.kind == Node::Kind::Map) {
+        if (node.kind == TextNode::Kind::Map) {
           return node.entries.empty() ? start : entry_end(node.entries.back());
         }
         return node.items.empty() ? start : node_end(*node.items.back());
@@ -387,40 +393,40 @@ class Editor {
   }
 
   // An empty value (`key:` and nothing) has no text of its own.
-  bool empty_value(const Node::Entry& entry) const {
-    return entry.value->kind == Node::Kind::Null &&
+  bool empty_value(const TextNode::Entry& entry) const {
+    return entry.value->kind == TextNode::Kind::Null &&
            (entry.value->pos <= colon(entry) ||
             text_.plain_end(text_.skip_properties(entry.value->pos), entry.value->flow) ==
                 text_.skip_properties(entry.value->pos));
   }
 
-  std::size_t colon(const Node::Entry& entry) const {
+  std::size_t colon(const TextNode::Entry& entry) const {
     return text_.colon_after_key(entry.key_pos, entry.value && entry.value->flow);
   }
 
-  std::size_t entry_end(const Node::Entry& entry) const {
+  std::size_t entry_end(const TextNode::Entry& entry) const {
     if (empty_value(entry)) return colon(entry) + 1;
     return node_end(*entry.value);
   }
 
   // Changes `map` (whose value was `before`) into `after`; false when that
   // cannot be done key by key (a key was removed).
-  bool edit_map(const Node& map, const Json& before, const Json& after) {
+  bool edit_map(const TextNode& map, const Json& before, const Json& after) {
     if (has_removed_keys(before, after)) return false;
     for (const auto& [key, value] : after.items()) {
       auto old = before.find(key);
       if (old != before.end() && same(*old, value)) continue;
-      const Node::Entry* entry = map.find(key);
+      const TextNode::Entry* entry = map.find(key);
       if (entry == nullptr) {  // new, or brought in by a merge key (<<)
         insert_entry(map, key, value);
         continue;
       }
-      const Node& node = *entry->value;
-      if (old != before.end() && node.kind == Node::Kind::Map && old->is_object() &&
+      const TextNode& node = *entry->value;
+      if (old != before.end() && node.kind == TextNode::Kind::Map && old->is_object() &&
           value.is_object() && edit_map(node, *old, value)) {
         continue;
       }
-      if (old != before.end() && node.kind == Node::Kind::Seq && old->is_array() &&
+      if (old != before.end() && node.kind == TextNode::Kind::Seq && old->is_array() &&
           value.is_array() && edit_seq(node, *old, value)) {
         continue;
       }
@@ -430,12 +436,12 @@ class Editor {
   }
 
  private:
-  bool edit_seq(const Node& seq, const Json& before, const Json& after) {
+  bool edit_seq(const TextNode& seq, const Json& before, const Json& after) {
     if (before.size() != after.size() || seq.items.size() != after.size()) return false;
     for (std::size_t i = 0; i < after.size(); ++i) {
       if (same(before[i], after[i])) continue;
-      const Node& item = *seq.items[i];
-      if (item.kind != Node::Kind::Map || !before[i].is_object() || !after[i].is_object() ||
+      const TextNode& item = *seq.items[i];
+      if (item.kind != TextNode::Kind::Map || !before[i].is_object() || !after[i].is_object() ||
           !edit_map(item, before[i], after[i])) {
         return false;
       }
@@ -511,8 +517,8 @@ class Editor {
     return scalar_yaml(value);
   }
 
-  void replace_value(const Node& map, const Node::Entry& entry, const Json& value) {
-    const Node& node = *entry.value;
+  void replace_value(const TextNode& map, const TextNode::Entry& entry, const Json& value) {
+    const TextNode& node = *entry.value;
     const std::size_t after_colon = colon(entry) + 1;
     if (map.flow) {
       if (empty_value(entry)) {
@@ -523,7 +529,8 @@ class Editor {
       }
       return;
     }
-    const bool scalar_to_scalar = node.kind == Node::Kind::Scalar && !nonempty_collection(value);
+    const bool scalar_to_scalar =
+        node.kind == TextNode::Kind::Scalar && !nonempty_collection(value);
     if (scalar_to_scalar) {
       const std::size_t start = text_.skip_properties(node.pos);
       const char style = text_.at(start);
@@ -540,7 +547,7 @@ class Editor {
     // A block value that starts on a later line keeps what follows the
     // colon on the key's own line (a comment).
     std::size_t from = after_colon;
-    if (node.kind != Node::Kind::Null && node.line > entry.key_line) {
+    if (node.kind != TextNode::Kind::Null && node.line > entry.key_line) {
       from = after_colon;
       while (!text_.line_end(from)) ++from;
     }
@@ -548,7 +555,7 @@ class Editor {
         newline_ + block_text(value, static_cast<std::size_t>(entry.key_column) + 2));
   }
 
-  void insert_entry(const Node& map, const std::string& key, const Json& value) {
+  void insert_entry(const TextNode& map, const std::string& key, const Json& value) {
     if (map.flow) {
       insert_flow_entry(map, key, value);
       return;
@@ -563,13 +570,13 @@ class Editor {
     add(at, 0, std::move(text));
   }
 
-  void insert_flow_entry(const Node& map, const std::string& key, const Json& value) {
+  void insert_flow_entry(const TextNode& map, const std::string& key, const Json& value) {
     const std::size_t start = text_.skip_properties(map.pos);
     if (map.entries.empty()) {
       add(start + 1, 0, key_text(key) + ": " + flow_text(value));
       return;
     }
-    const Node::Entry& last = map.entries.back();
+    const TextNode::Entry& last = map.entries.back();
     const std::size_t at = entry_end(last);
     if (last.key_line == map.line) {
       add(at, 0, ", " + key_text(key) + ": " + flow_text(value));
@@ -627,13 +634,13 @@ bool overlapping(const std::vector<TextEdit>& edits) {
 DocumentEdit edit_tree(const std::string& source, TreeBuilder& builder, const Json& before,
                        Json* release_before, const Json& updated) {
   DocumentEdit result;
-  const Node& root = *builder.root();
+  const TextNode& root = *builder.root();
   const bool json = first_char_is_brace(source, root.pos);
   Editor editor(source, json);
   const std::size_t begin = root.pos;
   const std::size_t end = editor.node_end(root);
-  const bool in_place = root.kind == Node::Kind::Map && before.is_object() && updated.is_object() &&
-                        editor.edit_map(root, before, updated);
+  const bool in_place = root.kind == TextNode::Kind::Map && before.is_object() &&
+                        updated.is_object() && editor.edit_map(root, before, updated);
   builder.clear();
   if (release_before != nullptr) *release_before = Json();
   if (in_place) {
@@ -823,15 +830,16 @@ std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edi
   if (edits.empty()) return "";
   const Lines lines(text);
   const std::vector<Group> groups = group_edits(text, lines, edits);
-  constexpr std::size_t kContext = 3;
+  constexpr std::size_t context_lines = 3;
   std::string out = fmt::format("--- {}\n+++ {}\n", old_name, new_name);
   long delta = 0;  // new line number minus old line number, before the hunk
   for (std::size_t g = 0; g < groups.size();) {
     // Groups closer than twice the context share a hunk.
     std::size_t h = g;
-    while (h + 1 < groups.size() && groups[h + 1].first <= groups[h].last + 2 * kContext + 1) ++h;
-    const std::size_t from = groups[g].first > kContext ? groups[g].first - kContext : 0;
-    const std::size_t to = std::min(groups[h].last + kContext, lines.count() - 1);
+    while (h + 1 < groups.size() && groups[h + 1].first <= groups[h].last + 2 * context_lines + 1)
+      ++h;
+    const std::size_t from = groups[g].first > context_lines ? groups[g].first - context_lines : 0;
+    const std::size_t to = std::min(groups[h].last + context_lines, lines.count() - 1);
     std::string body;
     std::size_t old_count = 0, new_count = 0;
     std::size_t line = from;

@@ -512,9 +512,9 @@ std::optional<Error> check_text(std::string_view text, std::string_view name,
       valid = (next & 0xC0) == 0x80;
       cp = (cp << 6) | (next & 0x3Fu);
     }
-    static constexpr std::uint32_t kMinimum[] = {0, 0, 0x80, 0x800, 0x10000};
+    static constexpr std::uint32_t minimum[] = {0, 0, 0x80, 0x800, 0x10000};
     if (valid) {
-      valid = cp >= kMinimum[length] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+      valid = cp >= minimum[length] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
     }
     if (!valid) return error_at(name, text, i, "binary data is not a manifest (invalid UTF-8)");
     if ((cp >= 0x80 && cp <= 0x9F && cp != 0x85) || cp == 0xFFFE || cp == 0xFFFF) {
@@ -611,7 +611,8 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
     if (first != std::string::npos && (*text)[first] == '{') {
       if (auto value = detail::read_json_object(*text, first)) {
         const std::size_t line_start = text->find_last_of('\n', first) + 1;  // npos + 1 == 0
-        const auto line = std::count(text->begin(), text->begin() + first, '\n');
+        const auto line =
+            std::count(text->begin(), text->begin() + static_cast<std::ptrdiff_t>(first), '\n');
         (void)sink(Document{
             std::move(*value),
             Position{file, static_cast<int>(line) + 1, static_cast<int>(first - line_start) + 1}, 0,

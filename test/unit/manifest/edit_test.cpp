@@ -29,6 +29,13 @@ TEST(Edit, NewKeyAfterAPlainValueOverSeveralLines) {
             "a: one\n  two\n\n  three\nc: 3\n---\nb: 2\n");
 }
 
+// A quote inside a plain scalar (`x"y`) opens nothing: the end of a flow
+// collection is found past it (found by the fuzzer: a rewrite stopped short).
+TEST(Edit, QuotesInsidePlainScalarsOfFlowCollections) {
+  EXPECT_EQ(edited("{a: x\"y, b: {c: 1}}\n---\nc: 2\n", 0, "d", 3),
+            "{a: x\"y, b: {c: 1}, \"d\": 3}\n---\nc: 2\n");  // JSON-like: keys quoted
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";
