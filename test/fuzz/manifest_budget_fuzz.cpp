@@ -60,12 +60,21 @@ constexpr std::size_t kMaxPolicies = 2;
 
 // Equality that keeps types apart (1 vs 1.0), compares NaN equal to NaN and
 // tells -0.0 from 0.0: what a faithful YAML round trip must preserve.
-bool same(const Json& a, const Json& b) {
+// With `ordered` false, the keys of a mapping may come in another order (YAML
+// mappings are unordered; an in-place edit may add a key through a merge key).
+bool same(const Json& a, const Json& b, bool ordered = true) {
   if (a.is_number_integer() && b.is_number_integer()) return a == b;
   if (a.type() != b.type()) return false;
   switch (a.type()) {
     case Json::value_t::object: {
       if (a.size() != b.size()) return false;
+      if (!ordered) {
+        for (auto ia = a.begin(); ia != a.end(); ++ia) {
+          auto ib = b.find(ia.key());
+          if (ib == b.end() || !same(*ia, *ib, false)) return false;
+        }
+        return true;
+      }
       for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib) {
         if (ia.key() != ib.key() || !same(*ia, *ib)) return false;
       }
@@ -74,7 +83,7 @@ bool same(const Json& a, const Json& b) {
     case Json::value_t::array: {
       if (a.size() != b.size()) return false;
       for (std::size_t i = 0; i < a.size(); ++i) {
-        if (!same(a[i], b[i])) return false;
+        if (!same(a[i], b[i], ordered)) return false;
       }
       return true;
     }
@@ -186,7 +195,7 @@ void check_in_place_edit(const manifest::Document& document, const Json& applied
   for (const auto& d : *edited_docs) {
     if (d.index != document.index) continue;
     found = true;
-    if (!same(d.value, applied)) {
+    if (!same(d.value, applied, /*ordered=*/false)) {
       violation("an in-place edit reads back as another object",
                 "--- wanted: " + dump(applied) + "\n--- read: " + dump(d.value) +
                     "\n--- edited:\n" + edited);
