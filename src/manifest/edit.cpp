@@ -394,10 +394,15 @@ class Editor {
 
   // An empty value (`key:` and nothing) has no text of its own.
   bool empty_value(const TextNode::Entry& entry) const {
-    return entry.value->kind == TextNode::Kind::Null &&
-           (entry.value->pos <= colon(entry) ||
-            text_.plain_end(text_.skip_properties(entry.value->pos), entry.value->flow) ==
-                text_.skip_properties(entry.value->pos));
+    if (entry.value->kind != TextNode::Kind::Null) return false;
+    if (entry.value->pos <= colon(entry)) return true;
+    // yaml-cpp marks an empty value at the next token, which may be lines
+    // further on (a `---`, the next key): only a null written out is text
+    // of the value's own.
+    const std::size_t start = text_.skip_properties(entry.value->pos);
+    const std::string_view word =
+        text_.str().substr(start, text_.plain_end(start, entry.value->flow) - start);
+    return !(word == "~" || word == "null" || word == "Null" || word == "NULL");
   }
 
   std::size_t colon(const TextNode::Entry& entry) const {

@@ -36,6 +36,15 @@ TEST(Edit, QuotesInsidePlainScalarsOfFlowCollections) {
             "{a: x\"y, b: {c: 1}, \"d\": 3}\n---\nc: 2\n");  // JSON-like: keys quoted
 }
 
+// An empty value last in a document: yaml-cpp marks its null at the next
+// token, here the next document's `---` (found by the fuzzer: the edit ate it).
+TEST(Edit, EmptyValueLastInADocument) {
+  EXPECT_EQ(edited("a: 1\nb:\n# note\n---\nc: 2\n", 0, "d", 3),
+            "a: 1\nb:\nd: 3\n# note\n---\nc: 2\n");
+  EXPECT_EQ(edited("a: 1\nb:\n  null\n---\nc: 2\n", 0, "d", 3),
+            "a: 1\nb:\n  null\nd: 3\n---\nc: 2\n");
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";
