@@ -217,10 +217,14 @@ class Text {
   char at(std::size_t i) const { return i < s_.size() ? s_[i] : '\0'; }
   bool line_end(std::size_t i) const { return i >= s_.size() || s_[i] == '\n' || s_[i] == '\r'; }
 
-  // Past an `&anchor` or `!tag` and the blanks after it.
+  // Past an `&anchor` or `!tag` and the blanks after it. Neither holds a
+  // flow indicator: `!{a: 1}` is the tag `!` on a flow mapping.
   std::size_t skip_properties(std::size_t i) const {
     while (at(i) == '&' || at(i) == '!') {
-      while (!line_end(i) && at(i) != ' ' && at(i) != '\t') ++i;
+      while (!line_end(i) && at(i) != ' ' && at(i) != '\t' &&
+             std::string_view(",[]{}").find(at(i)) == std::string_view::npos) {
+        ++i;
+      }
       while (at(i) == ' ' || at(i) == '\t') ++i;
     }
     return i;
@@ -613,7 +617,10 @@ bool first_char_is_brace(std::string_view text, std::size_t from) {
 bool reads_back(const std::string& source, std::size_t begin, std::size_t end,
                 const std::vector<TextEdit>& edits, const Json& updated) {
   std::vector<TextEdit> local;
-  for (const auto& e : edits) local.push_back({e.offset - begin, e.length, e.text});
+  for (const auto& e : edits) {
+    if (e.offset < begin || e.offset + e.length > end) return false;  // positions gone wrong
+    local.push_back({e.offset - begin, e.length, e.text});
+  }
   std::string fragment = apply_edits(std::string_view(source).substr(begin, end - begin), local);
   auto documents = read_text(std::move(fragment), "edit");
   return documents && documents->size() == 1 && same(documents->front().value, updated);

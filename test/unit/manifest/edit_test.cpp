@@ -45,6 +45,12 @@ TEST(Edit, EmptyValueLastInADocument) {
             "a: 1\nb:\n  null\nd: 3\n---\nc: 2\n");
 }
 
+// A tag right before a flow collection (`!{`) ends at the `{` (found by the
+// fuzzer: the tag was taken to run on to the next blank).
+TEST(Edit, TagRightBeforeAFlowMapping) {
+  EXPECT_EQ(edited("!{a: 1, b: [2]}\n", 0, "c", 3), "!{a: 1, b: [2], c: 3}\n");
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";
