@@ -1,19 +1,16 @@
-// REST verbs over a Transport, API errors decoded from metav1.Status, and
-// the retry rule.
+// REST verbs over an http::Client, API errors decoded from metav1.Status,
+// and which of them are worth a retry.
 #include "gracekeeper/kube/client.h"
 
-#include <algorithm>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <random>
-
-#include "kube/transport.h"
+#include "gracekeeper/http/client.h"
+#include "gracekeeper/http/encoding.h"
 
 namespace gracekeeper::kube {
 
 namespace asio = boost::asio;
-namespace http = boost::beast::http;
+using gracekeeper::http::add_query;
 using nlohmann::json;
+using Verb = gracekeeper::http::Verb;
 
 // ---------------------------------------------------------------- errors
 
@@ -153,43 +150,17 @@ ApiError decode_api_error(int http_status, std::string_view body,
 
 // ---------------------------------------------------------------- addressing
 
-namespace {
-
-void pct_encode(std::string& out, std::string_view s) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  for (unsigned char ch : s) {
-    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
-      out += static_cast<char>(ch);
-    } else {
-      out += '%';
-      out += hex[ch >> 4];
-      out += hex[ch & 15];
-    }
-  }
-}
-
-// Appends `key=value` (value percent-encoded) to a target, unless value is empty.
-void add_query(std::string& target, std::string_view key, std::string_view value) {
-  if (value.empty()) return;
-  target += target.find('?') == std::string::npos ? '?' : '&';
-  target += key;
-  target += '=';
-  pct_encode(target, value);
-}
-
-}  // namespace
-
 std::string resource_path(const Resource& r, std::string_view namespace_, std::string_view name,
                           std::string_view subresource) {
   std::string p = r.group.empty() ? "/api/" + r.version : "/apis/" + r.group + "/" + r.version;
   if (r.namespaced && !namespace_.empty()) {
     p += "/namespaces/";
-    pct_encode(p, namespace_);
+    http::append_percent_encoded(p, namespace_);
   }
   p += "/" + r.resource;
   if (!name.empty()) {
     p += '/';
-    pct_encode(p, name);
+    http::append_percent_encoded(p, name);
   }
   if (!subresource.empty()) {
     p += '/';
@@ -200,115 +171,85 @@ std::string resource_path(const Resource& r, std::string_view namespace_, std::s
 
 // ---------------------------------------------------------------- client
 
-struct Client::Call {
-  http::verb method = http::verb::get;
-  std::string target{};
-  std::string content_type{};
-  std::string body{};
-  std::string accept = "application/json";
-  // Sending it twice has the same effect as once (GET, PUT, DELETE, apply
-  // and merge patches); POST and JSON patches are not.
-  bool idempotent = true;
-};
-
-Client::Client(asio::any_io_executor executor, ClusterConfig config, ClientOptions options)
-    : Client(detail::make_tls_transport(std::move(executor), std::move(config), options), options) {
-}
-
-Client::Client(std::unique_ptr<detail::Transport> transport, ClientOptions options)
-    : transport_(std::move(transport)), options_(std::move(options)) {
-  jitter_state_ = (std::uint64_t{std::random_device{}()} << 32) | std::random_device{}();
-}
-
-Client::~Client() = default;
+// A Call is an http::Request. `idempotent`: sending it twice has the same
+// effect as once (GET, PUT, DELETE, apply and merge patches); POST and JSON
+// patches are not.
 
 namespace {
 
-ApiError from_transport(detail::TransportError t) {
+std::optional<http::Pem> to_http(std::optional<Pem> pem) {
+  if (!pem) return std::nullopt;
+  return http::Pem{std::move(pem->text), std::move(pem->origin)};
+}
+
+// Where and how to connect; the bearer token is read by current_token() for
+// every request, so a rotated token file is picked up.
+http::Endpoint endpoint(ClusterConfig config) {
+  http::Endpoint e{.url = std::move(config.server), .allow_plain_http = config.allow_plain_http};
+  e.tls.certificate_authority = to_http(std::move(config.certificate_authority));
+  e.tls.insecure_skip_verify = config.insecure_skip_tls_verify;
+  e.tls.server_name = std::move(config.tls_server_name);
+  e.tls.client_certificate = to_http(std::move(config.client_certificate));
+  e.tls.client_key = to_http(std::move(config.client_key));
+  if (!config.token.empty() || config.token_file) {
+    ClusterConfig token_only;
+    token_only.token = std::move(config.token);
+    token_only.token_file = std::move(config.token_file);
+    e.token = [c = std::move(token_only)]() -> std::expected<std::string, std::string> {
+      auto token = current_token(c);
+      if (!token) return std::unexpected(token.error().format());
+      return std::move(*token);
+    };
+  }
+  return e;
+}
+
+ApiError from_transport(http::Error t) {
   ApiError e;
-  e.reason = t.reason;
+  e.reason = t.kind == http::ErrorKind::Transport ? ApiError::Reason::Transport
+                                                  : ApiError::Reason::BadResponse;
   e.message = std::move(t.message);
   return e;
 }
 
-// The retry rule. A transient error is retried when a second attempt cannot
-// do the work twice:
+// What the http layer's retry rule needs to know about an answer. A
+// transient ApiError is worth another attempt:
 //  * TooManyRequests: the server (priority and fairness, max in-flight)
 //    refused the request before handling it, whatever the verb;
-//  * a transport failure before the request went out whole: the server
-//    never acts on half a request, whatever the verb;
-//  * anything else transient (5xx, server timeouts, connections cut after
-//    the request was sent) only for idempotent calls: a POST that timed out
-//    may have created its object, and a JSON patch may have been applied.
+//  * anything else transient (5xx, server timeouts) only for idempotent
+//    calls: a POST that timed out may have created its object, and a JSON
+//    patch may have been applied.
 // Conflicts, Gone and the like are not transient: the caller must re-read.
-bool may_retry(const ApiError& e, bool request_written, bool idempotent) {
-  if (!e.transient()) return false;
-  if (e.reason == ApiError::Reason::TooManyRequests) return true;
-  if (e.reason == ApiError::Reason::Transport && !request_written) return true;
-  return idempotent;
-}
-
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+// (Transport failures follow the http layer's rule: always before the
+// request went out whole, else only when idempotent.)
+http::Verdict classify(const http::Response& r) {
+  ApiError e = decode_api_error(static_cast<int>(r.status), r.body, r.retry_after);
+  http::Verdict v{.retry_after = e.retry_after};
+  if (e.reason == ApiError::Reason::TooManyRequests) {
+    v.retry = http::Retry::Always;
+  } else if (e.transient()) {
+    v.retry = http::Retry::IfIdempotent;
+  }
+  return v;
 }
 
 }  // namespace
 
-asio::awaitable<std::expected<std::string, ApiError>> Client::send(Call call) {
-  auto answer = co_await send_raw(std::move(call));
-  if (!answer) co_return std::unexpected(std::move(answer.error()));
-  if (answer->status >= 200 && answer->status <= 299) co_return std::move(answer->body);
-  co_return std::unexpected(decode_api_error(answer->status, answer->body, answer->retry_after));
-}
+Client::Client(asio::any_io_executor executor, ClusterConfig config, ClientOptions options)
+    : Client(http::make_transport(std::move(executor), endpoint(std::move(config)), options),
+             options) {}
 
-// Sends with the retry rule; the last answer (any status) or the failure.
-asio::awaitable<std::expected<RawResponse, ApiError>> Client::send_raw(Call call) {
-  detail::HttpRequest req{.method = call.method,
-                          .target = call.target,
-                          .content_type = call.content_type,
-                          .body = call.body,
-                          .accept = call.accept,
-                          .idempotent = call.idempotent};
-  const auto& retry = options_.retry;
-  for (int attempt = 1;; ++attempt) {
-    auto answer = co_await transport_->send(req);
-    ApiError error;
-    bool written = true;
-    if (answer) {
-      RawResponse raw{.status = static_cast<int>(answer->status),
-                      .content_type = std::move(answer->content_type),
-                      .body = std::move(answer->body),
-                      .retry_after = answer->retry_after};
-      if (raw.status >= 200 && raw.status <= 299) co_return raw;
-      error = decode_api_error(raw.status, raw.body, raw.retry_after);
-      if (attempt >= retry.attempts || !may_retry(error, written, call.idempotent)) co_return raw;
-    } else {
-      written = answer.error().request_written;
-      error = from_transport(std::move(answer.error()));
-      if (attempt >= retry.attempts || !may_retry(error, written, call.idempotent)) {
-        co_return std::unexpected(std::move(error));
-      }
-    }
-    // Exponential backoff with jitter (half to all of the step), so clients
-    // that failed together do not come back together; Retry-After is a floor.
-    auto step =
-        std::min(retry.max_backoff, retry.initial_backoff * (1 << std::min(attempt - 1, 16)));
-    auto wait =
-        step / 2 + std::chrono::milliseconds{splitmix64(jitter_state_) %
-                                             static_cast<std::uint64_t>(step.count() / 2 + 1)};
-    if (error.retry_after) {
-      wait = std::max<std::chrono::milliseconds>(
-          wait, std::min<std::chrono::milliseconds>(*error.retry_after, std::chrono::seconds{60}));
-    }
-    // (Named locals around co_await: GCC 12 mishandles temporaries there.)
-    auto executor = co_await asio::this_coro::executor;
-    asio::steady_timer timer(executor, wait);
-    auto [ec] = co_await timer.async_wait(detail::use_nothrow);
-    if (ec) co_return std::unexpected(std::move(error));  // cancelled while waiting
-  }
+Client::Client(std::unique_ptr<detail::Transport> transport, ClientOptions options)
+    : http_(std::make_unique<http::Client>(std::move(transport), std::move(options))) {}
+
+Client::~Client() = default;
+
+asio::awaitable<std::expected<std::string, ApiError>> Client::send(Call call) {
+  auto answer = co_await http_->send(std::move(call), classify);
+  if (!answer) co_return std::unexpected(from_transport(std::move(answer.error())));
+  if (answer->status >= 200 && answer->status <= 299) co_return std::move(answer->body);
+  co_return std::unexpected(
+      decode_api_error(static_cast<int>(answer->status), answer->body, answer->retry_after));
 }
 
 asio::awaitable<Result> Client::send_json(Call call) {
@@ -385,7 +326,7 @@ std::string write_query(std::string target, WriteOptions o) {
 }  // namespace
 
 asio::awaitable<Result> Client::create(Resource r, std::string ns, json object, WriteOptions o) {
-  Call call{.method = http::verb::post,
+  Call call{.method = Verb::post,
             .target = write_query(resource_path(r, ns), o),
             .content_type = "application/json",
             .body = object.dump(),
@@ -395,7 +336,7 @@ asio::awaitable<Result> Client::create(Resource r, std::string ns, json object, 
 
 asio::awaitable<Result> Client::replace(Resource r, std::string ns, std::string name, json object,
                                         WriteOptions o) {
-  Call call{.method = http::verb::put,
+  Call call{.method = Verb::put,
             .target = write_query(resource_path(r, ns, name, o.subresource), o),
             .content_type = "application/json",
             .body = object.dump()};
@@ -410,7 +351,7 @@ asio::awaitable<Result> Client::update_status(Resource r, std::string ns, std::s
 
 asio::awaitable<Result> Client::remove(Resource r, std::string ns, std::string name,
                                        DeleteOptions o) {
-  Call call{.method = http::verb::delete_, .target = resource_path(r, ns, name)};
+  Call call{.method = Verb::delete_, .target = resource_path(r, ns, name)};
   if (o.dry_run) add_query(call.target, "dryRun", "All");
   // Options go in a DeleteOptions body, the form every API server version accepts.
   json body = {{"apiVersion", "v1"}, {"kind", "DeleteOptions"}};
@@ -427,7 +368,7 @@ asio::awaitable<Result> Client::remove(Resource r, std::string ns, std::string n
 
 asio::awaitable<Result> Client::apply(Resource r, std::string ns, std::string name, json object,
                                       ApplyOptions o) {
-  Call call{.method = http::verb::patch,
+  Call call{.method = Verb::patch,
             .target = resource_path(r, ns, name, o.subresource),
             // JSON is YAML, so the applied configuration is sent as JSON.
             .content_type = "application/apply-patch+yaml",
@@ -440,7 +381,7 @@ asio::awaitable<Result> Client::apply(Resource r, std::string ns, std::string na
 
 asio::awaitable<Result> Client::merge_patch(Resource r, std::string ns, std::string name,
                                             json patch, WriteOptions o) {
-  Call call{.method = http::verb::patch,
+  Call call{.method = Verb::patch,
             .target = write_query(resource_path(r, ns, name, o.subresource), o),
             .content_type = "application/merge-patch+json",
             .body = patch.dump()};
@@ -449,7 +390,7 @@ asio::awaitable<Result> Client::merge_patch(Resource r, std::string ns, std::str
 
 asio::awaitable<Result> Client::json_patch(Resource r, std::string ns, std::string name, json patch,
                                            WriteOptions o) {
-  Call call{.method = http::verb::patch,
+  Call call{.method = Verb::patch,
             .target = write_query(resource_path(r, ns, name, o.subresource), o),
             .content_type = "application/json-patch+json",
             .body = patch.dump(),
@@ -493,15 +434,10 @@ asio::awaitable<std::expected<std::string, ApiError>> Client::get_raw(std::strin
   co_return co_await send(std::move(call));
 }
 
-asio::awaitable<std::expected<RawResponse, ApiError>> Client::get_response(std::string target) {
-  Call call{.target = std::move(target), .accept = "application/json"};
-  co_return co_await send_raw(std::move(call));
-}
-
 asio::awaitable<std::expected<WatchEnd, ApiError>> Client::watch(Resource r, std::string ns,
                                                                  WatchOptions o,
                                                                  ChunkHandler on_chunk) {
-  detail::HttpRequest req{.target = resource_path(r, ns)};
+  http::Request req{.target = resource_path(r, ns)};
   add_query(req.target, "watch", "1");
   add_query(req.target, "resourceVersion", o.resource_version);
   if (o.allow_bookmarks) add_query(req.target, "allowWatchBookmarks", "true");
@@ -513,7 +449,7 @@ asio::awaitable<std::expected<WatchEnd, ApiError>> Client::watch(Resource r, std
   add_query(req.target, "fieldSelector", o.field_selector);
   if (o.timeout.count() > 0)
     add_query(req.target, "timeoutSeconds", std::to_string(o.timeout.count()));
-  auto result = co_await transport_->stream(req, on_chunk);
+  auto result = co_await http_->stream(std::move(req), std::move(on_chunk));
   if (!result) co_return std::unexpected(from_transport(std::move(result.error())));
   if (result->refused) {
     const auto& a = *result->refused;

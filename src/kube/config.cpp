@@ -340,7 +340,7 @@ fs::path resolve(const Entry& entry, const std::string& path) {
   return p.is_absolute() ? p : entry.directory / p;
 }
 
-enum class PemKind { kCertificate, kPrivateKey };
+enum class PemKind { Certificate, PrivateKey };
 
 // Reads `<key>-data` (base64, wins as in client-go) or else `<key>` (a path).
 std::expected<std::optional<Pem>, ConfigError> load_pem(const Entry& entry,
@@ -373,12 +373,12 @@ std::expected<std::optional<Pem>, ConfigError> load_pem(const Entry& entry,
   } else {
     return std::optional<Pem>();
   }
-  if (kind == PemKind::kCertificate && !looks_like_certificate(pem.text)) {
+  if (kind == PemKind::Certificate && !looks_like_certificate(pem.text)) {
     return fail(
         entry.file, field,
         fmt::format("{} is not a PEM certificate (no \"{}\" line)", what, kCertificateMarker));
   }
-  if (kind == PemKind::kPrivateKey && !looks_like_private_key(pem.text)) {
+  if (kind == PemKind::PrivateKey && !looks_like_private_key(pem.text)) {
     return fail(entry.file, field,
                 fmt::format("{} is not a PEM private key (no \"-----BEGIN ... PRIVATE KEY-----\" "
                             "line)",
@@ -444,7 +444,7 @@ std::expected<void, ConfigError> apply_cluster(const std::string& name, const En
 
   auto insecure = bool_field(entry, prefix, "insecure-skip-tls-verify");
   if (!insecure) return std::unexpected(std::move(insecure).error());
-  auto ca = load_pem(entry, prefix, "certificate-authority", PemKind::kCertificate);
+  auto ca = load_pem(entry, prefix, "certificate-authority", PemKind::Certificate);
   if (!ca) return std::unexpected(std::move(ca).error());
   // client-go refuses the combination ("specifying a root certificates file
   // with the insecure flag is not allowed"): one of the two is a mistake.
@@ -488,9 +488,9 @@ std::expected<void, ConfigError> apply_user(const std::string& name, const Entry
   std::string prefix = fmt::format("users[{}].user.", name);
   if (auto supported = reject_unsupported_auth(entry, prefix); !supported) return supported;
 
-  auto certificate = load_pem(entry, prefix, "client-certificate", PemKind::kCertificate);
+  auto certificate = load_pem(entry, prefix, "client-certificate", PemKind::Certificate);
   if (!certificate) return std::unexpected(std::move(certificate).error());
-  auto key = load_pem(entry, prefix, "client-key", PemKind::kPrivateKey);
+  auto key = load_pem(entry, prefix, "client-key", PemKind::PrivateKey);
   if (!key) return std::unexpected(std::move(key).error());
   if (certificate->has_value() != key->has_value()) {
     const char* missing = *certificate ? "client-key" : "client-certificate";

@@ -10,10 +10,10 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <cstring>
 #include <exception>
-#include <iostream>
 #include <new>
 
 #include "gracekeeper/kube/leader_election.h"  // format_micro_time
+#include "gracekeeper/log/log.h"
 
 namespace gracekeeper::kube {
 
@@ -422,8 +422,9 @@ void EventRecorder::start_writers() {
         try {
           std::rethrow_exception(error);
         } catch (const std::exception& x) {
-          std::cerr << "event recorder: writer stopped: " << x.what() << "\n";
+          log::error("event recorder: writer stopped", {{"error", x.what()}});
         } catch (...) {
+          log::error("event recorder: writer stopped", {{"error", "unknown exception"}});
         }
       }
       start_writers();
@@ -456,9 +457,10 @@ asio::awaitable<void> EventRecorder::write_loop(std::string key) {
       continue;
     }
     ++stats_.failed;
-    std::cerr << "event recorder: "
-              << (w->kind == EventSeriesCache::Write::Kind::Create ? "creating" : "updating")
-              << " event " << ns << "/" << w->name << ": " << result.error().format() << "\n";
+    log::warn(w->kind == EventSeriesCache::Write::Kind::Create
+                  ? "event recorder: creating an event"
+                  : "event recorder: updating an event",
+              {{"event", ns + "/" + w->name}, {"error", result.error().format()}});
     // Drops the entry, or (NotFound on a patch) makes the next write a
     // create; either way next_write decides whether anything is left to do.
     cache_.write_failed(*w, result.error().reason == ApiError::Reason::NotFound);

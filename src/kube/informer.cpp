@@ -355,20 +355,20 @@ std::optional<Reflector::WatchOutcome> Reflector::apply_decoded(WatchDecoder& de
 
 Reflector::Step Reflector::apply(const WatchEvent& event) {
   switch (event.type) {
-    case WatchEventType::error:
+    case WatchEventType::Error:
       if (event.status && event.status->resource_version_too_old()) {
         last_error_ = "watch: " + event.status->message;
         return Step::Gone;
       }
       last_error_ = "watch error event: " + (event.status ? event.status->message : "");
       return Step::Failed;
-    case WatchEventType::bookmark:
+    case WatchEventType::Bookmark:
       if (initial_events_ && initial_events_end(event.object)) {
         finish_initial_events(event.resource_version);
       }
       break;
-    case WatchEventType::added:
-    case WatchEventType::modified: {
+    case WatchEventType::Added:
+    case WatchEventType::Modified: {
       std::string key = object_key(event.object);
       if (initial_events_ && initial_store_) {
         if (auto value = project(event.object)) {
@@ -382,7 +382,7 @@ Reflector::Step Reflector::apply(const WatchEvent& event) {
       }
       break;
     }
-    case WatchEventType::deleted:
+    case WatchEventType::Deleted:
       erase(object_key(event.object));
       break;
   }

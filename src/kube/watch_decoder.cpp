@@ -14,10 +14,10 @@ namespace {
 using Json = nlohmann::json;
 
 std::string_view trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\r";
-  const auto first = s.find_first_not_of(kSpace);
+  constexpr std::string_view space = " \t\r";
+  const auto first = s.find_first_not_of(space);
   if (first == std::string_view::npos) return {};
-  return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
+  return s.substr(first, s.find_last_not_of(space) - first + 1);
 }
 
 // nlohmann's parser itself is iterative, but copying and comparing a json are
@@ -57,11 +57,11 @@ bool within_depth(std::string_view text, std::size_t max_depth) {
 }
 
 std::optional<WatchEventType> parse_type(std::string_view type) {
-  if (type == "ADDED") return WatchEventType::added;
-  if (type == "MODIFIED") return WatchEventType::modified;
-  if (type == "DELETED") return WatchEventType::deleted;
-  if (type == "BOOKMARK") return WatchEventType::bookmark;
-  if (type == "ERROR") return WatchEventType::error;
+  if (type == "ADDED") return WatchEventType::Added;
+  if (type == "MODIFIED") return WatchEventType::Modified;
+  if (type == "DELETED") return WatchEventType::Deleted;
+  if (type == "BOOKMARK") return WatchEventType::Bookmark;
+  if (type == "ERROR") return WatchEventType::Error;
   return std::nullopt;
 }
 
@@ -79,9 +79,9 @@ WatchStatus decode_status(const Json& object) {
   if (code != object.end() && code->is_number_integer()) {
     // Clamp rather than wrap: a nonsense code must not turn into 410.
     const auto wide = code->get<std::int64_t>();
-    constexpr std::int64_t kMin = std::numeric_limits<int>::min();
-    constexpr std::int64_t kMax = std::numeric_limits<int>::max();
-    status.code = static_cast<int>(wide < kMin ? kMin : wide > kMax ? kMax : wide);
+    constexpr std::int64_t lowest = std::numeric_limits<int>::min();
+    constexpr std::int64_t highest = std::numeric_limits<int>::max();
+    status.code = static_cast<int>(wide < lowest ? lowest : wide > highest ? highest : wide);
   }
   return status;
 }
@@ -95,7 +95,7 @@ struct LineError {
 std::expected<WatchEvent, LineError> decode_event(std::string_view line,
                                                   const WatchDecoderOptions& options) {
   if (!within_depth(line, options.max_depth)) {
-    return std::unexpected(LineError{WatchErrorKind::malformed_json,
+    return std::unexpected(LineError{WatchErrorKind::MalformedJson,
                                      fmt::format("nested deeper than {}", options.max_depth)});
   }
   Json doc;
@@ -103,41 +103,40 @@ std::expected<WatchEvent, LineError> decode_event(std::string_view line,
   if (filtered) {
     detail::FilteringReader reader("object", *options.fields);
     if (!Json::sax_parse(line, &reader)) {
-      return std::unexpected(LineError{WatchErrorKind::malformed_json, reader.error()});
+      return std::unexpected(LineError{WatchErrorKind::MalformedJson, reader.error()});
     }
     doc = std::move(reader.root());
   } else {
     try {
       doc = Json::parse(line.begin(), line.end());
     } catch (const Json::exception& e) {
-      return std::unexpected(LineError{WatchErrorKind::malformed_json, e.what()});
+      return std::unexpected(LineError{WatchErrorKind::MalformedJson, e.what()});
     }
   }
   if (!doc.is_object()) {
-    return std::unexpected(LineError{WatchErrorKind::invalid_event, "event is not a JSON object"});
+    return std::unexpected(LineError{WatchErrorKind::InvalidEvent, "event is not a JSON object"});
   }
   const auto type_it = doc.find("type");
   if (type_it == doc.end() || !type_it->is_string()) {
-    return std::unexpected(
-        LineError{WatchErrorKind::invalid_event, "event has no string \"type\""});
+    return std::unexpected(LineError{WatchErrorKind::InvalidEvent, "event has no string \"type\""});
   }
   const auto object_it = doc.find("object");
   if (object_it == doc.end() || !object_it->is_object()) {
     return std::unexpected(
-        LineError{WatchErrorKind::invalid_event, "event has no \"object\" object"});
+        LineError{WatchErrorKind::InvalidEvent, "event has no \"object\" object"});
   }
   const auto& type_name = type_it->get_ref<const std::string&>();
   const std::optional<WatchEventType> type = parse_type(type_name);
   if (!type) {
     // Cap what goes into the message: the type is attacker-sized.
     return std::unexpected(LineError{
-        WatchErrorKind::unknown_type,
+        WatchErrorKind::UnknownType,
         fmt::format("unknown event type \"{}\"", std::string_view(type_name).substr(0, 64))});
   }
 
   WatchEvent event;
   event.type = *type;
-  if (*type == WatchEventType::error && filtered) {
+  if (*type == WatchEventType::Error && filtered) {
     // A Status, not an object the fields describe: read it whole.
     event.object = Json::parse(line.begin(), line.end())["object"];
   } else {
@@ -147,7 +146,7 @@ std::expected<WatchEvent, LineError> decode_event(std::string_view line,
       meta != event.object.end() && meta->is_object()) {
     event.resource_version = string_field(*meta, "resourceVersion");
   }
-  if (event.type == WatchEventType::error) event.status = decode_status(event.object);
+  if (event.type == WatchEventType::Error) event.status = decode_status(event.object);
   return event;
 }
 
@@ -155,15 +154,15 @@ std::expected<WatchEvent, LineError> decode_event(std::string_view line,
 
 std::string_view to_string(WatchEventType type) {
   switch (type) {
-    case WatchEventType::added:
+    case WatchEventType::Added:
       return "ADDED";
-    case WatchEventType::modified:
+    case WatchEventType::Modified:
       return "MODIFIED";
-    case WatchEventType::deleted:
+    case WatchEventType::Deleted:
       return "DELETED";
-    case WatchEventType::bookmark:
+    case WatchEventType::Bookmark:
       return "BOOKMARK";
-    case WatchEventType::error:
+    case WatchEventType::Error:
       return "ERROR";
   }
   return "?";
@@ -172,19 +171,19 @@ std::string_view to_string(WatchEventType type) {
 std::string WatchError::format() const {
   std::string_view what = "?";
   switch (kind) {
-    case WatchErrorKind::malformed_json:
+    case WatchErrorKind::MalformedJson:
       what = "malformed JSON";
       break;
-    case WatchErrorKind::invalid_event:
+    case WatchErrorKind::InvalidEvent:
       what = "invalid event";
       break;
-    case WatchErrorKind::unknown_type:
+    case WatchErrorKind::UnknownType:
       what = "unknown event type";
       break;
-    case WatchErrorKind::too_large:
+    case WatchErrorKind::TooLarge:
       what = "event too large";
       break;
-    case WatchErrorKind::truncated:
+    case WatchErrorKind::Truncated:
       what = "truncated stream";
       break;
   }
@@ -212,7 +211,7 @@ std::expected<void, WatchError> WatchDecoder::feed(std::string_view bytes) {
     // Checked before buffering, so memory stays bounded by the limit no matter
     // how the stream is chunked.
     if (partial_.size() + piece.size() > options_.max_event_bytes) {
-      return fail(WatchErrorKind::too_large,
+      return fail(WatchErrorKind::TooLarge,
                   fmt::format("event exceeds {} bytes", options_.max_event_bytes));
     }
     if (newline == std::string_view::npos) {
@@ -253,8 +252,8 @@ std::expected<void, WatchError> WatchDecoder::finish() {
   // does not parse is the beginning of one the connection cut off.
   std::expected<WatchEvent, LineError> event = decode_event(rest, options_);
   if (!event) {
-    if (event.error().kind == WatchErrorKind::malformed_json) {
-      return fail(WatchErrorKind::truncated,
+    if (event.error().kind == WatchErrorKind::MalformedJson) {
+      return fail(WatchErrorKind::Truncated,
                   fmt::format("stream ended inside an event ({} bytes)", rest.size()));
     }
     return fail(event.error().kind, std::move(event.error().message));

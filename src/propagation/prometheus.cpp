@@ -1,12 +1,13 @@
-// The Prometheus HTTP API client: one instant query per call, over the kube
-// client's transport (connection pool, timeouts, TLS; plain HTTP allowed here
+// The Prometheus HTTP API client: one instant query per call, over an
+// http::Client (connection pool, timeouts, TLS; plain HTTP allowed here
 // because Prometheus in a cluster usually serves http://).
 #include <boost/url/parse.hpp>
 #include <boost/url/url.hpp>
 #include <fstream>
 #include <sstream>
 
-#include "gracekeeper/kube/client.h"
+#include "gracekeeper/http/client.h"
+#include "gracekeeper/http/encoding.h"
 #include "gracekeeper/propagation/propagation.h"
 
 namespace gracekeeper::propagation {
@@ -15,37 +16,20 @@ namespace {
 
 namespace asio = boost::asio;
 
-std::string pct_encode(std::string_view s) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char ch : s) {
-    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
-      out += static_cast<char>(ch);
-    } else {
-      out += '%';
-      out += hex[ch >> 4];
-      out += hex[ch & 15];
-    }
-  }
-  return out;
-}
-
 class HttpPrometheus final : public Prometheus {
  public:
-  HttpPrometheus(asio::any_io_executor executor, kube::ClusterConfig cluster,
-                 kube::ClientOptions options)
-      : url_(cluster.server), client_(std::move(executor), std::move(cluster), options) {}
+  HttpPrometheus(asio::any_io_executor executor, http::Endpoint endpoint, http::Options options)
+      : url_(endpoint.url), client_(std::move(executor), std::move(endpoint), std::move(options)) {}
 
   asio::awaitable<std::expected<double, QueryError>> query(std::string promql) override {
     const std::string where = url_ + "/api/v1/query, query " + promql + ": ";
-    std::string target = "/api/v1/query?query=" + pct_encode(promql);
-    auto answer = co_await client_.get_response(std::move(target));
+    http::Request request{.target = "/api/v1/query"};
+    http::add_query(request.target, "query", promql);
+    auto answer = co_await client_.send(std::move(request));
     if (!answer) {
       const auto& e = answer.error();
-      std::string reason = e.reason == kube::ApiError::Reason::Transport     ? "Unreachable"
-                           : e.reason == kube::ApiError::Reason::BadResponse ? "BadResponse"
-                                                                             : "HttpError";
-      co_return std::unexpected(QueryError{std::move(reason), where + e.format()});
+      std::string reason = e.kind == http::ErrorKind::Transport ? "Unreachable" : "BadResponse";
+      co_return std::unexpected(QueryError{std::move(reason), where + e.message});
     }
     const bool ok = answer->status >= 200 && answer->status <= 299;
     auto value = parse_query_response(answer->body);
@@ -71,7 +55,7 @@ class HttpPrometheus final : public Prometheus {
 
  private:
   std::string url_;
-  kube::Client client_;
+  http::Client client_;
 };
 
 std::expected<std::string, std::string> read_text(const std::filesystem::path& file) {
@@ -81,6 +65,17 @@ std::expected<std::string, std::string> read_text(const std::filesystem::path& f
   text << in.rdbuf();
   if (in.bad()) return std::unexpected(file.string() + ": cannot read it");
   return text.str();
+}
+
+// The token file's content, trimmed; read for every query (rotation).
+std::expected<std::string, std::string> read_token(const std::filesystem::path& file) {
+  auto text = read_text(file);
+  if (!text) return text;
+  const auto first = text->find_first_not_of(" \t\r\n");
+  if (first == std::string::npos)
+    return std::unexpected(file.string() + ": the token file is empty");
+  const auto last = text->find_last_not_of(" \t\r\n");
+  return text->substr(first, last - first + 1);
 }
 
 }  // namespace
@@ -105,12 +100,12 @@ std::expected<std::unique_ptr<Prometheus>, std::string> make_prometheus(
     return std::unexpected("Prometheus timeout must be positive");
   }
 
-  kube::ClusterConfig cluster;
+  http::Endpoint endpoint;
   boost::urls::url normalized(*url);
   normalized.normalize_scheme();  // "HTTP://" works; the transport compares it as written
-  cluster.server = std::string{normalized.buffer()};
-  while (cluster.server.ends_with('/')) cluster.server.pop_back();
-  cluster.allow_plain_http = !https;
+  endpoint.url = std::string{normalized.buffer()};
+  while (endpoint.url.ends_with('/')) endpoint.url.pop_back();
+  endpoint.allow_plain_http = !https;
   if (config.ca_file) {
     if (!https) return std::unexpected(what + ": a CA file is set but the URL is not https://");
     auto pem = read_text(*config.ca_file);
@@ -119,17 +114,17 @@ std::expected<std::unique_ptr<Prometheus>, std::string> make_prometheus(
       return std::unexpected("Prometheus CA file " + config.ca_file->string() +
                              ": no PEM certificate in it");
     }
-    cluster.certificate_authority = kube::Pem{*pem, "file " + config.ca_file->string()};
+    endpoint.tls.certificate_authority = http::Pem{*pem, "file " + config.ca_file->string()};
   }
   if (config.bearer_token_file) {
-    cluster.token_file = *config.bearer_token_file;
     // Read once now so a wrong path fails at startup; it is read again for
     // every query (rotation).
-    auto token = kube::current_token(cluster);
-    if (!token) return std::unexpected("Prometheus bearer token: " + token.error().format());
+    auto token = read_token(*config.bearer_token_file);
+    if (!token) return std::unexpected("Prometheus bearer token: " + token.error());
+    endpoint.token = [file = *config.bearer_token_file] { return read_token(file); };
   }
 
-  kube::ClientOptions options;
+  http::Options options;
   options.timeouts.connect = config.timeout;
   options.timeouts.handshake = config.timeout;
   options.timeouts.write = config.timeout;
@@ -141,7 +136,8 @@ std::expected<std::unique_ptr<Prometheus>, std::string> make_prometheus(
   options.retry.attempts = 1;
   options.max_idle_connections = 2;
   options.max_body_bytes = 8u << 20;
-  return std::make_unique<HttpPrometheus>(std::move(executor), std::move(cluster), options);
+  return std::make_unique<HttpPrometheus>(std::move(executor), std::move(endpoint),
+                                          std::move(options));
 }
 
 }  // namespace gracekeeper::propagation

@@ -64,7 +64,7 @@ struct Watcher {
       return false;
     }
     while (auto e = decoder.next()) {
-      if (e->type != kube::WatchEventType::added && e->type != kube::WatchEventType::modified) {
+      if (e->type != kube::WatchEventType::Added && e->type != kube::WatchEventType::Modified) {
         continue;
       }
       ++events;

@@ -59,7 +59,7 @@ struct Outcome {
 
 void check_event(const kube::WatchEvent& event) {
   if (!event.object.is_object()) violation("event object is not an object");
-  if (event.status.has_value() != (event.type == kube::WatchEventType::error)) {
+  if (event.status.has_value() != (event.type == kube::WatchEventType::Error)) {
     violation("status present exactly for ERROR events", event.object.dump());
   }
 }
@@ -160,7 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     Outcome filtered = run(stream, sizes, kFiltered);
     for (auto& event : chunked.events) {
-      if (event.type != kube::WatchEventType::error) event.object = kFields.filter(event.object);
+      if (event.type != kube::WatchEventType::Error) event.object = kFields.filter(event.object);
     }
     if (!same_events(chunked.events, filtered.events)) {
       violation("the field filter changed more than the members it drops");

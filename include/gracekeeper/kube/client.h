@@ -1,5 +1,6 @@
-// The REST client for the Kubernetes API: one HTTPS connection pool per
-// Client, JSON in and out, errors as ApiError values.
+// The REST client for the Kubernetes API: Kubernetes verbs, JSON in and out,
+// errors as ApiError values, watches. The HTTP underneath (one HTTPS
+// connection pool per Client, TLS, retries) is an http::Client.
 //
 // Every call is a coroutine on the Client's executor. A Client is not
 // thread-safe: use it from one thread (the program's io_context) and keep it
@@ -8,7 +9,9 @@
 //
 // Retries (ClientOptions::retry): a request whose answer is transient is
 // retried with jittered exponential backoff only when repeating it cannot do
-// something twice; see `may_retry` in src/kube/client.cpp for the rule.
+// something twice: the rule is http::Client's
+// (include/gracekeeper/http/client.h); what is transient is read from the
+// metav1.Status (ApiError::transient).
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -24,13 +27,20 @@
 #include <string_view>
 #include <vector>
 
+#include "gracekeeper/http/options.h"
 #include "gracekeeper/kube/config.h"
 #include "gracekeeper/kube/error.h"
+
+namespace gracekeeper::http {
+class Client;
+struct Request;
+class Transport;  // include/gracekeeper/http/transport.h: the seam to sockets
+}  // namespace gracekeeper::http
 
 namespace gracekeeper::kube {
 
 namespace detail {
-class Transport;  // src/kube/transport.h: the seam between REST and sockets
+using Transport = gracekeeper::http::Transport;
 }
 
 // Which collection a call addresses: /api/v1/... for the core group ("").
@@ -50,32 +60,12 @@ inline const Resource deployments{"apps", "v1", "deployments", true};
 inline const Resource leases{"coordination.k8s.io", "v1", "leases", true};
 }  // namespace resources
 
-struct Timeouts {
-  std::chrono::milliseconds connect{10'000};      // TCP connect, all resolved addresses
-  std::chrono::milliseconds handshake{10'000};    // TLS handshake
-  std::chrono::milliseconds write{30'000};        // sending the request
-  std::chrono::milliseconds read_header{60'000};  // from request sent to response header
-  std::chrono::milliseconds request{120'000};     // whole non-watch request, body included
-  // Watches: the longest silence between two reads of a watch body. The
-  // server sends bookmarks about once a minute, so a silence much longer
-  // than that means a dead connection.
-  std::chrono::milliseconds watch_idle{150'000};
-};
-
-struct RetryPolicy {
-  int attempts = 4;  // total tries, including the first; 1 disables retries
-  std::chrono::milliseconds initial_backoff{200};
-  std::chrono::milliseconds max_backoff{5'000};
-};
-
-struct ClientOptions {
-  Timeouts timeouts{};
-  RetryPolicy retry{};
-  std::size_t max_idle_connections = 4;
-  std::chrono::seconds max_idle_time{60};  // idle pooled connections older than this are closed
-  std::size_t max_body_bytes = 64u << 20;  // non-watch responses larger than this fail
-  std::string user_agent = "gracekeeper";
-};
+// Timeouts, retries and the connection pool are the http layer's (an
+// http::Client under every kube::Client); these are the names the kube
+// client's users know them by.
+using Timeouts = http::Timeouts;
+using RetryPolicy = http::RetryPolicy;
+using ClientOptions = http::Options;
 
 struct ListOptions {
   std::string label_selector{};
@@ -138,26 +128,17 @@ struct DiscoveredResource {
   std::vector<std::string> verbs{};
 };
 
-// How a watch ended when it did not fail.
-enum class WatchEnd {
-  Closed,   // the server ended the stream (timeoutSeconds elapsed, or it restarted cleanly)
-  Stopped,  // the chunk handler returned false
-};
+// How a watch ended when it did not fail: Closed (the server ended the
+// stream: timeoutSeconds elapsed, or it restarted cleanly) or Stopped (the
+// chunk handler returned false).
+using WatchEnd = http::StreamEnd;
 
 // Gets each piece of a watch body as it arrives. Pieces follow the wire's
 // chunking, not the event boundaries: a JSON event may be split across calls
 // and one call may carry several events. Return false to stop the watch.
-using ChunkHandler = std::function<bool(std::string_view)>;
+using ChunkHandler = http::ChunkHandler;
 
 using Result = std::expected<nlohmann::json, ApiError>;
-
-// An HTTP answer as received, whatever its status (see Client::get_response).
-struct RawResponse {
-  int status = 0;
-  std::string content_type{};
-  std::string body{};
-  std::optional<std::chrono::seconds> retry_after{};
-};
 
 class Client {
  public:
@@ -260,24 +241,15 @@ class Client {
 
   // Any path (e.g. "/readyz"), GET, JSON or not; for diagnostics.
   boost::asio::awaitable<std::expected<std::string, ApiError>> get_raw(std::string target);
-  // GET any path and return the answer whatever its status, for servers
-  // whose error bodies are not a metav1.Status (Prometheus: 400/422 with
-  // {"status":"error",...}). Retried like get_raw; a non-2xx answer that is
-  // still transient after the last attempt is returned, not an error. The
-  // error is only for no usable answer (Transport, BadResponse).
-  boost::asio::awaitable<std::expected<RawResponse, ApiError>> get_response(std::string target);
 
  private:
-  struct Call;
+  using Call = http::Request;
   boost::asio::awaitable<Result> send_json(Call);
   // send_json, or with read_object false only the status (a success is {}).
   boost::asio::awaitable<Result> send_object(Call, bool read_object);
   boost::asio::awaitable<std::expected<std::string, ApiError>> send(Call);
-  boost::asio::awaitable<std::expected<RawResponse, ApiError>> send_raw(Call);
 
-  std::unique_ptr<detail::Transport> transport_;
-  ClientOptions options_;
-  std::uint64_t jitter_state_;
+  std::unique_ptr<http::Client> http_;
 };
 
 // The path of a collection or object: /apis/apps/v1/namespaces/ns/deployments/name/status.

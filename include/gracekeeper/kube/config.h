@@ -45,8 +45,8 @@ struct ClusterConfig {
   std::string namespace_;  // the context's namespace, or the pod's; default "default"
   // Accept an http:// server (no TLS at all). Never set by the loaders
   // below: a Kubernetes API server is always https://, and without this flag
-  // an http:// server is refused. Set by clients of plain-HTTP services that
-  // reuse this transport (the Prometheus propagation source).
+  // an http:// server is refused. Set only by tests and benches that stand
+  // up a fake API server on plain HTTP (passed on as http::Endpoint's).
   bool allow_plain_http = false;
 };
 

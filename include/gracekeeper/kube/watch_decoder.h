@@ -22,7 +22,7 @@
 
 namespace gracekeeper::kube {
 
-enum class WatchEventType { added, modified, deleted, bookmark, error };
+enum class WatchEventType { Added, Modified, Deleted, Bookmark, Error };
 
 // "ADDED", "MODIFIED", ... as on the wire.
 std::string_view to_string(WatchEventType);
@@ -42,7 +42,7 @@ struct WatchStatus {
 };
 
 struct WatchEvent {
-  WatchEventType type = WatchEventType::added;
+  WatchEventType type = WatchEventType::Added;
   // The object as sent. nlohmann::json (sorted keys), not the ordered_json of
   // manifest/: informers project a few fields out of it and drop it, so key
   // order does not matter here and the cheaper type is used.
@@ -54,11 +54,11 @@ struct WatchEvent {
 };
 
 enum class WatchErrorKind {
-  malformed_json,  // a line is not valid JSON, or is nested too deep
-  invalid_event,   // valid JSON but not {"type": string, "object": object}
-  unknown_type,    // a type other than the five above
-  too_large,       // an event longer than max_event_bytes
-  truncated,       // the stream ended inside an event
+  MalformedJson,  // a line is not valid JSON, or is nested too deep
+  InvalidEvent,   // valid JSON but not {"type": string, "object": object}
+  UnknownType,    // a type other than the five above
+  TooLarge,       // an event longer than max_event_bytes
+  Truncated,      // the stream ended inside an event
 };
 
 struct WatchError {

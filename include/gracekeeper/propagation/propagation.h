@@ -65,7 +65,7 @@ class Prometheus {
   virtual boost::asio::awaitable<std::expected<double, QueryError>> query(std::string promql) = 0;
 };
 
-// GET <url>/api/v1/query?query=<promql> over the kube client's transport:
+// GET <url>/api/v1/query?query=<promql> over an http::Client:
 // plain HTTP for http://, TLS (peer and host name verified) for https://.
 // The error is a startup misconfiguration (bad URL, unreadable CA or token
 // file), naming the URL or the file. Query errors name the URL and the query.

@@ -199,8 +199,18 @@ fi
 wait_for 10 settings_are ${HOLD} steady "18 58 0 1" \
   && ok "a rise is a broken budget, repaired despite minIntervalSeconds 3600 (${HOLD}: 18 58)" \
   || not_ok "${HOLD}/steady after the rise: '$(settings ${HOLD} steady)', want '18 58 0 1'"
+# The figure climbs through the rate() range, so the rise may take several
+# patches; but it took at least one (the settings changed), each of them
+# succeeded, and there is at most one per propagation refresh (no write loop).
 writes=$(gk_deployment_writes_since "$since" ${NS})
-ok "patches of ${NS}/web during the rise (the figure climbs through the rate() range): $(count_lines "$writes")"
+n_writes=$(count_lines "$writes")
+max_writes=$(($(since_ms "$start") / 1000 / REFRESH + 1))
+bad_writes=$(printf '%s\n' "$writes" | grep . | grep -cv '^patch web 20[01]$' || true)
+if [ "$n_writes" -ge 1 ] && [ "$n_writes" -le "$max_writes" ] && [ "$bad_writes" = 0 ]; then
+  ok "patches of ${NS}/web during the rise (the figure climbs through the rate() range): $n_writes (1 to $max_writes, all succeeded)"
+else
+  not_ok "patches of ${NS}/web during the rise: $n_writes, want 1 to $max_writes successful patches of web: $(printf '%s' "$writes" | tr '\n' ';')"
+fi
 expect "status.recommended after the rise" \
   "$(jp sdp ${NS} default '{.status.recommended.preStopSeconds} {.status.recommended.terminationGracePeriodSeconds}')" "18 58"
 

@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "../../support/run_on.h"
-#include "gracekeeper/kube/client.h"
+#include "gracekeeper/http/client.h"
 #include "gracekeeper/propagation/propagation.h"
 
 extern char** environ;
@@ -140,15 +140,14 @@ class PrometheusTest : public ::testing::Test {
     }
   }
 
-  // GET on the exporter (plain HTTP through the same client code).
+  // GET on the exporter (plain HTTP through the same http::Client code).
   std::string exporter_get(std::string target) {
-    kube::ClusterConfig config;
-    config.server = exporter_url_;
-    config.allow_plain_http = true;
-    kube::Client client(io_.get_executor(), config);
-    auto r = test_support::run_on(io_, client.get_raw(std::move(target)));
-    EXPECT_TRUE(r) << r.error().format();
-    return r ? *r : "";
+    http::Client client(io_.get_executor(),
+                        http::Endpoint{.url = exporter_url_, .allow_plain_http = true});
+    auto r = test_support::run_on(io_, client.send(http::Request{.target = std::move(target)}));
+    EXPECT_TRUE(r && r->status == 200)
+        << (r ? "HTTP " + std::to_string(r->status) + ": " + r->body : r.error().message);
+    return r && r->status == 200 ? r->body : "";
   }
 
   static inline fs::path dir_;

@@ -240,7 +240,7 @@ TEST(WatchDecoder, FilteredMalformedLineIsStillAnError) {
   WatchDecoder decoder(options);
   auto fed = decoder.feed("{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":}}}\n");
   ASSERT_FALSE(fed);
-  EXPECT_EQ(fed.error().kind, WatchErrorKind::malformed_json);
+  EXPECT_EQ(fed.error().kind, WatchErrorKind::MalformedJson);
 }
 
 }  // namespace

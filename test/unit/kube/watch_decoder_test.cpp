@@ -34,7 +34,7 @@ TEST(WatchDecoder, DecodesOneEvent) {
   ASSERT_TRUE(decoder.feed(event_line("ADDED", pod("a", "12"))));
   auto event = decoder.next();
   ASSERT_TRUE(event);
-  EXPECT_EQ(event->type, WatchEventType::added);
+  EXPECT_EQ(event->type, WatchEventType::Added);
   EXPECT_EQ(event->resource_version, "12");
   EXPECT_EQ(event->object["metadata"]["name"], "a");
   EXPECT_FALSE(event->status);
@@ -50,9 +50,9 @@ TEST(WatchDecoder, SeveralEventsInOneChunkKeepTheirOrder) {
   ASSERT_TRUE(decoder.feed(chunk));
   const auto events = drain(decoder);
   ASSERT_EQ(events.size(), 3u);
-  EXPECT_EQ(events[0].type, WatchEventType::added);
-  EXPECT_EQ(events[1].type, WatchEventType::modified);
-  EXPECT_EQ(events[2].type, WatchEventType::deleted);
+  EXPECT_EQ(events[0].type, WatchEventType::Added);
+  EXPECT_EQ(events[1].type, WatchEventType::Modified);
+  EXPECT_EQ(events[2].type, WatchEventType::Deleted);
   EXPECT_EQ(events[2].resource_version, "3");
   EXPECT_EQ(decoder.events_decoded(), 3u);
 }
@@ -97,16 +97,16 @@ TEST(WatchDecoder, EventLargerThanLimitIsAnErrorWithoutBufferingIt) {
   EXPECT_LE(decoder.buffered_bytes(), 1000u);
   auto result = decoder.feed(huge);
   ASSERT_FALSE(result);
-  EXPECT_EQ(result.error().kind, WatchErrorKind::too_large);
+  EXPECT_EQ(result.error().kind, WatchErrorKind::TooLarge);
   EXPECT_EQ(result.error().event_index, 1u);
   EXPECT_EQ(decoder.buffered_bytes(), 0u);
   // The event before the oversized one is still delivered.
   EXPECT_TRUE(decoder.next());
   // Failed for good: no more decoding on this stream.
   EXPECT_EQ(decoder.feed(event_line("ADDED", pod("b", "2"))).error().kind,
-            WatchErrorKind::too_large);
+            WatchErrorKind::TooLarge);
   EXPECT_FALSE(decoder.next());
-  EXPECT_EQ(decoder.finish().error().kind, WatchErrorKind::too_large);
+  EXPECT_EQ(decoder.finish().error().kind, WatchErrorKind::TooLarge);
 }
 
 TEST(WatchDecoder, LimitAppliesToCompleteLinesAndIsInclusive) {
@@ -121,7 +121,7 @@ TEST(WatchDecoder, LimitAppliesToCompleteLinesAndIsInclusive) {
     WatchDecoder decoder(WatchDecoderOptions{.max_event_bytes = length - 1});
     auto result = decoder.feed(line);
     ASSERT_FALSE(result);
-    EXPECT_EQ(result.error().kind, WatchErrorKind::too_large);
+    EXPECT_EQ(result.error().kind, WatchErrorKind::TooLarge);
   }
 }
 
@@ -132,7 +132,7 @@ TEST(WatchDecoder, DefaultLimitIs16MiB) {
   for (int i = 0; i < 16; ++i) ASSERT_TRUE(decoder.feed(megabyte)) << i;
   auto result = decoder.feed("x");
   ASSERT_FALSE(result);
-  EXPECT_EQ(result.error().kind, WatchErrorKind::too_large);
+  EXPECT_EQ(result.error().kind, WatchErrorKind::TooLarge);
 }
 
 TEST(WatchDecoder, MalformedJsonIsAnErrorAfterTheGoodEvents) {
@@ -140,7 +140,7 @@ TEST(WatchDecoder, MalformedJsonIsAnErrorAfterTheGoodEvents) {
   auto result =
       decoder.feed(event_line("ADDED", pod("a", "1")) + "{\"type\":\"ADDED\",\"object\":{\n");
   ASSERT_FALSE(result);
-  EXPECT_EQ(result.error().kind, WatchErrorKind::malformed_json);
+  EXPECT_EQ(result.error().kind, WatchErrorKind::MalformedJson);
   EXPECT_EQ(result.error().event_index, 1u);
   EXPECT_EQ(result.error().stream_offset, event_line("ADDED", pod("a", "1")).size());
   const std::string text = result.error().format();
@@ -161,7 +161,7 @@ TEST(WatchDecoder, ErrorOffsetDoesNotDependOnChunking) {
       result = decoder.feed(std::string_view(stream).substr(at, chunk));
     }
     ASSERT_FALSE(result) << chunk;
-    EXPECT_EQ(result.error().kind, WatchErrorKind::unknown_type);
+    EXPECT_EQ(result.error().kind, WatchErrorKind::UnknownType);
     EXPECT_EQ(result.error().event_index, 2u) << chunk;  // the blank line is no event
     EXPECT_EQ(result.error().stream_offset, bad_at) << chunk;
   }
@@ -173,19 +173,19 @@ TEST(WatchDecoder, RejectsMalformedInputs) {
     WatchErrorKind kind;
   };
   const std::vector<Case> cases{
-      {"not json", WatchErrorKind::malformed_json},
-      {"{\"type\":\"ADDED\",\"object\":{}} trailing", WatchErrorKind::malformed_json},
-      {"{\"type\":\"ADDED\",\"object\":{\"s\":\"\xff\"}}", WatchErrorKind::malformed_json},
-      {std::string(100000, '['), WatchErrorKind::malformed_json},
-      {"[1,2]", WatchErrorKind::invalid_event},
-      {"\"ADDED\"", WatchErrorKind::invalid_event},
-      {"{\"object\":{}}", WatchErrorKind::invalid_event},
-      {"{\"type\":7,\"object\":{}}", WatchErrorKind::invalid_event},
-      {"{\"type\":\"ADDED\"}", WatchErrorKind::invalid_event},
-      {"{\"type\":\"ADDED\",\"object\":[]}", WatchErrorKind::invalid_event},
-      {"{\"type\":\"ADDED\",\"object\":null}", WatchErrorKind::invalid_event},
-      {"{\"type\":\"added\",\"object\":{}}", WatchErrorKind::unknown_type},
-      {"{\"type\":\"SYNC\",\"object\":{}}", WatchErrorKind::unknown_type},
+      {"not json", WatchErrorKind::MalformedJson},
+      {"{\"type\":\"ADDED\",\"object\":{}} trailing", WatchErrorKind::MalformedJson},
+      {"{\"type\":\"ADDED\",\"object\":{\"s\":\"\xff\"}}", WatchErrorKind::MalformedJson},
+      {std::string(100000, '['), WatchErrorKind::MalformedJson},
+      {"[1,2]", WatchErrorKind::InvalidEvent},
+      {"\"ADDED\"", WatchErrorKind::InvalidEvent},
+      {"{\"object\":{}}", WatchErrorKind::InvalidEvent},
+      {"{\"type\":7,\"object\":{}}", WatchErrorKind::InvalidEvent},
+      {"{\"type\":\"ADDED\"}", WatchErrorKind::InvalidEvent},
+      {"{\"type\":\"ADDED\",\"object\":[]}", WatchErrorKind::InvalidEvent},
+      {"{\"type\":\"ADDED\",\"object\":null}", WatchErrorKind::InvalidEvent},
+      {"{\"type\":\"added\",\"object\":{}}", WatchErrorKind::UnknownType},
+      {"{\"type\":\"SYNC\",\"object\":{}}", WatchErrorKind::UnknownType},
   };
   for (const Case& c : cases) {
     WatchDecoder decoder;
@@ -205,7 +205,7 @@ TEST(WatchDecoder, ErrorEventCarriesTheStatus) {
   ASSERT_TRUE(decoder.feed(event_line("ERROR", status)));
   auto event = decoder.next();
   ASSERT_TRUE(event);
-  EXPECT_EQ(event->type, WatchEventType::error);
+  EXPECT_EQ(event->type, WatchEventType::Error);
   EXPECT_EQ(event->resource_version, "");
   ASSERT_TRUE(event->status);
   EXPECT_EQ(event->status->code, 410);
@@ -244,7 +244,7 @@ TEST(WatchDecoder, BookmarkCarriesResourceVersion) {
   ASSERT_TRUE(decoder.feed(event_line("BOOKMARK", bookmark)));
   auto event = decoder.next();
   ASSERT_TRUE(event);
-  EXPECT_EQ(event->type, WatchEventType::bookmark);
+  EXPECT_EQ(event->type, WatchEventType::Bookmark);
   EXPECT_EQ(event->resource_version, "98765");
   EXPECT_EQ(to_string(event->type), "BOOKMARK");
 }
@@ -274,7 +274,7 @@ TEST(WatchDecoder, FinishReportsATruncatedStream) {
   ASSERT_TRUE(decoder.feed(line + line.substr(0, 20)));
   auto result = decoder.finish();
   ASSERT_FALSE(result);
-  EXPECT_EQ(result.error().kind, WatchErrorKind::truncated);
+  EXPECT_EQ(result.error().kind, WatchErrorKind::Truncated);
   EXPECT_NE(result.error().format().find("truncated stream"), std::string::npos);
   EXPECT_EQ(drain(decoder).size(), 1u);
   EXPECT_EQ(decoder.buffered_bytes(), 0u);
@@ -297,7 +297,7 @@ TEST(WatchDecoder, FinishOnWellFormedButInvalidLeftoverKeepsItsKind) {
   ASSERT_TRUE(decoder.feed("{\"type\":\"NOPE\",\"object\":{}}"));
   auto result = decoder.finish();
   ASSERT_FALSE(result);
-  EXPECT_EQ(result.error().kind, WatchErrorKind::unknown_type);
+  EXPECT_EQ(result.error().kind, WatchErrorKind::UnknownType);
 }
 
 // ---- property: any chunking of any event sequence decodes to the same events ----

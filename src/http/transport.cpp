@@ -1,12 +1,10 @@
-// HTTPS to the API server: TLS with SNI and peer + host name verification,
-// client certificates from memory, a bearer token read per request, and a
-// small pool of keep-alive connections. The HTTP exchange is in transport.h.
+// HTTPS: TLS with SNI and peer + host name verification, client
+// certificates from memory, a bearer token read per request, and a small
+// pool of keep-alive connections. The HTTP exchange is in exchange.h.
 //
-// Plain HTTP (a TCP stream, no TLS) only when the config sets
+// Plain HTTP (a TCP stream, no TLS) only when the endpoint sets
 // allow_plain_http: for in-cluster services such as Prometheus, never for the
 // API server.
-#include "kube/transport.h"
-
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -24,8 +22,12 @@
 #include <deque>
 #include <utility>
 
-namespace gracekeeper::kube::detail {
+#include "http/exchange.h"
+
+namespace gracekeeper::http {
 namespace {
+
+using namespace detail;  // the exchange (exchange.h)
 
 namespace asio = boost::asio;
 namespace ssl = boost::asio::ssl;
@@ -53,16 +55,16 @@ std::string tls_failure(SSL* ssl, const beast::error_code& ec) {
 
 class TlsTransport final : public Transport {
  public:
-  TlsTransport(asio::any_io_executor executor, ClusterConfig config, const ClientOptions& options)
+  TlsTransport(asio::any_io_executor executor, Endpoint endpoint, const Options& options)
       : executor_(std::move(executor)),
-        config_(std::move(config)),
+        endpoint_(std::move(endpoint)),
         options_(options),
         tls_(ssl::context::tls_client) {
     setup_endpoint();
     if (setup_error_.empty() && !plain_) setup_tls();
   }
 
-  asio::awaitable<std::expected<HttpResponse, TransportError>> send(const HttpRequest& r) override {
+  asio::awaitable<std::expected<Response, Error>> send(const Request& r) override {
     auto head = request_head();
     if (!head) co_return std::unexpected(std::move(head.error()));
     const auto wire = make_wire_request(r, *head);
@@ -73,7 +75,7 @@ class TlsTransport final : public Transport {
       auto run = [&](auto& stream) {
         return exchange(stream, c->buffer, wire, options_.timeouts, options_.max_body_bytes);
       };
-      std::expected<Exchanged, TransportError> out;
+      std::expected<Exchanged, Error> out;
       if (c->tls) {
         out = co_await run(*c->tls);
       } else {
@@ -93,8 +95,8 @@ class TlsTransport final : public Transport {
     }
   }
 
-  asio::awaitable<std::expected<StreamResult, TransportError>> stream(
-      const HttpRequest& r, const ChunkHandler& on_chunk) override {
+  asio::awaitable<std::expected<StreamResult, Error>> stream(
+      const Request& r, const ChunkHandler& on_chunk) override {
     auto head = request_head();
     if (!head) co_return std::unexpected(std::move(head.error()));
     const auto wire = make_wire_request(r, *head);
@@ -129,17 +131,17 @@ class TlsTransport final : public Transport {
   };
   using ConnectionPtr = std::unique_ptr<Connection>;
 
-  TransportError setup_failure(std::string message) const {
-    return TransportError{.reason = ApiError::Reason::Transport, .message = std::move(message)};
+  Error setup_failure(std::string message) const {
+    return Error{.kind = ErrorKind::Transport, .message = std::move(message)};
   }
 
   void setup_endpoint() {
-    auto url = boost::urls::parse_uri(config_.server);
-    plain_ = url && config_.allow_plain_http && url->scheme() == "http";
+    auto url = boost::urls::parse_uri(endpoint_.url);
+    plain_ = url && endpoint_.allow_plain_http && url->scheme() == "http";
     if (!url || (url->scheme() != "https" && !plain_) || url->host_address().empty()) {
-      setup_error_ = "server \"" + config_.server +
-                     (config_.allow_plain_http ? "\" is not an http:// or https:// URL"
-                                               : "\" is not an https:// URL");
+      setup_error_ = "server \"" + endpoint_.url +
+                     (endpoint_.allow_plain_http ? "\" is not an http:// or https:// URL"
+                                                 : "\" is not an https:// URL");
       return;
     }
     host_ = url->host_address();
@@ -151,7 +153,7 @@ class TlsTransport final : public Transport {
       head_.path_prefix.pop_back();
     }
     head_.user_agent = options_.user_agent;
-    verify_name_ = config_.tls_server_name.empty() ? host_ : config_.tls_server_name;
+    verify_name_ = endpoint_.tls.server_name.empty() ? host_ : endpoint_.tls.server_name;
   }
 
   void setup_tls() {
@@ -159,41 +161,41 @@ class TlsTransport final : public Transport {
     tls_.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                          ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1,
                      ec);
-    if (config_.certificate_authority) {
-      tls_.add_certificate_authority(asio::buffer(config_.certificate_authority->text), ec);
+    if (endpoint_.tls.certificate_authority) {
+      tls_.add_certificate_authority(asio::buffer(endpoint_.tls.certificate_authority->text), ec);
       if (ec) {
-        setup_error_ = "certificate authority (" + config_.certificate_authority->origin +
+        setup_error_ = "certificate authority (" + endpoint_.tls.certificate_authority->origin +
                        "): " + ec.message();
         return;
       }
     } else {
       tls_.set_default_verify_paths(ec);
     }
-    if (config_.client_certificate) {
-      tls_.use_certificate_chain(asio::buffer(config_.client_certificate->text), ec);
+    if (endpoint_.tls.client_certificate) {
+      tls_.use_certificate_chain(asio::buffer(endpoint_.tls.client_certificate->text), ec);
       if (ec) {
-        setup_error_ =
-            "client certificate (" + config_.client_certificate->origin + "): " + ec.message();
+        setup_error_ = "client certificate (" + endpoint_.tls.client_certificate->origin +
+                       "): " + ec.message();
         return;
       }
     }
-    if (config_.client_key) {
-      tls_.use_private_key(asio::buffer(config_.client_key->text), ssl::context::pem, ec);
+    if (endpoint_.tls.client_key) {
+      tls_.use_private_key(asio::buffer(endpoint_.tls.client_key->text), ssl::context::pem, ec);
       if (ec) {
-        setup_error_ = "client key (" + config_.client_key->origin + "): " + ec.message();
+        setup_error_ = "client key (" + endpoint_.tls.client_key->origin + "): " + ec.message();
         return;
       }
     }
-    // Verification is on unless the kubeconfig explicitly turned it off.
-    tls_.set_verify_mode(config_.insecure_skip_tls_verify ? ssl::verify_none : ssl::verify_peer);
+    // Verification is on unless the endpoint explicitly turned it off.
+    tls_.set_verify_mode(endpoint_.tls.insecure_skip_verify ? ssl::verify_none : ssl::verify_peer);
   }
 
-  std::expected<RequestHead, TransportError> request_head() const {
+  std::expected<RequestHead, Error> request_head() const {
     if (!setup_error_.empty()) return std::unexpected(setup_failure(setup_error_));
     RequestHead head = head_;
-    if (!config_.token.empty() || config_.token_file) {
-      auto token = current_token(config_);
-      if (!token) return std::unexpected(setup_failure("bearer token: " + token.error().format()));
+    if (endpoint_.token) {
+      auto token = endpoint_.token();
+      if (!token) return std::unexpected(setup_failure("bearer token: " + token.error()));
       if (!token->empty()) head.authorization = "Bearer " + *token;
     }
     return head;
@@ -210,7 +212,7 @@ class TlsTransport final : public Transport {
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
 
-  asio::awaitable<std::expected<std::pair<ConnectionPtr, bool>, TransportError>> acquire() {
+  asio::awaitable<std::expected<std::pair<ConnectionPtr, bool>, Error>> acquire() {
     while (!idle_.empty()) {
       ConnectionPtr c = std::move(idle_.back());
       idle_.pop_back();
@@ -231,7 +233,7 @@ class TlsTransport final : public Transport {
     while (idle_.size() > options_.max_idle_connections) idle_.pop_front();
   }
 
-  asio::awaitable<std::expected<ConnectionPtr, TransportError>> connect() {
+  asio::awaitable<std::expected<ConnectionPtr, Error>> connect() {
     const std::string where = host_ + ":" + port_;
     tcp::resolver resolver(executor_);
     auto flags = is_ip_literal(host_) ? tcp::resolver::numeric_host : tcp::resolver::flags{};
@@ -252,7 +254,7 @@ class TlsTransport final : public Transport {
     SSL* ssl = c->tls->native_handle();
     // SNI carries host names only (RFC 6066), never an IP address.
     if (!is_ip_literal(verify_name_)) SSL_set_tlsext_host_name(ssl, verify_name_.c_str());
-    if (!config_.insecure_skip_tls_verify) {
+    if (!endpoint_.tls.insecure_skip_verify) {
       // OpenSSL checks the name during the handshake, so a mismatch fails it
       // with X509_V_ERR_HOSTNAME_MISMATCH / IP_ADDRESS_MISMATCH.
       int ok = is_ip_literal(verify_name_)
@@ -279,11 +281,11 @@ class TlsTransport final : public Transport {
   }
 
   asio::any_io_executor executor_;
-  ClusterConfig config_;
-  ClientOptions options_;
+  Endpoint endpoint_;
+  Options options_;
   ssl::context tls_;
   std::string setup_error_;  // bad URL or PEM: every request fails with it
-  bool plain_ = false;       // http:// (allowed by the config): no TLS
+  bool plain_ = false;       // http:// (allowed by the endpoint): no TLS
   std::string host_;
   std::string port_;
   std::string verify_name_;
@@ -293,9 +295,9 @@ class TlsTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_tls_transport(asio::any_io_executor executor, ClusterConfig config,
-                                              const ClientOptions& options) {
-  return std::make_unique<TlsTransport>(std::move(executor), std::move(config), options);
+std::unique_ptr<Transport> make_transport(asio::any_io_executor executor, Endpoint endpoint,
+                                          const Options& options) {
+  return std::make_unique<TlsTransport>(std::move(executor), std::move(endpoint), options);
 }
 
-}  // namespace gracekeeper::kube::detail
+}  // namespace gracekeeper::http

@@ -1,4 +1,4 @@
-#include "log.h"
+#include "gracekeeper/log/log.h"
 
 #include <fmt/chrono.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -7,7 +7,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-namespace gracekeeper::controller::log {
+namespace gracekeeper::log {
 namespace {
 
 bool json_format = true;
@@ -26,13 +26,13 @@ spdlog::logger& logger() {
 
 spdlog::level::level_enum to_spdlog(Level level) {
   switch (level) {
-    case Level::debug:
+    case Level::Debug:
       return spdlog::level::debug;
-    case Level::info:
+    case Level::Info:
       return spdlog::level::info;
-    case Level::warn:
+    case Level::Warn:
       return spdlog::level::warn;
-    case Level::error:
+    case Level::Error:
       return spdlog::level::err;
   }
   return spdlog::level::info;
@@ -40,13 +40,13 @@ spdlog::level::level_enum to_spdlog(Level level) {
 
 std::string_view name(Level level) {
   switch (level) {
-    case Level::debug:
+    case Level::Debug:
       return "debug";
-    case Level::info:
+    case Level::Info:
       return "info";
-    case Level::warn:
+    case Level::Warn:
       return "warn";
-    case Level::error:
+    case Level::Error:
       return "error";
   }
   return "info";
@@ -96,4 +96,4 @@ void write(Level level, std::string_view message, std::initializer_list<Field> f
   logger().log(to_spdlog(level), line);
 }
 
-}  // namespace gracekeeper::controller::log
+}  // namespace gracekeeper::log

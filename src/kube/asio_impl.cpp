@@ -1,7 +1,0 @@
-// Asio, its SSL support and Beast, compiled once for the whole program
-// (BOOST_ASIO_SEPARATE_COMPILATION / BOOST_BEAST_SEPARATE_COMPILATION are set
-// on gk_kube): every other file includes only the headers it uses and does
-// not pay for the implementations again. See ARCHITECTURE.md, build hygiene.
-#include <boost/asio/impl/src.hpp>
-#include <boost/asio/ssl/impl/src.hpp>
-#include <boost/beast/src.hpp>

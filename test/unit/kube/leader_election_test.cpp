@@ -1,0 +1,248 @@
+// Leader election: MicroTime, lease records, and LeaderElector against an
+// in-memory Lease server.
+#include "gracekeeper/kube/leader_election.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "../../../src/kube/transport.h"  // private: the seam for a fake API server
+
+namespace gracekeeper::kube {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::system_clock;
+
+const Clock::time_point t0 = Clock::time_point(1'800'000'000s);
+
+TEST(MicroTime, FormatsAndParses) {
+  auto t = t0 + 123456us;
+  EXPECT_EQ(format_micro_time(t), "2027-01-15T08:00:00.123456Z");
+  EXPECT_EQ(parse_rfc3339("2027-01-15T08:00:00.123456Z"), t);
+  EXPECT_EQ(parse_rfc3339("2027-01-15T08:00:00Z"), t0);
+  EXPECT_EQ(parse_rfc3339("2027-01-15T09:00:00.5+01:00"), t0 + 500ms);
+  EXPECT_FALSE(parse_rfc3339(""));
+  EXPECT_FALSE(parse_rfc3339("2027-01-15 08:00:00Z"));
+  EXPECT_FALSE(parse_rfc3339("2027-01-15T08:00:00"));
+}
+
+TEST(Lease, HeldUntilRenewTimePlusDuration) {
+  nlohmann::json lease = {{"spec",
+                           {{"holderIdentity", "a"},
+                            {"leaseDurationSeconds", 15},
+                            {"renewTime", "2027-01-15T08:00:00.000000Z"},
+                            {"leaseTransitions", 3}}}};
+  auto r = lease_record_from_json(lease);
+  EXPECT_EQ(r.holder_identity, "a");
+  EXPECT_EQ(r.lease_transitions, 3);
+  EXPECT_TRUE(lease_held(r, t0 + 15s));
+  EXPECT_FALSE(lease_held(r, t0 + 15s + 1us));
+  r.holder_identity.clear();  // released
+  EXPECT_FALSE(lease_held(r, t0));
+  auto spec = lease_spec_to_json(r);
+  EXPECT_EQ(spec["holderIdentity"], "");
+  EXPECT_EQ(spec["renewTime"], "2027-01-15T08:00:00.000000Z");
+}
+
+// ------------------------------------------------------------ LeaderElector
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+// One Lease kept in memory with resourceVersion checks, like the API server;
+// `down` makes every request fail with no answer.
+class FakeLeaseServer final : public detail::Transport {
+ public:
+  std::optional<json> lease{};
+  int version = 0;
+  bool down = false;
+
+  asio::awaitable<std::expected<detail::HttpResponse, detail::TransportError>> send(
+      const detail::HttpRequest& r) override {
+    namespace http = boost::beast::http;
+    if (down) co_return std::unexpected(detail::TransportError{.message = "down"});
+    if (r.method == http::verb::get) {
+      if (!lease) co_return status(404, "NotFound");
+      co_return ok(*lease);
+    }
+    json body = json::parse(r.body);
+    if (r.method == http::verb::post) {
+      if (lease) co_return status(409, "AlreadyExists");
+    } else if (r.method == http::verb::put) {
+      if (!lease) co_return status(404, "NotFound");
+      if (body["metadata"].value("resourceVersion", "") != std::to_string(version)) {
+        co_return status(409, "Conflict");
+      }
+    }
+    body["metadata"]["resourceVersion"] = std::to_string(++version);
+    lease = body;
+    co_return ok(body);
+  }
+  asio::awaitable<std::expected<detail::StreamResult, detail::TransportError>> stream(
+      const detail::HttpRequest&, const ChunkHandler&) override {
+    co_return std::unexpected(detail::TransportError{.message = "no watch here"});
+  }
+
+ private:
+  static detail::HttpResponse ok(const json& j) {
+    return {.status = 200, .content_type = "application/json", .retry_after = {}, .body = j.dump()};
+  }
+  static detail::HttpResponse status(unsigned code, const char* reason) {
+    json s = {{"kind", "Status"}, {"status", "Failure"}, {"reason", reason}, {"code", code}};
+    return {
+        .status = code, .content_type = "application/json", .retry_after = {}, .body = s.dump()};
+  }
+};
+
+// Shares one FakeLeaseServer between Clients (each Client owns its Transport).
+class SharedTransport final : public detail::Transport {
+ public:
+  explicit SharedTransport(FakeLeaseServer& s) : server_(s) {}
+  asio::awaitable<std::expected<detail::HttpResponse, detail::TransportError>> send(
+      const detail::HttpRequest& r) override {
+    co_return co_await server_.send(r);
+  }
+  asio::awaitable<std::expected<detail::StreamResult, detail::TransportError>> stream(
+      const detail::HttpRequest& r, const ChunkHandler& h) override {
+    co_return co_await server_.stream(r, h);
+  }
+
+ private:
+  FakeLeaseServer& server_;
+};
+
+struct Candidate {
+  Candidate(asio::io_context& io, FakeLeaseServer& server, const std::string& id)
+      : client(std::make_unique<SharedTransport>(server), options()),
+        elector(client, config(id, *this)) {
+    (void)io;
+  }
+  static ClientOptions options() {
+    ClientOptions o;
+    o.retry.attempts = 1;
+    return o;
+  }
+  static LeaderElectionConfig config(const std::string& id, Candidate& self) {
+    LeaderElectionConfig c;
+    c.namespace_ = "default";
+    c.name = "lock";
+    c.identity = id;
+    c.lease_duration = 1000ms;
+    c.renew_deadline = 300ms;
+    c.retry_period = 50ms;
+    c.on_started_leading = [&self] { ++self.started; };
+    c.on_stopped_leading = [&self] { ++self.stopped; };
+    c.on_new_leader = [&self](const std::string& h) { self.leaders.push_back(h); };
+    return c;
+  }
+  Client client;
+  LeaderElector elector;
+  int started = 0;
+  int stopped = 0;
+  std::vector<std::string> leaders{};
+  bool returned = false;
+  asio::cancellation_signal cancel{};
+};
+
+void spawn_run(asio::io_context& io, Candidate& c) {
+  asio::co_spawn(io, c.elector.run(),
+                 asio::bind_cancellation_slot(c.cancel.slot(),
+                                              [&c](std::exception_ptr) { c.returned = true; }));
+}
+
+void run_for(asio::io_context& io, std::chrono::milliseconds d) {
+  io.restart();
+  io.run_for(d);
+}
+
+TEST(LeaderElector, OneOfTwoLeadsAndKeepsRenewing) {
+  asio::io_context io;
+  FakeLeaseServer server;
+  Candidate a(io, server, "a"), b(io, server, "b");
+  spawn_run(io, a);
+  spawn_run(io, b);
+  run_for(io, 400ms);
+  EXPECT_EQ(a.started + b.started, 1);
+  Candidate& leader = a.started ? a : b;
+  Candidate& other = a.started ? b : a;
+  EXPECT_TRUE(leader.elector.is_leader());
+  EXPECT_FALSE(other.elector.is_leader());
+  ASSERT_TRUE(server.lease);
+  EXPECT_EQ((*server.lease)["spec"]["holderIdentity"], leader.elector.config().identity);
+  EXPECT_EQ((*server.lease)["spec"]["leaseDurationSeconds"], 1);
+  int v = server.version;
+  run_for(io, 200ms);
+  EXPECT_GT(server.version, v) << "the leader renews every retry period";
+  EXPECT_EQ(other.started, 0);
+  ASSERT_FALSE(other.leaders.empty());
+  EXPECT_EQ(other.leaders.back(), leader.elector.config().identity);
+
+  // A graceful hand-over: the other acquires at its next retry, well before expiry.
+  leader.cancel.emit(asio::cancellation_type::terminal);
+  run_for(io, 20ms);
+  EXPECT_TRUE(leader.returned);
+  EXPECT_EQ(leader.stopped, 1);
+  bool released = false;
+  asio::co_spawn(
+      io, leader.elector.release(),
+      [&](std::exception_ptr, std::expected<void, ApiError> r) { released = r.has_value(); });
+  run_for(io, 20ms);
+  EXPECT_TRUE(released);
+  // Released: no holder, unless the other's retry came within these 20 ms
+  // (a slow run, e.g. under ASan) and took it already.
+  const auto holder = (*server.lease)["spec"]["holderIdentity"].get<std::string>();
+  EXPECT_TRUE(holder.empty() || holder == other.elector.config().identity) << holder;
+  run_for(io, 150ms);
+  EXPECT_EQ(other.started, 1);
+  EXPECT_EQ((*server.lease)["spec"]["holderIdentity"], other.elector.config().identity);
+  EXPECT_EQ((*server.lease)["spec"]["leaseTransitions"], 1);
+  other.cancel.emit(asio::cancellation_type::terminal);
+  run_for(io, 20ms);
+}
+
+TEST(LeaderElector, StopsLeadingWhenRenewalFailsPastTheDeadline) {
+  asio::io_context io;
+  FakeLeaseServer server;
+  Candidate a(io, server, "a");
+  spawn_run(io, a);
+  run_for(io, 100ms);
+  ASSERT_EQ(a.started, 1);
+  server.down = true;
+  run_for(io, 200ms);
+  EXPECT_EQ(a.stopped, 0) << "still within the renew deadline";
+  run_for(io, 250ms);
+  EXPECT_EQ(a.stopped, 1);
+  EXPECT_TRUE(a.returned) << "run() returns after losing leadership";
+  EXPECT_FALSE(a.elector.is_leader());
+}
+
+TEST(LeaderElector, TakesAnExpiredLeaseButNotAValidOne) {
+  asio::io_context io;
+  FakeLeaseServer server;
+  LeaseRecord held;
+  held.holder_identity = "gone";
+  held.lease_duration_seconds = 1;
+  held.renew_time = Clock::now();
+  server.lease = json{{"apiVersion", "coordination.k8s.io/v1"},
+                      {"kind", "Lease"},
+                      {"metadata", {{"name", "lock"}, {"namespace", "default"}}},
+                      {"spec", lease_spec_to_json(held)}};
+  (*server.lease)["metadata"]["resourceVersion"] = std::to_string(++server.version);
+  Candidate a(io, server, "a");
+  spawn_run(io, a);
+  run_for(io, 500ms);
+  EXPECT_EQ(a.started, 0) << "the lease is still valid";
+  run_for(io, 700ms);
+  EXPECT_EQ(a.started, 1) << "expired after 1 s";
+  a.cancel.emit(asio::cancellation_type::terminal);
+  run_for(io, 20ms);
+}
+
+}  // namespace
+}  // namespace gracekeeper::kube
