@@ -320,24 +320,33 @@ class Text {
     return end;
   }
 
+  // The end of the flow collection opening at `i`. A quote opens a quoted
+  // scalar only where a node starts; inside a plain scalar (`a"b`, `a "b`)
+  // it is an ordinary character, so plain scalars are skipped whole.
   std::size_t flow_end(std::size_t i) const {
     int depth = 0;
     while (i < s_.size()) {
       const char c = s_[i];
-      // A quote opens a quoted scalar only where a node can start; inside a
-      // plain scalar (`a"b`) it is an ordinary character.
-      if ((c == '"' || c == '\'') &&
-          (i == 0 || std::string_view(" \t\r\n[{,:?").find(s_[i - 1]) != std::string_view::npos)) {
+      if (c == '"' || c == '\'') {
         i = quoted_end(i);
-        continue;
-      }
-      if (c == '#' && i > 0 && (s_[i - 1] == ' ' || s_[i - 1] == '\t')) {
+      } else if (c == '#' && i > 0 && (s_[i - 1] == ' ' || s_[i - 1] == '\t')) {
         while (!line_end(i)) ++i;
-        continue;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+        ++i;
+      } else if (c == ']' || c == '}') {
+        if (--depth == 0) return i + 1;
+        ++i;
+      } else if (c == '&' || c == '!') {
+        const std::size_t next = skip_properties(i);
+        i = next > i ? next : i + 1;
+      } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' || c == ':' ||
+                 c == '?') {
+        ++i;
+      } else {
+        const std::size_t end = plain_end(i, true);
+        i = end > i ? end : i + 1;
       }
-      if (c == '[' || c == '{') ++depth;
-      if ((c == ']' || c == '}') && --depth == 0) return i + 1;
-      ++i;
     }
     return s_.size();
   }
