@@ -140,13 +140,13 @@ class Reader {
                                              const std::string& path) {
     auto it = parent.find(key);
     if (it == parent.end() || it->is_null()) return std::nullopt;
-    constexpr std::int64_t kMax = std::numeric_limits<std::int32_t>::max();
+    constexpr std::int64_t max_value = std::numeric_limits<std::int32_t>::max();
     if (it->is_number_integer()) {
       if (it->is_number_unsigned()
-              ? it->get<std::uint64_t>() > kMax
-              : (it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > kMax)) {
-        fail(path, fmt::format("expected a count between 0 and {} or a percentage, got {}", kMax,
-                               it->dump()));
+              ? it->get<std::uint64_t>() > max_value
+              : (it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > max_value)) {
+        fail(path, fmt::format("expected a count between 0 and {} or a percentage, got {}",
+                               max_value, it->dump()));
         return std::nullopt;
       }
       return IntOrPercent{it->get<std::int64_t>(), false};
@@ -157,7 +157,7 @@ class Reader {
       if (text.size() >= 2 && text.back() == '%') {
         auto [end, ec] = std::from_chars(text.data(), text.data() + text.size() - 1, value);
         if (ec == std::errc() && end == text.data() + text.size() - 1 && value >= 0 &&
-            value <= kMax) {
+            value <= max_value) {
           return IntOrPercent{value, true};
         }
       }
@@ -379,6 +379,63 @@ std::string key(const Deployment& deployment) {
                                        : deployment.namespace_ + "/" + deployment.name;
 }
 
+namespace {
+
+// The parts of a Deployment that project_deployment reads, one function each.
+void read_strategy(Reader& reader, const Json& spec, Strategy& strategy) {
+  if (const Json* object = reader.object(spec, "strategy", "spec.strategy")) {
+    const auto type =
+        reader.string(*object, "type", "spec.strategy.type").value_or("RollingUpdate");
+    if (type == "Recreate") {
+      strategy.type = Strategy::Type::Recreate;
+    } else if (type != "RollingUpdate") {
+      reader.fail("spec.strategy.type",
+                  fmt::format("expected RollingUpdate or Recreate, got \"{}\"", type));
+    }
+    if (const Json* rolling =
+            reader.object(*object, "rollingUpdate", "spec.strategy.rollingUpdate")) {
+      if (auto surge =
+              reader.int_or_percent(*rolling, "maxSurge", "spec.strategy.rollingUpdate.maxSurge")) {
+        strategy.max_surge = *surge;
+      }
+      if (auto unavailable = reader.int_or_percent(*rolling, "maxUnavailable",
+                                                   "spec.strategy.rollingUpdate.maxUnavailable")) {
+        strategy.max_unavailable = *unavailable;
+      }
+    }
+  }
+}
+
+void read_pod_spec(Reader& reader, const Json& pod_spec, Deployment& out) {
+  if (auto grace = reader.integer(pod_spec, "terminationGracePeriodSeconds",
+                                  "spec.template.spec.terminationGracePeriodSeconds", 0,
+                                  std::numeric_limits<std::int64_t>::max())) {
+    out.grace_seconds = *grace;
+    out.grace_set = true;
+  }
+  const Json* containers = reader.array(pod_spec, "containers", "spec.template.spec.containers");
+  if (containers == nullptr || containers->empty()) {
+    if (containers != nullptr || missing(pod_spec, "containers")) {
+      reader.fail("spec.template.spec.containers", "required: at least one container");
+    }
+  } else {
+    for (std::size_t i = 0; i < containers->size(); ++i) {
+      const std::string path = fmt::format("spec.template.spec.containers[{}]", i);
+      Container container = read_container(reader, (*containers)[i], path);
+      // Kubernetes rejects two containers with one name; gracekeeper addresses them by name.
+      for (const auto& earlier : out.containers) {
+        if (!container.name.empty() && earlier.name == container.name) {
+          reader.fail(path + ".name",
+                      fmt::format("duplicate container name \"{}\"", container.name));
+        }
+      }
+      out.containers.push_back(std::move(container));
+    }
+  }
+}
+
+}  // namespace
+
 std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
   FieldErrors errors;
   Reader reader(errors);
@@ -407,27 +464,7 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
           .integer(*spec, "replicas", "spec.replicas", 0, std::numeric_limits<std::int32_t>::max())
           .value_or(kDefaultReplicas);
 
-  if (const Json* strategy = reader.object(*spec, "strategy", "spec.strategy")) {
-    const auto type =
-        reader.string(*strategy, "type", "spec.strategy.type").value_or("RollingUpdate");
-    if (type == "Recreate") {
-      out.strategy.type = Strategy::Type::Recreate;
-    } else if (type != "RollingUpdate") {
-      reader.fail("spec.strategy.type",
-                  fmt::format("expected RollingUpdate or Recreate, got \"{}\"", type));
-    }
-    if (const Json* rolling =
-            reader.object(*strategy, "rollingUpdate", "spec.strategy.rollingUpdate")) {
-      if (auto surge =
-              reader.int_or_percent(*rolling, "maxSurge", "spec.strategy.rollingUpdate.maxSurge")) {
-        out.strategy.max_surge = *surge;
-      }
-      if (auto unavailable = reader.int_or_percent(*rolling, "maxUnavailable",
-                                                   "spec.strategy.rollingUpdate.maxUnavailable")) {
-        out.strategy.max_unavailable = *unavailable;
-      }
-    }
-  }
+  read_strategy(reader, *spec, out.strategy);
 
   const Json* pod_template = reader.object(*spec, "template", "spec.template");
   const Json* pod_spec =
@@ -443,33 +480,7 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
       out.pod_labels = reader.string_map(*pod_metadata, "labels", "spec.template.metadata.labels");
     }
   }
-  if (pod_spec != nullptr) {
-    if (auto grace = reader.integer(*pod_spec, "terminationGracePeriodSeconds",
-                                    "spec.template.spec.terminationGracePeriodSeconds", 0,
-                                    std::numeric_limits<std::int64_t>::max())) {
-      out.grace_seconds = *grace;
-      out.grace_set = true;
-    }
-    const Json* containers = reader.array(*pod_spec, "containers", "spec.template.spec.containers");
-    if (containers == nullptr || containers->empty()) {
-      if (containers != nullptr || missing(*pod_spec, "containers")) {
-        reader.fail("spec.template.spec.containers", "required: at least one container");
-      }
-    } else {
-      for (std::size_t i = 0; i < containers->size(); ++i) {
-        const std::string path = fmt::format("spec.template.spec.containers[{}]", i);
-        Container container = read_container(reader, (*containers)[i], path);
-        // Kubernetes rejects two containers with one name; gracekeeper addresses them by name.
-        for (const auto& earlier : out.containers) {
-          if (!container.name.empty() && earlier.name == container.name) {
-            reader.fail(path + ".name",
-                        fmt::format("duplicate container name \"{}\"", container.name));
-          }
-        }
-        out.containers.push_back(std::move(container));
-      }
-    }
-  }
+  if (pod_spec != nullptr) read_pod_spec(reader, *pod_spec, out);
 
   if (!errors.empty()) return std::unexpected(std::move(errors));
   if (auto it = out.annotations.find(kAnnotationApplied); it != out.annotations.end()) {

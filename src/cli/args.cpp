@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <optional>
 
 namespace gracekeeper::cli {
 namespace {
@@ -94,6 +95,26 @@ std::string offline_usage(std::string_view command) {
            : "");
 }
 
+namespace {
+
+// What is wrong with the flags taken together, if anything.
+std::optional<std::string> check_combination(const OfflineOptions& options) {
+  if (!options.help && options.files.empty()) {
+    return "no input: give at least one -f FILE, -f DIR or -f -";
+  }
+  if ((options.in_place || options.diff) && options.output == "json") {
+    return "flags -w/--in-place and --diff edit the manifests as written; "
+           "they cannot be combined with -o json";
+  }
+  if (options.in_place &&
+      std::find(options.files.begin(), options.files.end(), "-") != options.files.end()) {
+    return "flag -w/--in-place cannot write back to standard input (-f -)";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::expected<OfflineOptions, std::string> parse_offline_args(
     std::string_view command, std::span<const std::string_view> args) {
   OfflineOptions options;
@@ -158,18 +179,7 @@ std::expected<OfflineOptions, std::string> parse_offline_args(
           fmt::format("unexpected argument \"{}\" (input files are given with -f)", arg));
     }
   }
-  if (!options.help && options.files.empty()) {
-    return std::unexpected("no input: give at least one -f FILE, -f DIR or -f -");
-  }
-  if ((options.in_place || options.diff) && options.output == "json") {
-    return std::unexpected(
-        "flags -w/--in-place and --diff edit the manifests as written; "
-        "they cannot be combined with -o json");
-  }
-  if (options.in_place &&
-      std::find(options.files.begin(), options.files.end(), "-") != options.files.end()) {
-    return std::unexpected("flag -w/--in-place cannot write back to standard input (-f -)");
-  }
+  if (auto wrong = check_combination(options)) return std::unexpected(std::move(*wrong));
   return options;
 }
 

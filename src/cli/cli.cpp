@@ -154,6 +154,7 @@ struct EditedSource {
 EditedSource edit_source(const SourceText& source, const std::vector<const PlannedChange*>& changes,
                          std::chrono::system_clock::time_point now) {
   EditedSource out;
+  manifest::SourceEditor editor(source.text);
   std::size_t next = 0;
   (void)manifest::for_each_document(source.text, source.name, [&](manifest::Document&& document) {
     if (next >= changes.size()) return false;
@@ -164,9 +165,11 @@ EditedSource edit_source(const SourceText& source, const std::vector<const Plann
       budget::apply_plan(*object_at(updated, change.address.items), change.plan, change.policy_name,
                          now);
     }
-    auto edit = manifest::edit_document(document, updated);
-    if (edit.rewritten) out.rewritten.push_back(document.position.format());
-    out.edits.insert(out.edits.end(), edit.edits.begin(), edit.edits.end());
+    const std::string where = document.position.format();
+    auto edit = editor.edit(std::move(document), updated);
+    if (edit.rewritten) out.rewritten.push_back(where);
+    out.edits.insert(out.edits.end(), std::make_move_iterator(edit.edits.begin()),
+                     std::make_move_iterator(edit.edits.end()));
     return true;
   });
   return out;
@@ -240,6 +243,40 @@ void write_source(std::ostream& out, std::string_view text, bool& first) {
   if (!text.empty() && !text.ends_with('\n')) out << '\n';
 }
 
+// The YAML output of plan: each input with its edits applied, written to
+// `out`, or as a diff, or back to its file (-w).
+std::expected<void, std::string> write_edited(
+    const OfflineOptions& options, const Loaded& loaded,
+    const std::vector<std::vector<const PlannedChange*>>& by_source,
+    std::chrono::system_clock::time_point now, std::ostream& out, std::ostream& summary) {
+  bool first = true;
+  for (std::size_t s = 0; s < loaded.sources.size(); ++s) {
+    const SourceText& source = loaded.sources[s];
+    if (by_source[s].empty()) {
+      if (!options.in_place && !options.diff) write_source(out, *source.text, first);
+      continue;
+    }
+    EditedSource edited = edit_source(source, by_source[s], now);
+    for (const auto& where : edited.rewritten) {
+      summary << fmt::format(
+          "{}: note: this document could not be edited in place and was "
+          "written out whole (comments and layout not kept)\n",
+          escaped(where));
+    }
+    if (options.diff) {
+      out << manifest::unified_diff(*source.text, edited.edits, "a/" + source.name,
+                                    "b/" + source.name);
+    }
+    const std::string text = manifest::apply_edits(*source.text, edited.edits);
+    if (options.in_place) {
+      if (auto written = replace_file(source.path, text); !written) return written;
+    } else if (!options.diff) {
+      write_source(out, text, first);
+    }
+  }
+  return {};
+}
+
 int run_plan(const OfflineOptions& options, Streams io) {
   std::vector<PlannedChange> planned;
   std::ostringstream summary;
@@ -268,35 +305,10 @@ int run_plan(const OfflineOptions& options, Streams io) {
   const auto now = applied_time();
   if (options.output == "json") {
     write_json(*loaded, by_source, now, io.out);
-  } else {
-    bool first = true;
-    for (std::size_t s = 0; s < loaded->sources.size(); ++s) {
-      const SourceText& source = loaded->sources[s];
-      if (by_source[s].empty()) {
-        if (!options.in_place && !options.diff) write_source(io.out, *source.text, first);
-        continue;
-      }
-      EditedSource edited = edit_source(source, by_source[s], now);
-      for (const auto& where : edited.rewritten) {
-        summary << fmt::format(
-            "{}: note: this document could not be edited in place and was "
-            "written out whole (comments and layout not kept)\n",
-            escaped(where));
-      }
-      if (options.diff) {
-        io.out << manifest::unified_diff(*source.text, edited.edits, "a/" + source.name,
-                                         "b/" + source.name);
-      }
-      const std::string text = manifest::apply_edits(*source.text, edited.edits);
-      if (options.in_place) {
-        if (auto written = replace_file(source.path, text); !written) {
-          io.err << "gracekeeper plan: " << escaped(written.error()) << "\n";
-          return kExitUsage;
-        }
-      } else if (!options.diff) {
-        write_source(io.out, text, first);
-      }
-    }
+  } else if (auto written = write_edited(options, *loaded, by_source, now, io.out, summary);
+             !written) {
+    io.err << "gracekeeper plan: " << escaped(written.error()) << "\n";
+    return kExitUsage;
   }
   io.out.flush();
   io.err << summary.str()

@@ -21,22 +21,23 @@
 namespace gracekeeper::manifest {
 namespace {
 
-struct Node {
+struct TextNode {
   enum class Kind { Scalar, Null, Map, Seq, Alias };
   Kind kind = Kind::Scalar;
   std::size_t pos = 0;
   int line = 0;
   int column = 0;
-  bool flow = false;  // a flow collection, or any node inside one
+  bool flow = false;           // a flow collection, or any node inside one
+  std::size_t value_size = 0;  // of a scalar's value: a plain one may span lines
   struct Entry {
     std::string key;
     std::size_t key_pos = 0;
     int key_line = 0;
     int key_column = 0;
-    Node* value = nullptr;
+    TextNode* value = nullptr;
   };
   std::vector<Entry> entries;
-  std::vector<Node*> items;
+  std::vector<TextNode*> items;
 
   const Entry* find(const std::string& key) const {
     for (const auto& e : entries) {
@@ -65,38 +66,45 @@ class SkipEvents final : public YAML::EventHandler {
 class TreeBuilder final : public YAML::EventHandler {
  public:
   explicit TreeBuilder(std::size_t offset) : offset_(offset) {}
-  Node* root() const { return root_; }
+  TextNode* root() const { return root_; }
+  // Frees the tree (positions are no longer needed once the edits are made).
+  void clear() {
+    std::deque<TextNode>().swap(nodes_);
+    root_ = nullptr;
+  }
 
   void OnDocumentStart(const YAML::Mark&) override {}
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { leaf(mark, Node::Kind::Null, ""); }
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override {
+    leaf(mark, TextNode::Kind::Null, "");
+  }
   void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
                 const std::string& text) override {
-    leaf(mark, Node::Kind::Scalar, text);
+    leaf(mark, TextNode::Kind::Scalar, text);
   }
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
-    leaf(mark, Node::Kind::Alias, "");
+    leaf(mark, TextNode::Kind::Alias, "");
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
                        YAML::EmitterStyle::value style) override {
-    open(mark, Node::Kind::Seq, style == YAML::EmitterStyle::Flow);
+    open(mark, TextNode::Kind::Seq, style == YAML::EmitterStyle::Flow);
   }
   void OnSequenceEnd() override { close(); }
   void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
                   YAML::EmitterStyle::value style) override {
-    open(mark, Node::Kind::Map, style == YAML::EmitterStyle::Flow);
+    open(mark, TextNode::Kind::Map, style == YAML::EmitterStyle::Flow);
   }
   void OnMapEnd() override { close(); }
 
  private:
   struct Open {
-    Node* node;
+    TextNode* node;
     bool expect_key = true;
-    Node::Entry pending;
+    TextNode::Entry pending;
   };
 
-  Node* make(const YAML::Mark& mark, Node::Kind kind, bool flow) {
-    Node& node = nodes_.emplace_back();
+  TextNode* make(const YAML::Mark& mark, TextNode::Kind kind, bool flow) {
+    TextNode& node = nodes_.emplace_back();
     node.kind = kind;
     node.pos = static_cast<std::size_t>(std::max(mark.pos, 0)) + offset_;
     node.line = mark.line;
@@ -106,26 +114,29 @@ class TreeBuilder final : public YAML::EventHandler {
   }
 
   bool key_expected() const {
-    return !open_.empty() && open_.back().node->kind == Node::Kind::Map && open_.back().expect_key;
+    return !open_.empty() && open_.back().node->kind == TextNode::Kind::Map &&
+           open_.back().expect_key;
   }
 
-  void leaf(const YAML::Mark& mark, Node::Kind kind, const std::string& text) {
+  void leaf(const YAML::Mark& mark, TextNode::Kind kind, const std::string& text) {
     if (key_expected()) {
       Open& parent = open_.back();
-      parent.pending = Node::Entry{kind == Node::Kind::Scalar ? text : std::string("\x01"),
-                                   static_cast<std::size_t>(std::max(mark.pos, 0)) + offset_,
-                                   mark.line, mark.column, nullptr};
+      parent.pending = TextNode::Entry{kind == TextNode::Kind::Scalar ? text : std::string("\x01"),
+                                       static_cast<std::size_t>(std::max(mark.pos, 0)) + offset_,
+                                       mark.line, mark.column, nullptr};
       parent.expect_key = false;
       return;
     }
-    attach(make(mark, kind, false));
+    TextNode* node = make(mark, kind, false);
+    node->value_size = text.size();
+    attach(node);
   }
 
-  void open(const YAML::Mark& mark, Node::Kind kind, bool flow) {
-    Node* node = make(mark, kind, flow);
+  void open(const YAML::Mark& mark, TextNode::Kind kind, bool flow) {
+    TextNode* node = make(mark, kind, flow);
     if (key_expected()) {
       // A collection as a key: never one of ours; remembered as unmatchable.
-      open_.back().pending = Node::Entry{"\x01", node->pos, mark.line, mark.column, nullptr};
+      open_.back().pending = TextNode::Entry{"\x01", node->pos, mark.line, mark.column, nullptr};
       open_.back().expect_key = false;
       key_depth_.push_back(open_.size());
     }
@@ -142,13 +153,13 @@ class TreeBuilder final : public YAML::EventHandler {
     attach(done.node);
   }
 
-  void attach(Node* node) {
+  void attach(TextNode* node) {
     if (open_.empty()) {
       root_ = node;
       return;
     }
     Open& parent = open_.back();
-    if (parent.node->kind == Node::Kind::Seq) {
+    if (parent.node->kind == TextNode::Kind::Seq) {
       parent.node->items.push_back(node);
       return;
     }
@@ -158,10 +169,10 @@ class TreeBuilder final : public YAML::EventHandler {
   }
 
   std::size_t offset_;
-  std::deque<Node> nodes_;
+  std::deque<TextNode> nodes_;
   std::vector<Open> open_;
   std::vector<std::size_t> key_depth_;
-  Node* root_ = nullptr;
+  TextNode* root_ = nullptr;
 };
 
 // Equality that keeps types apart (1 vs 1.0), as reading back must give,
@@ -206,10 +217,14 @@ class Text {
   char at(std::size_t i) const { return i < s_.size() ? s_[i] : '\0'; }
   bool line_end(std::size_t i) const { return i >= s_.size() || s_[i] == '\n' || s_[i] == '\r'; }
 
-  // Past an `&anchor` or `!tag` and the blanks after it.
+  // Past an `&anchor` or `!tag` and the blanks after it. Neither holds a
+  // flow indicator: `!{a: 1}` is the tag `!` on a flow mapping.
   std::size_t skip_properties(std::size_t i) const {
     while (at(i) == '&' || at(i) == '!') {
-      while (!line_end(i) && at(i) != ' ' && at(i) != '\t') ++i;
+      while (!line_end(i) && at(i) != ' ' && at(i) != '\t' &&
+             std::string_view(",[]{}").find(at(i)) == std::string_view::npos) {
+        ++i;
+      }
       while (at(i) == ' ' || at(i) == '\t') ++i;
     }
     return i;
@@ -278,21 +293,60 @@ class Text {
     return end;
   }
 
+  // Where a plain scalar whose value is `value_size` bytes ends: a plain
+  // scalar may go on over more lines (folded: one line break becomes a
+  // space, n + 1 become n line breaks), which yaml-cpp accepts even at the
+  // indentation of its key. Without this, an edit after such a value would
+  // land inside it.
+  std::size_t plain_scalar_end(std::size_t start, bool flow, std::size_t value_size) const {
+    std::size_t end = plain_end(start, flow);
+    std::size_t folded = end - start;
+    while (folded < value_size) {
+      std::size_t i = end;
+      while (at(i) == ' ' || at(i) == '\t') ++i;
+      if (!line_end(i) || i >= s_.size()) break;  // a comment or an indicator ends it
+      std::size_t breaks = 0;
+      std::size_t content = i;
+      do {
+        content = next_line(content);
+        ++breaks;
+        while (at(content) == ' ' || at(content) == '\t') ++content;
+      } while (content < s_.size() && line_end(content));
+      const std::size_t next_end = plain_end(content, flow);
+      if (content >= s_.size() || next_end == content) break;
+      folded += (breaks == 1 ? 1 : breaks - 1) + (next_end - content);
+      end = next_end;
+    }
+    return end;
+  }
+
+  // The end of the flow collection opening at `i`. A quote opens a quoted
+  // scalar only where a node starts; inside a plain scalar (`a"b`, `a "b`)
+  // it is an ordinary character, so plain scalars are skipped whole.
   std::size_t flow_end(std::size_t i) const {
     int depth = 0;
     while (i < s_.size()) {
       const char c = s_[i];
       if (c == '"' || c == '\'') {
         i = quoted_end(i);
-        continue;
-      }
-      if (c == '#' && i > 0 && (s_[i - 1] == ' ' || s_[i - 1] == '\t')) {
+      } else if (c == '#' && i > 0 && (s_[i - 1] == ' ' || s_[i - 1] == '\t')) {
         while (!line_end(i)) ++i;
-        continue;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+        ++i;
+      } else if (c == ']' || c == '}') {
+        if (--depth == 0) return i + 1;
+        ++i;
+      } else if (c == '&' || c == '!') {
+        const std::size_t next = skip_properties(i);
+        i = next > i ? next : i + 1;
+      } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' || c == ':' ||
+                 c == '?') {
+        ++i;
+      } else {
+        const std::size_t end = plain_end(i, true);
+        i = end > i ? end : i + 1;
       }
-      if (c == '[' || c == '{') ++depth;
-      if ((c == ']' || c == '}') && --depth == 0) return i + 1;
-      ++i;
     }
     return s_.size();
   }
@@ -322,10 +376,10 @@ class Editor {
 
   std::vector<TextEdit>& edits() { return edits_; }
 
-  std::size_t node_end(const Node& node) const {
+  std::size_t node_end(const TextNode& node) const {
     const std::size_t start = text_.skip_properties(node.pos);
     switch (node.kind) {
-      case Node::Kind::Alias: {
+      case TextNode::Kind::Alias: {
         std::size_t i = start + 1;
         while (!text_.line_end(i) && text_.at(i) != ' ' && text_.at(i) != ',' &&
                text_.at(i) != ']' && text_.at(i) != '}') {
@@ -333,17 +387,17 @@ class Editor {
         }
         return i;
       }
-      case Node::Kind::Null:
-      case Node::Kind::Scalar: {
+      case TextNode::Kind::Null:
+      case TextNode::Kind::Scalar: {
         const char c = text_.at(start);
         if (c == '"' || c == '\'') return text_.quoted_end(start);
         if (!node.flow && (c == '|' || c == '>')) return text_.block_scalar_end(start);
-        return text_.plain_end(start, node.flow);
+        return text_.plain_scalar_end(start, node.flow, node.value_size);
       }
-      case Node::Kind::Map:
-      case Node::Kind::Seq:
+      case TextNode::Kind::Map:
+      case TextNode::Kind::Seq:
         if (node.flow) return text_.flow_end(start);
-        if (node.kind == Node::Kind::Map) {
+        if (node.kind == TextNode::Kind::Map) {
           return node.entries.empty() ? start : entry_end(node.entries.back());
         }
         return node.items.empty() ? start : node_end(*node.items.back());
@@ -352,40 +406,45 @@ class Editor {
   }
 
   // An empty value (`key:` and nothing) has no text of its own.
-  bool empty_value(const Node::Entry& entry) const {
-    return entry.value->kind == Node::Kind::Null &&
-           (entry.value->pos <= colon(entry) ||
-            text_.plain_end(text_.skip_properties(entry.value->pos), entry.value->flow) ==
-                text_.skip_properties(entry.value->pos));
+  bool empty_value(const TextNode::Entry& entry) const {
+    if (entry.value->kind != TextNode::Kind::Null) return false;
+    if (entry.value->pos <= colon(entry)) return true;
+    // yaml-cpp marks an empty value at the next token, which may be lines
+    // further on (a `---`, the next key): only a null written out is text
+    // of the value's own.
+    const std::size_t start = text_.skip_properties(entry.value->pos);
+    const std::string_view word =
+        text_.str().substr(start, text_.plain_end(start, entry.value->flow) - start);
+    return !(word == "~" || word == "null" || word == "Null" || word == "NULL");
   }
 
-  std::size_t colon(const Node::Entry& entry) const {
+  std::size_t colon(const TextNode::Entry& entry) const {
     return text_.colon_after_key(entry.key_pos, entry.value && entry.value->flow);
   }
 
-  std::size_t entry_end(const Node::Entry& entry) const {
+  std::size_t entry_end(const TextNode::Entry& entry) const {
     if (empty_value(entry)) return colon(entry) + 1;
     return node_end(*entry.value);
   }
 
   // Changes `map` (whose value was `before`) into `after`; false when that
   // cannot be done key by key (a key was removed).
-  bool edit_map(const Node& map, const Json& before, const Json& after) {
+  bool edit_map(const TextNode& map, const Json& before, const Json& after) {
     if (has_removed_keys(before, after)) return false;
     for (const auto& [key, value] : after.items()) {
       auto old = before.find(key);
       if (old != before.end() && same(*old, value)) continue;
-      const Node::Entry* entry = map.find(key);
+      const TextNode::Entry* entry = map.find(key);
       if (entry == nullptr) {  // new, or brought in by a merge key (<<)
         insert_entry(map, key, value);
         continue;
       }
-      const Node& node = *entry->value;
-      if (old != before.end() && node.kind == Node::Kind::Map && old->is_object() &&
+      const TextNode& node = *entry->value;
+      if (old != before.end() && node.kind == TextNode::Kind::Map && old->is_object() &&
           value.is_object() && edit_map(node, *old, value)) {
         continue;
       }
-      if (old != before.end() && node.kind == Node::Kind::Seq && old->is_array() &&
+      if (old != before.end() && node.kind == TextNode::Kind::Seq && old->is_array() &&
           value.is_array() && edit_seq(node, *old, value)) {
         continue;
       }
@@ -395,12 +454,12 @@ class Editor {
   }
 
  private:
-  bool edit_seq(const Node& seq, const Json& before, const Json& after) {
+  bool edit_seq(const TextNode& seq, const Json& before, const Json& after) {
     if (before.size() != after.size() || seq.items.size() != after.size()) return false;
     for (std::size_t i = 0; i < after.size(); ++i) {
       if (same(before[i], after[i])) continue;
-      const Node& item = *seq.items[i];
-      if (item.kind != Node::Kind::Map || !before[i].is_object() || !after[i].is_object() ||
+      const TextNode& item = *seq.items[i];
+      if (item.kind != TextNode::Kind::Map || !before[i].is_object() || !after[i].is_object() ||
           !edit_map(item, before[i], after[i])) {
         return false;
       }
@@ -476,8 +535,8 @@ class Editor {
     return scalar_yaml(value);
   }
 
-  void replace_value(const Node& map, const Node::Entry& entry, const Json& value) {
-    const Node& node = *entry.value;
+  void replace_value(const TextNode& map, const TextNode::Entry& entry, const Json& value) {
+    const TextNode& node = *entry.value;
     const std::size_t after_colon = colon(entry) + 1;
     if (map.flow) {
       if (empty_value(entry)) {
@@ -488,7 +547,8 @@ class Editor {
       }
       return;
     }
-    const bool scalar_to_scalar = node.kind == Node::Kind::Scalar && !nonempty_collection(value);
+    const bool scalar_to_scalar =
+        node.kind == TextNode::Kind::Scalar && !nonempty_collection(value);
     if (scalar_to_scalar) {
       const std::size_t start = text_.skip_properties(node.pos);
       const char style = text_.at(start);
@@ -505,7 +565,7 @@ class Editor {
     // A block value that starts on a later line keeps what follows the
     // colon on the key's own line (a comment).
     std::size_t from = after_colon;
-    if (node.kind != Node::Kind::Null && node.line > entry.key_line) {
+    if (node.kind != TextNode::Kind::Null && node.line > entry.key_line) {
       from = after_colon;
       while (!text_.line_end(from)) ++from;
     }
@@ -513,7 +573,7 @@ class Editor {
         newline_ + block_text(value, static_cast<std::size_t>(entry.key_column) + 2));
   }
 
-  void insert_entry(const Node& map, const std::string& key, const Json& value) {
+  void insert_entry(const TextNode& map, const std::string& key, const Json& value) {
     if (map.flow) {
       insert_flow_entry(map, key, value);
       return;
@@ -528,13 +588,13 @@ class Editor {
     add(at, 0, std::move(text));
   }
 
-  void insert_flow_entry(const Node& map, const std::string& key, const Json& value) {
+  void insert_flow_entry(const TextNode& map, const std::string& key, const Json& value) {
     const std::size_t start = text_.skip_properties(map.pos);
     if (map.entries.empty()) {
       add(start + 1, 0, key_text(key) + ": " + flow_text(value));
       return;
     }
-    const Node::Entry& last = map.entries.back();
+    const TextNode::Entry& last = map.entries.back();
     const std::size_t at = entry_end(last);
     if (last.key_line == map.line) {
       add(at, 0, ", " + key_text(key) + ": " + flow_text(value));
@@ -554,28 +614,6 @@ class Editor {
   std::vector<TextEdit> edits_;
 };
 
-// The tree of one document, parsed from `text` (the document alone, starting
-// at `offset` of the source).
-struct Parsed {
-  std::unique_ptr<TreeBuilder> builder;
-  Node* root = nullptr;
-};
-
-Parsed parse_document(const std::string& source, int index) {
-  Parsed parsed;
-  detail::MemoryStream stream(source);
-  YAML::Parser parser(stream);
-  SkipEvents skip;
-  for (int i = 0; i < index; ++i) {
-    if (!parser.HandleNextDocument(skip)) return parsed;
-  }
-  // yaml-cpp's positions start after a byte order mark.
-  const std::size_t bom = std::string_view(source).starts_with("\xEF\xBB\xBF") ? 3 : 0;
-  parsed.builder = std::make_unique<TreeBuilder>(bom);
-  if (parser.HandleNextDocument(*parsed.builder)) parsed.root = parsed.builder->root();
-  return parsed;
-}
-
 bool first_char_is_brace(std::string_view text, std::size_t from) {
   while (from < text.size() &&
          (text[from] == ' ' || text[from] == '\t' || text[from] == '\n' || text[from] == '\r')) {
@@ -588,7 +626,10 @@ bool first_char_is_brace(std::string_view text, std::size_t from) {
 bool reads_back(const std::string& source, std::size_t begin, std::size_t end,
                 const std::vector<TextEdit>& edits, const Json& updated) {
   std::vector<TextEdit> local;
-  for (const auto& e : edits) local.push_back({e.offset - begin, e.length, e.text});
+  for (const auto& e : edits) {
+    if (e.offset < begin || e.offset + e.length > end) return false;  // positions gone wrong
+    local.push_back({e.offset - begin, e.length, e.text});
+  }
   std::string fragment = apply_edits(std::string_view(source).substr(begin, end - begin), local);
   auto documents = read_text(std::move(fragment), "edit");
   return documents && documents->size() == 1 && same(documents->front().value, updated);
@@ -607,39 +648,23 @@ bool overlapping(const std::vector<TextEdit>& edits) {
   return false;
 }
 
-}  // namespace
-
-std::string apply_edits(std::string_view text, const std::vector<TextEdit>& edits) {
-  std::string out;
-  out.reserve(text.size());
-  std::size_t at = 0;
-  for (const auto& e : edits) {
-    out.append(text.substr(at, e.offset - at));
-    out += e.text;
-    at = e.offset + e.length;
-  }
-  out.append(text.substr(std::min(at, text.size())));
-  return out;
-}
-
-DocumentEdit edit_document(const Document& document, const Json& updated) {
+// The edits for one document whose tree `builder` holds. Once the edits are
+// made, the tree and (when given) the decoded old value are freed before the
+// edited text is read back: on a List of thousands each costs about as much
+// as the document, and they would otherwise all be held at once.
+DocumentEdit edit_tree(const std::string& source, TreeBuilder& builder, const Json& before,
+                       Json* release_before, const Json& updated) {
   DocumentEdit result;
-  if (!document.source) return result;
-  const std::string& source = *document.source;
-  Parsed parsed;
-  try {
-    parsed = parse_document(source, document.index);
-  } catch (...) {
-    return result;  // the source was read before, so this is not reached
-  }
-  if (parsed.root == nullptr) return result;
-  const Node& root = *parsed.root;
+  const TextNode& root = *builder.root();
   const bool json = first_char_is_brace(source, root.pos);
   Editor editor(source, json);
   const std::size_t begin = root.pos;
   const std::size_t end = editor.node_end(root);
-  if (root.kind == Node::Kind::Map && document.value.is_object() && updated.is_object() &&
-      editor.edit_map(root, document.value, updated)) {
+  const bool in_place = root.kind == TextNode::Kind::Map && before.is_object() &&
+                        updated.is_object() && editor.edit_map(root, before, updated);
+  builder.clear();
+  if (release_before != nullptr) *release_before = Json();
+  if (in_place) {
     auto edits = normalised(std::move(editor.edits()));
     if (!overlapping(edits) && reads_back(source, begin, end, edits, updated)) {
       result.edits = std::move(edits);
@@ -655,32 +680,116 @@ DocumentEdit edit_document(const Document& document, const Json& updated) {
   return result;
 }
 
-std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edits,
-                         std::string_view old_name, std::string_view new_name) {
-  if (edits.empty()) return "";
-  // Lines of the old text, as [start, end) offsets including the line break.
-  std::vector<std::size_t> starts{0};
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '\n') starts.push_back(i + 1);
+}  // namespace
+
+std::string apply_edits(std::string_view text, const std::vector<TextEdit>& edits) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t at = 0;
+  for (const auto& e : edits) {
+    out.append(text.substr(at, e.offset - at));
+    out += e.text;
+    at = e.offset + e.length;
   }
-  if (starts.back() == text.size() && text.size() > 0) starts.pop_back();
-  const auto line_of = [&](std::size_t offset) {
-    return static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), offset) -
-                                    starts.begin()) -
+  out.append(text.substr(std::min(at, text.size())));
+  return out;
+}
+
+// One parser over the whole source, moved forward document by document: the
+// documents before the one to edit are skipped once, not once per edit.
+struct SourceEditor::State {
+  explicit State(std::shared_ptr<const std::string> text)
+      : source(std::move(text)), stream(*source), parser(stream) {}
+  std::shared_ptr<const std::string> source;
+  detail::MemoryStream stream;
+  YAML::Parser parser;
+  int next = 0;  // the index of the document the parser reads next
+  bool failed = false;
+};
+
+SourceEditor::SourceEditor(std::shared_ptr<const std::string> source)
+    : state_(source ? std::make_unique<State>(std::move(source)) : nullptr) {}
+
+SourceEditor::~SourceEditor() = default;
+
+DocumentEdit SourceEditor::edit(const Document& document, const Json& updated) {
+  return edit(document, nullptr, updated);
+}
+
+DocumentEdit SourceEditor::edit(Document&& document, const Json& updated) {
+  return edit(document, &document.value, updated);
+}
+
+DocumentEdit SourceEditor::edit(const Document& document, Json* release, const Json& updated) {
+  DocumentEdit result;
+  if (!state_ || state_->failed || document.index < state_->next) return result;
+  const std::string& source = *state_->source;
+  // yaml-cpp's positions start after a byte order mark.
+  const std::size_t bom = std::string_view(source).starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  TreeBuilder builder(bom);
+  try {
+    SkipEvents skip;
+    for (; state_->next < document.index; ++state_->next) {
+      if (!state_->parser.HandleNextDocument(skip)) state_->failed = true;
+      if (state_->failed) return result;
+    }
+    ++state_->next;
+    if (!state_->parser.HandleNextDocument(builder)) state_->failed = true;
+  } catch (...) {
+    state_->failed = true;  // the source was read before, so this is not reached
+  }
+  if (state_->failed || builder.root() == nullptr) return result;
+  return edit_tree(source, builder, document.value, release, updated);
+}
+
+DocumentEdit edit_document(const Document& document, const Json& updated) {
+  SourceEditor editor(document.source);
+  return editor.edit(document, updated);
+}
+
+namespace {
+
+// The old text's lines, as offsets where each starts (line breaks included).
+class Lines {
+ public:
+  explicit Lines(std::string_view text) : text_(text) {
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == '\n') starts_.push_back(i + 1);
+    }
+    if (starts_.back() == text.size() && text.size() > 0) starts_.pop_back();
+  }
+  std::size_t count() const { return starts_.size(); }
+  std::size_t of(std::size_t offset) const {
+    return static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), offset) -
+                                    starts_.begin()) -
            1;
-  };
-  const auto line_end = [&](std::size_t line) {
-    return line + 1 < starts.size() ? starts[line + 1] : text.size();
-  };
-  struct Group {
-    std::size_t first, last;  // old lines, inclusive
-    std::vector<TextEdit> edits;
-  };
+  }
+  std::size_t start(std::size_t line) const { return starts_[line]; }
+  std::size_t end(std::size_t line) const {
+    return line + 1 < starts_.size() ? starts_[line + 1] : text_.size();
+  }
+  std::string line(std::size_t line) const {
+    return std::string(text_.substr(start(line), end(line) - start(line)));
+  }
+
+ private:
+  std::string_view text_;
+  std::vector<std::size_t> starts_{0};
+};
+
+// Edits on the same or adjacent old lines, and the lines they span.
+struct Group {
+  std::size_t first, last;  // old lines, inclusive
+  std::vector<TextEdit> edits;
+};
+
+std::vector<Group> group_edits(std::string_view text, const Lines& lines,
+                               const std::vector<TextEdit>& edits) {
   std::vector<Group> groups;
   for (const auto& e : edits) {
-    const std::size_t first = line_of(std::min(e.offset, text.empty() ? 0 : text.size() - 1));
+    const std::size_t first = lines.of(std::min(e.offset, text.empty() ? 0 : text.size() - 1));
     const std::size_t last =
-        e.length == 0 ? first : line_of(std::min(e.offset + e.length - 1, text.size() - 1));
+        e.length == 0 ? first : lines.of(std::min(e.offset + e.length - 1, text.size() - 1));
     if (!groups.empty() && first <= groups.back().last + 1) {
       groups.back().last = std::max(groups.back().last, last);
       groups.back().edits.push_back(e);
@@ -688,64 +797,81 @@ std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edi
       groups.push_back({first, last, {e}});
     }
   }
-  const auto split = [](std::string_view block) {
-    std::vector<std::string> lines;
-    std::size_t start = 0;
-    while (start < block.size()) {
-      std::size_t end = block.find('\n', start);
-      end = end == std::string_view::npos ? block.size() : end + 1;
-      lines.emplace_back(block.substr(start, end - start));
-      start = end;
-    }
-    return lines;
-  };
-  const auto emit_line = [](std::string& out, char mark, const std::string& line) {
-    out += mark;
-    out += line;
-    if (!line.ends_with('\n')) out += "\n\\ No newline at end of file\n";
-  };
-  constexpr std::size_t kContext = 3;
+  return groups;
+}
+
+std::vector<std::string> split_lines(std::string_view block) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < block.size()) {
+    std::size_t end = block.find('\n', start);
+    end = end == std::string_view::npos ? block.size() : end + 1;
+    lines.emplace_back(block.substr(start, end - start));
+    start = end;
+  }
+  return lines;
+}
+
+void emit_line(std::string& out, char mark, const std::string& line) {
+  out += mark;
+  out += line;
+  if (!line.ends_with('\n')) out += "\n\\ No newline at end of file\n";
+}
+
+// The body lines of one group: its old lines out, its new lines in; lines the
+// edits left as they were are context, not a change. Adds to the counts.
+void emit_group(std::string& body, std::string_view text, const Lines& lines, const Group& group,
+                std::size_t& old_count, std::size_t& new_count) {
+  const std::size_t begin = lines.start(group.first);
+  const std::size_t end = lines.end(group.last);
+  std::vector<TextEdit> local;
+  for (const auto& e : group.edits) local.push_back({e.offset - begin, e.length, e.text});
+  const auto before = split_lines(text.substr(begin, end - begin));
+  const auto after = split_lines(apply_edits(text.substr(begin, end - begin), local));
+  std::size_t head = 0, tail = 0;
+  while (head < before.size() && head < after.size() && before[head] == after[head]) ++head;
+  while (tail + head < before.size() && tail + head < after.size() &&
+         before[before.size() - 1 - tail] == after[after.size() - 1 - tail]) {
+    ++tail;
+  }
+  for (std::size_t i = 0; i < head; ++i) emit_line(body, ' ', before[i]);
+  for (std::size_t i = head; i + tail < before.size(); ++i) emit_line(body, '-', before[i]);
+  for (std::size_t i = head; i + tail < after.size(); ++i) emit_line(body, '+', after[i]);
+  for (std::size_t i = before.size() - tail; i < before.size(); ++i) {
+    emit_line(body, ' ', before[i]);
+  }
+  old_count += before.size();
+  new_count += after.size();
+}
+
+}  // namespace
+
+std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edits,
+                         std::string_view old_name, std::string_view new_name) {
+  if (edits.empty()) return "";
+  const Lines lines(text);
+  const std::vector<Group> groups = group_edits(text, lines, edits);
+  constexpr std::size_t context_lines = 3;
   std::string out = fmt::format("--- {}\n+++ {}\n", old_name, new_name);
   long delta = 0;  // new line number minus old line number, before the hunk
   for (std::size_t g = 0; g < groups.size();) {
     // Groups closer than twice the context share a hunk.
     std::size_t h = g;
-    while (h + 1 < groups.size() && groups[h + 1].first <= groups[h].last + 2 * kContext + 1) ++h;
-    const std::size_t from = groups[g].first > kContext ? groups[g].first - kContext : 0;
-    const std::size_t to = std::min(groups[h].last + kContext, starts.size() - 1);
+    while (h + 1 < groups.size() && groups[h + 1].first <= groups[h].last + 2 * context_lines + 1)
+      ++h;
+    const std::size_t from = groups[g].first > context_lines ? groups[g].first - context_lines : 0;
+    const std::size_t to = std::min(groups[h].last + context_lines, lines.count() - 1);
     std::string body;
     std::size_t old_count = 0, new_count = 0;
     std::size_t line = from;
     for (std::size_t k = g; k <= h; ++k) {
       for (; line < groups[k].first; ++line, ++old_count, ++new_count) {
-        emit_line(body, ' ', std::string(text.substr(starts[line], line_end(line) - starts[line])));
+        emit_line(body, ' ', lines.line(line));
       }
-      const std::size_t begin = starts[groups[k].first];
-      const std::size_t end = line_end(groups[k].last);
-      std::vector<TextEdit> local;
-      for (const auto& e : groups[k].edits) local.push_back({e.offset - begin, e.length, e.text});
-      const auto before = split(text.substr(begin, end - begin));
-      const auto after = split(apply_edits(text.substr(begin, end - begin), local));
-      // Lines the edits left as they were are context, not a change.
-      std::size_t head = 0, tail = 0;
-      while (head < before.size() && head < after.size() && before[head] == after[head]) ++head;
-      while (tail + head < before.size() && tail + head < after.size() &&
-             before[before.size() - 1 - tail] == after[after.size() - 1 - tail]) {
-        ++tail;
-      }
-      for (std::size_t i = 0; i < head; ++i) emit_line(body, ' ', before[i]);
-      for (std::size_t i = head; i + tail < before.size(); ++i) emit_line(body, '-', before[i]);
-      for (std::size_t i = head; i + tail < after.size(); ++i) emit_line(body, '+', after[i]);
-      for (std::size_t i = before.size() - tail; i < before.size(); ++i) {
-        emit_line(body, ' ', before[i]);
-      }
-      old_count += before.size();
-      new_count += after.size();
+      emit_group(body, text, lines, groups[k], old_count, new_count);
       line = groups[k].last + 1;
     }
-    for (; line <= to; ++line, ++old_count, ++new_count) {
-      emit_line(body, ' ', std::string(text.substr(starts[line], line_end(line) - starts[line])));
-    }
+    for (; line <= to; ++line, ++old_count, ++new_count) emit_line(body, ' ', lines.line(line));
     const long old_start = static_cast<long>(from) + 1;
     out += fmt::format("@@ -{},{} +{},{} @@\n", old_count ? old_start : old_start - 1, old_count,
                        new_count ? old_start + delta : old_start + delta - 1, new_count);

@@ -132,6 +132,7 @@ class DocumentBuilder final : public YAML::EventHandler {
           remember(anchor, value ? std::move(*value) : Json(text), 1, text.size(), 0);
         }
       }
+      if (plain && anchor == YAML::NullAnchor) check_colon_after_key(mark, text);
       start_entry(mark, text, plain && text == "<<");
       bytes_ += text.size();
       return;
@@ -188,9 +189,10 @@ class DocumentBuilder final : public YAML::EventHandler {
   void OnSequenceEnd() override { end_container(); }
 
   void OnMapStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
-                  YAML::EmitterStyle::value) override {
+                  YAML::EmitterStyle::value style) override {
     if (tag != "?" && tag != "!" && !is_core(tag, "map")) fail(mark, bad_container_tag(tag));
     begin_container(mark, anchor, true, "a mapping");
+    stack_.back().block = style != YAML::EmitterStyle::Flow;
   }
   void OnMapEnd() override { end_container(); }
 
@@ -201,6 +203,7 @@ class DocumentBuilder final : public YAML::EventHandler {
 
   struct Frame {
     bool is_map = false;
+    bool block = false;  // a block mapping (not flow)
     YAML::Mark mark;
     YAML::anchor_t anchor = YAML::NullAnchor;
     std::size_t nodes_at_start = 0;
@@ -248,6 +251,31 @@ class DocumentBuilder final : public YAML::EventHandler {
     }
     fail(mark, fmt::format("invalid YAML: expected the closing {} before the end of the input",
                            quote == '"' ? "double quote (\")" : "single quote (')"));
+  }
+
+  // A plain key of a block mapping is one line followed by `:`. yaml-cpp
+  // also takes a line with no `:` as a key with a null value, and folds a key
+  // over several lines (even over a `---`); go-yaml, and so kubectl, reject
+  // both ("could not find expected ':'"), and so do we.
+  void check_colon_after_key(const YAML::Mark& mark, const std::string& key) const {
+    if (stack_.empty() || !stack_.back().block || mark.pos < 0) return;
+    const auto pos = static_cast<std::size_t>(mark.pos);
+    if (text_.substr(pos, key.size()) != key) {
+      if (pos < text_.size() && !key.empty() && text_[pos] == key.front()) {
+        fail(mark, "invalid YAML: a mapping key must be on one line");
+      }
+      return;  // not where the key is written (an explicit `?` key, ...)
+    }
+    std::size_t i = pos + key.size();
+    while (i < text_.size() && (text_[i] == ' ' || text_[i] == '\t')) ++i;
+    if (i < text_.size() && text_[i] == ':') return;
+    std::size_t line = pos;
+    while (line > 0 && text_[line - 1] != '\n' && text_[line - 1] != '\r') --line;
+    while (line < pos && (text_[line] == ' ' || text_[line] == '\t' || text_[line] == '-')) ++line;
+    if (line < pos && text_[line] == '?') return;  // an explicit key: its `:` comes later
+    fail(mark, fmt::format("invalid YAML: expected `:` after \"{}\" (a line of a mapping "
+                           "must be `key: value`)",
+                           key.size() > 60 ? key.substr(0, 60) + "..." : key));
   }
 
   bool expecting_key() const {
@@ -484,9 +512,9 @@ std::optional<Error> check_text(std::string_view text, std::string_view name,
       valid = (next & 0xC0) == 0x80;
       cp = (cp << 6) | (next & 0x3Fu);
     }
-    static constexpr std::uint32_t kMinimum[] = {0, 0, 0x80, 0x800, 0x10000};
+    static constexpr std::uint32_t minimum[] = {0, 0, 0x80, 0x800, 0x10000};
     if (valid) {
-      valid = cp >= kMinimum[length] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+      valid = cp >= minimum[length] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
     }
     if (!valid) return error_at(name, text, i, "binary data is not a manifest (invalid UTF-8)");
     if ((cp >= 0x80 && cp <= 0x9F && cp != 0x85) || cp == 0xFFFE || cp == 0xFFFF) {
@@ -578,6 +606,19 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
       std::string copy = *text;
       detail::normalise_line_breaks(copy);
       text = std::make_shared<const std::string>(std::move(copy));
+    }
+    const std::size_t first = text->find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && (*text)[first] == '{') {
+      if (auto value = detail::read_json_object(*text, first)) {
+        const std::size_t line_start = text->find_last_of('\n', first) + 1;  // npos + 1 == 0
+        const auto line =
+            std::count(text->begin(), text->begin() + static_cast<std::ptrdiff_t>(first), '\n');
+        (void)sink(Document{
+            std::move(*value),
+            Position{file, static_cast<int>(line) + 1, static_cast<int>(first - line_start) + 1}, 0,
+            text});
+        return {};
+      }
     }
     ReadBudget local;
     return parse_documents(text, file, sink, limits, budget ? *budget : local);

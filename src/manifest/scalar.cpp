@@ -16,16 +16,16 @@ namespace {
 // go-yaml v2 looks at the first byte to decide which rules may apply at all;
 // most Kubernetes strings (names, images, paths) start with a letter outside
 // this table and are settled with one lookup.
-enum class Hint : char { none, in_table, digit, sign, dot };
+enum class Hint : char { None, InTable, Digit, Sign, Dot };
 
 constexpr std::array<Hint, 256> make_hints() {
   std::array<Hint, 256> hints{};
   for (char c : std::string_view("yYnNtTfFoO~"))
-    hints[static_cast<unsigned char>(c)] = Hint::in_table;
-  for (char c = '0'; c <= '9'; ++c) hints[static_cast<unsigned char>(c)] = Hint::digit;
-  hints['+'] = Hint::sign;
-  hints['-'] = Hint::sign;
-  hints['.'] = Hint::dot;
+    hints[static_cast<unsigned char>(c)] = Hint::InTable;
+  for (char c = '0'; c <= '9'; ++c) hints[static_cast<unsigned char>(c)] = Hint::Digit;
+  hints['+'] = Hint::Sign;
+  hints['-'] = Hint::Sign;
+  hints['.'] = Hint::Dot;
   return hints;
 }
 constexpr std::array<Hint, 256> kHints = make_hints();
@@ -73,7 +73,7 @@ Json word_value(const Word& w) {
   }
 }
 
-enum class IntResult { ok, syntax, range };
+enum class IntResult { Ok, Syntax, Range };
 
 int digit_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -87,13 +87,13 @@ int digit_value(char c) {
 // Unlike Go it checks every digit before reporting overflow, so that
 // `99999999999999999999x` stays a string rather than becoming a range error.
 IntResult parse_int(std::string_view s, std::int64_t& out) {
-  if (s.empty()) return IntResult::syntax;
+  if (s.empty()) return IntResult::Syntax;
   bool negative = false;
   if (s[0] == '+' || s[0] == '-') {
     negative = s[0] == '-';
     s.remove_prefix(1);
   }
-  if (s.empty()) return IntResult::syntax;
+  if (s.empty()) return IntResult::Syntax;
   int base = 10;
   if (s[0] == '0') {
     char p = s.size() >= 3 ? static_cast<char>(s[1] | 0x20) : '\0';
@@ -116,7 +116,7 @@ IntResult parse_int(std::string_view s, std::int64_t& out) {
   const auto limit = std::numeric_limits<std::uint64_t>::max();
   for (char c : s) {
     int d = digit_value(c);
-    if (d >= base) return IntResult::syntax;
+    if (d >= base) return IntResult::Syntax;
     if (overflow) continue;
     if (value > (limit - static_cast<std::uint64_t>(d)) / static_cast<std::uint64_t>(base)) {
       overflow = true;
@@ -126,16 +126,16 @@ IntResult parse_int(std::string_view s, std::int64_t& out) {
   }
   constexpr auto max_positive =
       static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  if (overflow) return IntResult::range;
+  if (overflow) return IntResult::Range;
   if (negative) {
-    if (value > max_positive + 1) return IntResult::range;
+    if (value > max_positive + 1) return IntResult::Range;
     // Negate in unsigned arithmetic: -(2^63) has no positive int64 counterpart.
     out = static_cast<std::int64_t>(~value + 1);
   } else {
-    if (value > max_positive) return IntResult::range;
+    if (value > max_positive) return IntResult::Range;
     out = static_cast<std::int64_t>(value);
   }
-  return IntResult::ok;
+  return IntResult::Ok;
 }
 
 // go-yaml's yamlStyleFloat: ^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$
@@ -208,12 +208,12 @@ std::expected<Json, std::string> resolve_number(std::string_view text) {
   std::string plain = without_underscores(text);
   std::int64_t integer = 0;
   switch (parse_int(plain, integer)) {
-    case IntResult::ok:
+    case IntResult::Ok:
       return Json(integer);
-    case IntResult::range:
+    case IntResult::Range:
       return std::unexpected(fmt::format(
           "integer {} does not fit in 64 bits (quote it if it is meant as a string)", text));
-    case IntResult::syntax:
+    case IntResult::Syntax:
       break;
   }
   if (is_yaml_float(plain)) {
@@ -227,16 +227,16 @@ std::expected<Json, std::string> resolve_number(std::string_view text) {
 std::expected<Json, std::string> resolve_plain(std::string_view text) {
   if (text.empty()) return Json(nullptr);
   Hint hint = kHints[static_cast<unsigned char>(text[0])];
-  if (hint == Hint::none) return Json(std::string(text));
+  if (hint == Hint::None) return Json(std::string(text));
   if (const Word* w = find_word(text)) return word_value(*w);
   switch (hint) {
-    case Hint::dot:
+    case Hint::Dot:
       if (is_yaml_float(text)) {
         if (auto d = parse_float(text)) return Json(*d);
       }
       break;
-    case Hint::digit:
-    case Hint::sign:
+    case Hint::Digit:
+    case Hint::Sign:
       if (looks_like_timestamp(text)) break;
       return resolve_number(text);
     default:
@@ -294,7 +294,7 @@ bool plain_reads_as_string(std::string_view text) {
   auto value = resolve_plain(text);
   if (!value || !value->is_string()) return false;
   Hint hint = kHints[static_cast<unsigned char>(text[0])];
-  if (hint == Hint::digit || hint == Hint::sign) {
+  if (hint == Hint::Digit || hint == Hint::Sign) {
     // YAML 1.1 readers also see timestamps and base-60 numbers (1:30) here.
     if (looks_like_timestamp(text)) return false;
     if (text.find(':') != std::string_view::npos) return false;

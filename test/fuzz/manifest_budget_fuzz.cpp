@@ -9,7 +9,10 @@
 //    projects, and planning it again (same policy, propagation, capabilities)
 //    changes nothing: `plan` run on its own output is a no-op;
 //  - project_deployment / parse_policy never fail without an error, and every
-//    field error they report can be located in the source.
+//    field error they report can be located in the source;
+//  - an in-place edit (`plan -w`) reads back as the planned object;
+//  - a JSON object read by the streaming JSON reader gives what the YAML
+//    reader gives for the same text.
 //
 // Run it with hack/fuzz; reproduce a finding with
 //   build-fuzz/manifest_budget_fuzz CRASH_FILE
@@ -57,12 +60,21 @@ constexpr std::size_t kMaxPolicies = 2;
 
 // Equality that keeps types apart (1 vs 1.0), compares NaN equal to NaN and
 // tells -0.0 from 0.0: what a faithful YAML round trip must preserve.
-bool same(const Json& a, const Json& b) {
+// With `ordered` false, the keys of a mapping may come in another order (YAML
+// mappings are unordered; an in-place edit may add a key through a merge key).
+bool same(const Json& a, const Json& b, bool ordered = true) {
   if (a.is_number_integer() && b.is_number_integer()) return a == b;
   if (a.type() != b.type()) return false;
   switch (a.type()) {
     case Json::value_t::object: {
       if (a.size() != b.size()) return false;
+      if (!ordered) {
+        for (auto ia = a.begin(); ia != a.end(); ++ia) {
+          auto ib = b.find(ia.key());
+          if (ib == b.end() || !same(*ia, *ib, false)) return false;
+        }
+        return true;
+      }
       for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib) {
         if (ia.key() != ib.key() || !same(*ia, *ib)) return false;
       }
@@ -71,7 +83,7 @@ bool same(const Json& a, const Json& b) {
     case Json::value_t::array: {
       if (a.size() != b.size()) return false;
       for (std::size_t i = 0; i < a.size(); ++i) {
-        if (!same(a[i], b[i])) return false;
+        if (!same(a[i], b[i], ordered)) return false;
       }
       return true;
     }
@@ -169,6 +181,56 @@ std::string describe_changes(const budget::Plan& plan) {
   return out;
 }
 
+// `plan -w`: the source text, edited in place, reads back as the applied
+// object, at the same document index.
+void check_in_place_edit(const manifest::Document& document, const Json& applied) {
+  const auto edit = manifest::edit_document(document, applied);
+  const std::string edited = manifest::apply_edits(*document.source, edit.edits);
+  auto edited_docs = manifest::read_text(edited, "edited.yaml", kRereadLimits);
+  if (!edited_docs) {
+    violation("an in-place edit does not read back",
+              edited_docs.error().format() + "\n--- edited:\n" + edited);
+  }
+  bool found = false;
+  for (const auto& d : *edited_docs) {
+    if (d.index != document.index) continue;
+    found = true;
+    if (!same(d.value, applied, /*ordered=*/false)) {
+      violation("an in-place edit reads back as another object",
+                "--- wanted: " + dump(applied) + "\n--- read: " + dump(d.value) +
+                    "\n--- edited:\n" + edited);
+    }
+  }
+  if (!found) violation("an in-place edit lost its document", edited);
+}
+
+// A strict JSON object is read by its own streaming parser (json_fast.cpp):
+// it must give what the YAML reader gives for the same text (a comment line
+// in front sends it there), errors included.
+void check_json_reader(const std::string& text) {
+  const std::size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] != '{') return;
+  auto direct = manifest::read_text(text, "fuzz.json", kLimits);
+  auto yaml = manifest::read_text("#\n" + text, "fuzz.json", kLimits);
+  if (direct.has_value() != yaml.has_value()) {
+    violation("the JSON reader and the YAML reader disagree on whether the input reads",
+              (direct ? std::string("JSON reader: ok") : direct.error().format()) + "\n" +
+                  (yaml ? std::string("YAML reader: ok") : yaml.error().format()) +
+                  "\n--- input:\n" + text);
+  }
+  if (!direct) return;
+  if (direct->size() != yaml->size()) {
+    violation("the JSON reader and the YAML reader read different document counts", text);
+  }
+  for (std::size_t i = 0; i < direct->size(); ++i) {
+    if (!same((*direct)[i].value, (*yaml)[i].value)) {
+      violation("the JSON reader and the YAML reader read different values",
+                "--- JSON reader: " + dump((*direct)[i].value) +
+                    "\n--- YAML reader: " + dump((*yaml)[i].value) + "\n--- input:\n" + text);
+    }
+  }
+}
+
 // Plan, apply, write, read back, plan again: the second plan must change nothing.
 void plan_apply_replan(const manifest::Document& document, const budget::Deployment& deployment,
                        const budget::PolicySpec& policy, const std::string& policy_name,
@@ -190,26 +252,7 @@ void plan_apply_replan(const manifest::Document& document, const budget::Deploym
   Json applied = document.value;
   budget::apply_plan(applied, first, policy_name, when);
 
-  // `plan -w`: the source text, edited in place, reads back as the applied
-  // object, at the same document index.
-  const auto edit = manifest::edit_document(document, applied);
-  const std::string edited = manifest::apply_edits(*document.source, edit.edits);
-  auto edited_docs = manifest::read_text(edited, "edited.yaml", kRereadLimits);
-  if (!edited_docs) {
-    violation("an in-place edit does not read back",
-              edited_docs.error().format() + "\n--- edited:\n" + edited);
-  }
-  bool found = false;
-  for (const auto& d : *edited_docs) {
-    if (d.index != document.index) continue;
-    found = true;
-    if (!same(d.value, applied)) {
-      violation("an in-place edit reads back as another object",
-                "--- wanted: " + dump(applied) + "\n--- read: " + dump(d.value) +
-                    "\n--- edited:\n" + edited);
-    }
-  }
-  if (!found) violation("an in-place edit lost its document", edited);
+  check_in_place_edit(document, applied);
 
   const std::string yaml = manifest::to_yaml(applied);
   auto reread = manifest::read_text(yaml, "applied.yaml", kRereadLimits);
@@ -254,6 +297,7 @@ void plan_apply_replan(const manifest::Document& document, const budget::Deploym
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
+  check_json_reader(text);
   auto documents = manifest::read_text(std::move(text), "fuzz.yaml", kLimits);
   if (!documents) {
     (void)documents.error().format();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,27 @@ struct DocumentEdit {
 // through it. The result is checked: the edited document reads back as
 // exactly `updated`, else the document is rewritten whole.
 DocumentEdit edit_document(const Document& document, const Json& updated);
+
+// The same for several documents of one source, from one parse of it: the
+// documents must come in increasing index order (a document before the last
+// one edited gets no edits). edit_document on each document of a file of
+// thousands would re-read the file up to each one: quadratic.
+class SourceEditor {
+ public:
+  explicit SourceEditor(std::shared_ptr<const std::string> source);
+  ~SourceEditor();
+  SourceEditor(const SourceEditor&) = delete;
+  SourceEditor& operator=(const SourceEditor&) = delete;
+  DocumentEdit edit(const Document& document, const Json& updated);
+  // The same, freeing document.value as soon as it is no longer needed
+  // (before the edited text is read back), to lower the peak on a large one.
+  DocumentEdit edit(Document&& document, const Json& updated);
+
+ private:
+  DocumentEdit edit(const Document& document, Json* release, const Json& updated);
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Applies sorted, non-overlapping edits.
 std::string apply_edits(std::string_view text, const std::vector<TextEdit>& edits);

@@ -546,3 +546,76 @@ TEST(ReaderEscapes, NextLineAndNonBreakingSpaceAreUtf8) {
 
 }  // namespace
 }  // namespace gracekeeper::manifest
+
+namespace gracekeeper::manifest {
+namespace {
+
+// A strict JSON object is decoded by the streaming JSON reader (json_fast.cpp);
+// it must give what the YAML reader gives for the same text (a comment line
+// in front sends the text to the YAML reader), and leave to the YAML reader
+// whatever it would read differently.
+TEST(Reader, JsonObjectsReadAsYamlWould) {
+  for (const std::string json : {
+           R"({"a": 1, "b": -2, "c": 1.50, "d": 1e3, "e": true, "f": null, "g": "x\ny\u00e9"})",
+           R"(  {"apiVersion": "v1", "kind": "List", "items": [{"a": [1, [2, {}]]}, [], {}]})",
+           R"({"big": 9223372036854775807, "neg": -9223372036854775808, "f": -0.0})",
+       }) {
+    SCOPED_TRACE(json);
+    auto fast = read_text(json, "j");
+    auto yaml = read_text("# via yaml-cpp\n" + json, "j");
+    ASSERT_TRUE(fast.has_value()) << fast.error().format();
+    ASSERT_TRUE(yaml.has_value()) << yaml.error().format();
+    ASSERT_EQ(fast->size(), 1u);
+    EXPECT_EQ(fast->front().value.dump(), yaml->front().value.dump());
+    EXPECT_EQ(fast->front().position.line, 1);
+  }
+  // Left to the YAML reader, which names the problem as before.
+  for (const std::string json :
+       {R"({"a": 1, "a": 2})", R"({"a": 18446744073709551615})", R"({"a": 1} # trailing)",
+        R"({"a": 1})"
+        "\n---\n"
+        R"({"b": 2})",
+        R"({"<<": {"a": 1}})"}) {
+    SCOPED_TRACE(json);
+    auto fast = read_text(json, "j");
+    auto yaml = read_text("# via yaml-cpp\n" + json, "j");
+    ASSERT_EQ(fast.has_value(), yaml.has_value());
+    if (!fast) {
+      EXPECT_EQ(fast.error().message, yaml.error().message);
+    } else {
+      ASSERT_EQ(fast->size(), yaml->size());
+      EXPECT_EQ(fast->front().value.dump(), yaml->front().value.dump());
+    }
+  }
+  auto position = read_text("\n\n  {\"a\": 1}", "j");
+  ASSERT_TRUE(position.has_value());
+  EXPECT_EQ(position->front().position.format(), "j:3:3");
+}
+
+}  // namespace
+}  // namespace gracekeeper::manifest
+
+namespace gracekeeper::manifest {
+namespace {
+
+// yaml-cpp takes a block-mapping line without `:` as a key with a null value
+// and folds a plain key over lines, even over a `---` (found by the fuzzer: an
+// in-place edit then ran into the next document). go-yaml rejects both.
+TEST(Reader, BlockKeysNeedAColonOnTheirLine) {
+  auto no_colon = read_text("a: 1\nargs p:r[x, y]\n---\nb: 2\n", "k.yaml");
+  ASSERT_FALSE(no_colon.has_value());
+  EXPECT_THAT(no_colon.error().format(), HasSubstr("k.yaml:2:1: invalid YAML: expected `:`"));
+  EXPECT_FALSE(read_text("a: 1\nlong\n  key: 2\n", "k.yaml").has_value());
+  // Still read: explicit keys, flow keys without values, spaces before `:`,
+  // and plain values over several lines.
+  EXPECT_TRUE(read_text("? a\n: 1\n", "k.yaml").has_value());
+  EXPECT_TRUE(read_text("m: {a, b: 1}\n", "k.yaml").has_value());
+  EXPECT_TRUE(read_text("a   : 1\n- x: 1\n", "k.yaml").has_value() ||
+              read_text("a   : 1\n", "k.yaml").has_value());
+  auto folded = read_text("a: one\n  two\nb: 2\n", "k.yaml");
+  ASSERT_TRUE(folded.has_value());
+  EXPECT_EQ(folded->front().value["a"], "one two");
+}
+
+}  // namespace
+}  // namespace gracekeeper::manifest

@@ -1,0 +1,142 @@
+// A single JSON object read with nlohmann's SAX parser instead of yaml-cpp.
+//
+// Why: yaml-cpp's scanner cannot hand out a token of a flow collection while
+// a simple key is pending, and a document that opens with `{` could be the
+// key of a mapping (`{...}: value`) until its closing `}` is seen. So it
+// tokenises the whole single-line document before the first event: ~8x the
+// text in tokens, on top of the decoded value (a 20 MB JSON ConfigMap peaked
+// at 276 MB). JSON is YAML, and for strict JSON the values are the same, so
+// such input is decoded here in one streaming pass. Anything this parser does
+// not take exactly as the YAML reader would (a duplicate key, `<<`, an
+// integer beyond int64, trailing text, a comment, ...) is left to the YAML
+// reader, which then reports it as before.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "prescan.h"
+#include "scalar.h"
+
+namespace gracekeeper::manifest::detail {
+namespace {
+
+class Builder {
+ public:
+  using number_integer_t = Json::number_integer_t;
+  using number_unsigned_t = Json::number_unsigned_t;
+  using number_float_t = Json::number_float_t;
+  using string_t = Json::string_t;
+  using binary_t = Json::binary_t;
+
+  std::optional<Json> take() { return std::move(result_); }
+
+  bool null() { return attach(Json()); }
+  bool boolean(bool value) { return attach(Json(value)); }
+  bool number_integer(number_integer_t value) { return attach(Json(value)); }
+  bool number_unsigned(number_unsigned_t value) {
+    if (value > static_cast<number_unsigned_t>(std::numeric_limits<std::int64_t>::max())) {
+      return false;  // the YAML reader names this error
+    }
+    return attach(Json(static_cast<std::int64_t>(value)));
+  }
+  bool number_float(number_float_t, const string_t& raw) {
+    auto value = resolve_plain(raw);  // as the YAML reader resolves it
+    return value && attach(std::move(*value));
+  }
+  bool string(string_t& value) { return attach(Json(std::move(value))); }
+  bool binary(binary_t&) { return false; }
+  bool start_object(std::size_t) {
+    frames_.emplace_back().is_map = true;
+    return true;
+  }
+  bool key(string_t& key) {
+    if (key == "<<") return false;  // a merge key to the YAML reader when plain
+    frames_.back().key = std::move(key);
+    return true;
+  }
+  bool end_object() {
+    Frame frame = std::move(frames_.back());
+    frames_.pop_back();
+    if (has_duplicates(frame.members)) return false;
+    Json value = Json::object();
+    auto& object = value.get_ref<Json::object_t&>();
+    object.reserve(frame.members.size());
+    for (auto& [key, member] : frame.members)
+      object.emplace_back(std::move(key), std::move(member));
+    return attach(std::move(value));
+  }
+  bool start_array(std::size_t) {
+    frames_.emplace_back();
+    return true;
+  }
+  bool end_array() {
+    Frame frame = std::move(frames_.back());
+    frames_.pop_back();
+    return attach(Json(std::move(frame.items)));
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    return false;
+  }
+
+ private:
+  struct Frame {
+    bool is_map = false;
+    std::string key;
+    // Mutable keys, moved into the object at the end (as the YAML reader does).
+    std::vector<std::pair<std::string, Json>> members;
+    Json::array_t items;
+  };
+
+  static bool has_duplicates(const std::vector<std::pair<std::string, Json>>& members) {
+    std::vector<std::uint32_t> order(members.size());
+    std::iota(order.begin(), order.end(), 0u);
+    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return members[a].first < members[b].first;
+    });
+    return std::adjacent_find(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+             return members[a].first == members[b].first;
+           }) != order.end();
+  }
+
+  bool attach(Json value) {
+    if (frames_.empty()) {
+      result_ = std::move(value);
+      return true;
+    }
+    Frame& frame = frames_.back();
+    if (frame.is_map) {
+      frame.members.emplace_back(std::move(frame.key), std::move(value));
+    } else {
+      frame.items.push_back(std::move(value));
+    }
+    return true;
+  }
+
+  std::vector<Frame> frames_;
+  std::optional<Json> result_;
+};
+
+}  // namespace
+
+std::optional<Json> read_json_object(std::string_view text, std::size_t first) {
+  if (first >= text.size() || text[first] != '{') return std::nullopt;
+  if (text.size() > std::numeric_limits<std::uint32_t>::max()) return std::nullopt;
+  Builder builder;
+  try {
+    if (!Json::sax_parse(text.begin() + static_cast<std::ptrdiff_t>(first), text.end(), &builder,
+                         Json::input_format_t::json, /*strict=*/true, /*ignore_comments=*/false)) {
+      return std::nullopt;
+    }
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+  return builder.take();
+}
+
+}  // namespace gracekeeper::manifest::detail
