@@ -97,6 +97,7 @@ class FakeStatusWriter final : public StatusWriter {
  public:
   explicit FakeStatusWriter(World& world) : world_(world) {}
   std::vector<json> written;
+  std::deque<Written> answers;  // scripted, in order; when empty, every write succeeds
   asio::awaitable<Written> write_status(const CachedPolicy& policy, json status) override;
 
  private:
@@ -238,6 +239,11 @@ inline asio::awaitable<DeploymentWriter::Written> FakeWriter::replace_hooks(
 
 inline asio::awaitable<StatusWriter::Written> FakeStatusWriter::write_status(
     const CachedPolicy& policy, json status) {
+  if (!answers.empty()) {
+    Written w = std::move(answers.front());
+    answers.pop_front();
+    if (!w) co_return w;
+  }
   written.push_back(status);
   json object = world_.policy_objects.at(policy.namespace_ + "/" + policy.name);
   object["status"] = status;

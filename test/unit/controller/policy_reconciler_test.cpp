@@ -122,6 +122,23 @@ TEST(PolicyReconciler, ANewFigureEnqueuesTheNamespace) {
   EXPECT_EQ(world.book.state("shop/default")->seconds, 9);
 }
 
+TEST(PolicyReconciler, AStatusWriteThatHitsAConflictIsRetriedFromTheNextStoreState) {
+  World world;
+  world.put_policy(policy());
+  kube::ApiError conflict;
+  conflict.reason = kube::ApiError::Reason::Conflict;
+  conflict.message = "the object has been modified";
+  world.status_writer.answers.push_back(std::unexpected(conflict));
+  auto r = world.reconcile_policy("shop/default");
+  ASSERT_FALSE(r);  // the queue retries it with backoff
+  EXPECT_EQ(r.error().kind, ReconcileError::Kind::Transient);
+  EXPECT_THAT(r.error().message, HasSubstr("status of shop/default"));
+  EXPECT_THAT(world.status_writer.written, IsEmpty());
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  EXPECT_EQ(world.status_writer.written.size(), 1u);
+  EXPECT_EQ(world.meter.calls, 1);  // the measurement was kept, not repeated
+}
+
 TEST(PolicyReconciler, ADeletedPolicyIsForgotten) {
   World world;
   world.put_policy(policy());
