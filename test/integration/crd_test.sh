@@ -496,7 +496,7 @@ elif out=$(k patch sdp -n "$NS" default --subresource=status --type=merge -p "$S
   row=$(k get sdp -n "$NS" default --no-headers 2>&1 | ws)
   if [[ "$row" == "default Enforce Static 3.2 6 46 1 0 True "* ]]; then ok "printer columns show the status: $row"
   else not_ok "printer columns show the status: want 'default Enforce Static 3.2 6 46 1 0 True <age>'"; note <<<"$row"; fi
-  row=$(k get sdp -A --no-headers 2>&1 | grep "^$NS default " | ws)
+  row=$(k get sdp -A --no-headers 2>&1 | grep -E "^$NS +default " | ws)
   if [[ "$row" == "$NS default Enforce Static 3.2 6 46 1 0 True "* ]]; then ok "kubectl get -A row: $row"
   else not_ok "kubectl get -A row shows the status"; note <<<"$row"; fi
 else
