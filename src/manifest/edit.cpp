@@ -47,22 +47,6 @@ struct TextNode {
   }
 };
 
-class SkipEvents final : public YAML::EventHandler {
- public:
-  void OnDocumentStart(const YAML::Mark&) override {}
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
-
 class TreeBuilder final : public YAML::EventHandler {
  public:
   explicit TreeBuilder(std::size_t offset) : offset_(offset) {}
@@ -728,7 +712,7 @@ DocumentEdit SourceEditor::edit(const Document& document, Json* release, const J
   const std::size_t bom = std::string_view(source).starts_with("\xEF\xBB\xBF") ? 3 : 0;
   TreeBuilder builder(bom);
   try {
-    SkipEvents skip;
+    detail::SkipEvents skip;
     for (; state_->next < document.index; ++state_->next) {
       if (!state_->parser.HandleNextDocument(skip)) state_->failed = true;
       if (state_->failed) return result;

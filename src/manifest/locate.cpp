@@ -32,22 +32,6 @@ struct PositionNode {
   std::vector<NodePtr> merged;  // sources of `<<` keys, searched after the entries
 };
 
-class SkipDocument final : public YAML::EventHandler {
- public:
-  void OnDocumentStart(const YAML::Mark&) override {}
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
-
 class PositionTreeBuilder final : public YAML::EventHandler {
  public:
   NodePtr root() const { return root_; }
@@ -195,7 +179,7 @@ NodePtr position_tree(const Document& doc) {
   try {
     detail::MemoryStream stream(*doc.source);
     YAML::Parser parser(stream);
-    SkipDocument skip;
+    detail::SkipEvents skip;
     for (int i = 0; i < doc.index; ++i) {
       if (!parser.HandleNextDocument(skip)) return nullptr;
     }

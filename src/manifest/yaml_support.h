@@ -1,6 +1,7 @@
 // Glue between yaml-cpp and the module's types; private to src/manifest.
 #pragma once
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/exceptions.h>
 #include <yaml-cpp/mark.h>
 
@@ -46,5 +47,22 @@ inline Position position_at(std::string_view file, const YAML::Mark& mark) {
 // Rewrites yaml-cpp's terse messages ("end of map not found") as what the
 // reader expected to see, which is what a user can act on.
 std::string describe_yaml_error(const YAML::Exception& e, int max_depth);
+
+// Ignores every event: for parsing past documents nobody reads.
+class SkipEvents final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
 
 }  // namespace gracekeeper::manifest::detail
