@@ -378,15 +378,20 @@ TEST_F(InformerTest, FirstListThatFailsHalfWayIsRetriedWithADiff) {
   EXPECT_THAT(log_, ElementsAre("add ns/a", "add ns/b", "delete ns/a", "add ns/c", "update ns/b"));
 }
 
+// The ERROR event of a watch whose resourceVersion was compacted away.
+json expired_status() {
+  return {{"kind", "Status"},
+          {"status", "Failure"},
+          {"reason", "Expired"},
+          {"code", 410},
+          {"message", "too old resource version: 10 (20)"}};
+}
+
 TEST_F(InformerTest, GoneEventRelistsAndEmitsTheGap) {
   transport_->replies.push_back(
       {{list_reply("10", {cm("a", "5", {{"v", "1"}}), cm("b", "6", {{"v", "2"}}),
                           cm("c", "7", {{"v", "3"}})})}});
-  json status = {{"kind", "Status"},
-                 {"status", "Failure"},
-                 {"reason", "Expired"},
-                 {"code", 410},
-                 {"message", "too old resource version: 10 (20)"}};
+  const json status = expired_status();
   transport_->replies.push_back(
       {{kChunkedHead + chunk(event_line("ERROR", status)) + "0\r\n\r\n"}});
   // During the gap: a changed, b deleted, c filtered out, d added.
@@ -496,11 +501,7 @@ TEST_F(InformerTest, WatchListIsNotSyncedBeforeItsLastInitialEvent) {
 
 TEST_F(InformerTest, WatchListAfterGoneReplacesTheStoreWithADiff) {
   make_informer(/*watch_list=*/true);
-  json status = {{"kind", "Status"},
-                 {"status", "Failure"},
-                 {"reason", "Expired"},
-                 {"code", 410},
-                 {"message", "too old resource version: 10 (20)"}};
+  const json status = expired_status();
   transport_->replies.push_back(
       {{kChunkedHead + chunk(event_line("ADDED", cm("a", "5", {{"v", "1"}}))) +
         chunk(event_line("ADDED", cm("b", "6", {{"v", "2"}}))) +
