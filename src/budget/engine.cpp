@@ -228,8 +228,13 @@ class Planner {
   }
 
   bool serving(const Container& container) const {
-    if (ctx_.behind_service) return *ctx_.behind_service;
+    if (ctx_.behind_service) return *ctx_.behind_service || waits_without_service();
     return container.has_ports;
+  }
+
+  // spec.preStop.withoutService: Wait gives pods no Service selects a wait too.
+  bool waits_without_service() const {
+    return policy_.pre_stop.without_service == WithoutService::Wait;
   }
 
   // Findings about the Deployment as it is now.
@@ -281,7 +286,11 @@ class Planner {
     check_containers();
     if (ctx_.behind_service && !*ctx_.behind_service) {
       add("NotBehindService", Severity::Info, "",
-          "no Service selects these pods: graceful shutdown matters, a preStop wait does not");
+          waits_without_service()
+              ? "no Service selects these pods; they get a preStop wait anyway "
+                "(spec.preStop.withoutService: Wait)"
+              : "no Service selects these pods: graceful shutdown matters, a preStop wait "
+                "does not, so none is added (spec.preStop.withoutService: Wait adds one)");
     }
   }
 
@@ -351,7 +360,8 @@ class Planner {
       const PreStopHook& hook = c.pre_stop;
       const bool user_hook = hook.kind != PreStopHook::Kind::None && !hook.owned;
 
-      if (hook.kind == PreStopHook::Kind::None && ctx_.behind_service == false) {
+      if (hook.kind == PreStopHook::Kind::None && ctx_.behind_service == false &&
+          !waits_without_service()) {
         cp.pre_stop_seconds = 0;  // nothing routes to these pods: no wait to add
       } else if (user_hook && policy_.pre_stop.existing == ExistingHook::Keep) {
         cp.pre_stop_seconds = counted_wait(hook, b.pre_stop_seconds);

@@ -94,6 +94,10 @@ constexpr std::array kExistingNames{
     EnumName<ExistingHook>{ExistingHook::Keep, "Keep"},
     EnumName<ExistingHook>{ExistingHook::Replace, "Replace"},
 };
+constexpr std::array kWithoutServiceNames{
+    EnumName<WithoutService>{WithoutService::Skip, "Skip"},
+    EnumName<WithoutService>{WithoutService::Wait, "Wait"},
+};
 using Operator = LabelSelector::Operator;
 constexpr std::array kOperatorNames{
     EnumName<Operator>{Operator::In, "In"},
@@ -515,6 +519,7 @@ PolicySpec::PreStop parse_pre_stop(ObjectReader reader) {
   const bool max_ok = reader.read("maxSeconds", pre_stop.max_seconds, kMaxSecondsRange);
   reader.read("action", pre_stop.action, kActionNames);
   reader.read("existing", pre_stop.existing, kExistingNames);
+  reader.read("withoutService", pre_stop.without_service, kWithoutServiceNames);
   if (min_ok && max_ok && pre_stop.min_seconds > pre_stop.max_seconds) {
     // Blame the field the user wrote: `maxSeconds: 3` alone conflicts with the
     // default minSeconds, and an error on a field they never set would puzzle them.
@@ -532,8 +537,12 @@ PolicySpec::PreStop parse_pre_stop(ObjectReader reader) {
   return pre_stop;
 }
 
-std::optional<IntOrPercent> parse_max_surge(const Json& value, const std::string& path,
-                                            FieldErrors& errors) {
+// An integer >= 1 or a percentage from "1%" to "100%"; `why` ends the
+// message of a zero (" because maxUnavailable is 0").
+std::optional<IntOrPercent> parse_positive_int_or_percent(const Json& value,
+                                                          const std::string& path,
+                                                          FieldErrors& errors,
+                                                          std::string_view why) {
   constexpr std::string_view kExpected = "an integer or a percentage string like \"25%\"";
   if (value.is_string()) {
     const auto& text = value.get_ref<const std::string&>();
@@ -550,9 +559,7 @@ std::optional<IntOrPercent> parse_max_surge(const Json& value, const std::string
     const auto [end, error] =
         std::from_chars(digits.data(), digits.data() + digits.size(), percent);
     if (error == std::errc() && percent == 0) {
-      errors.push_back(
-          {path,
-           fmt::format("must be at least 1% because maxUnavailable is 0 (got {})", quote(text))});
+      errors.push_back({path, fmt::format("must be at least 1%{} (got {})", why, quote(text))});
       return std::nullopt;
     }
     if (error != std::errc() || percent < kMaxSurgePercentRange.min ||
@@ -570,8 +577,7 @@ std::optional<IntOrPercent> parse_max_surge(const Json& value, const std::string
     return std::nullopt;
   }
   if (*count < kMaxSurgeCountRange.min) {
-    errors.push_back({path, fmt::format("must be >= 1 because maxUnavailable is 0 (got {})",
-                                        number_text(value))});
+    errors.push_back({path, fmt::format("must be >= 1{} (got {})", why, number_text(value))});
     return std::nullopt;
   }
   if (*count > kMaxSurgeCountRange.max) {
@@ -588,7 +594,9 @@ PolicySpec::Rollout parse_rollout(ObjectReader reader) {
   // Validated even with `manage: false`: turning management on later must not
   // suddenly surface an old mistake.
   if (const Json* max_surge = reader.field("maxSurge")) {
-    if (auto parsed = parse_max_surge(*max_surge, reader.path_of("maxSurge"), reader.errors())) {
+    if (auto parsed =
+            parse_positive_int_or_percent(*max_surge, reader.path_of("maxSurge"), reader.errors(),
+                                          " because maxUnavailable is 0")) {
       rollout.max_surge = *parsed;
     }
   }
@@ -601,6 +609,12 @@ PolicySpec::Changes parse_changes(ObjectReader reader) {
   reader.read("minIntervalSeconds", changes.min_interval_seconds, kMinIntervalSecondsRange);
   reader.read("decreaseThresholdSeconds", changes.decrease_threshold_seconds,
               kDecreaseThresholdSecondsRange);
+  if (const Json* limit = reader.field("maxConcurrentRollouts")) {
+    if (auto parsed = parse_positive_int_or_percent(*limit, reader.path_of("maxConcurrentRollouts"),
+                                                    reader.errors(), "")) {
+      changes.max_concurrent_rollouts = *parsed;
+    }
+  }
   reader.finish();
   return changes;
 }

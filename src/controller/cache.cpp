@@ -135,7 +135,8 @@ const std::vector<std::string> kBudgetFields = {
     "metadata.annotations",  // only gracekeeper's are kept: see budget_fields
     "spec.replicas",
     "spec.strategy",
-    // The pod template's labels only tell offline `check` which Services select the pods.
+    // Which Services select the pods (services.h): whether a wait is needed at all.
+    "spec.template.metadata.labels",
     "spec.template.spec.terminationGracePeriodSeconds",
     "spec.template.spec.containers.name",
     "spec.template.spec.containers.ports",
@@ -150,8 +151,11 @@ const std::vector<std::string> kBudgetFields = {
 
 std::vector<std::string> deployment_fields() {
   std::vector<std::string> fields = kBudgetFields;
-  for (const char* field : {"metadata.uid", "metadata.generation", "metadata.managedFields.manager",
-                            "metadata.managedFields.operation"}) {
+  for (const char* field :
+       {"metadata.uid", "metadata.generation", "metadata.managedFields.manager",
+        "metadata.managedFields.operation", "status.observedGeneration", "status.replicas",
+        "status.updatedReplicas", "status.availableReplicas", "status.conditions.type",
+        "status.conditions.status", "status.conditions.reason"}) {
     fields.emplace_back(field);
   }
   return fields;
@@ -199,13 +203,42 @@ bool opted_in(const nlohmann::json& metadata) {
   return annotations && string_member(*annotations, budget::kAnnotationEnabled) == "true";
 }
 
+bool RolloutStatus::complete(std::int64_t generation) const {
+  if (observed_generation < generation) return false;
+  if (deadline_exceeded) return true;
+  return updated >= desired && replicas <= updated && available >= updated;
+}
+
+RolloutStatus rollout_status(const nlohmann::json& object) {
+  RolloutStatus r;
+  if (const auto* spec = member(object, "spec"); spec && member(*spec, "replicas")) {
+    r.desired = int_member(*spec, "replicas");
+  }
+  const nlohmann::json* status = member(object, "status");
+  if (!status) return r;
+  r.observed_generation = int_member(*status, "observedGeneration");
+  r.replicas = int_member(*status, "replicas");
+  r.updated = int_member(*status, "updatedReplicas");
+  r.available = int_member(*status, "availableReplicas");
+  if (const auto* conditions = member(*status, "conditions");
+      conditions && conditions->is_array()) {
+    for (const auto& c : *conditions) {
+      r.deadline_exceeded |= string_member(c, "type") == "Progressing" &&
+                             string_member(c, "status") == "False" &&
+                             string_member(c, "reason") == "ProgressDeadlineExceeded";
+    }
+  }
+  return r;
+}
+
 std::optional<CachedDeployment> project_deployment(const nlohmann::json& object) {
   const nlohmann::json* metadata = member(object, "metadata");
   // Decided on the raw object, so Deployments that are not opted in cost
   // nothing beyond this lookup.
   if (!metadata || !opted_in(*metadata)) return std::nullopt;
-  CachedDeployment out{
-      string_member(*metadata, "uid"), int_member(*metadata, "generation"), {}, {}};
+  CachedDeployment out;
+  out.uid = string_member(*metadata, "uid");
+  out.generation = int_member(*metadata, "generation");
   if (const auto* fields = member(*metadata, "managedFields"); fields && fields->is_array()) {
     for (const auto& entry : *fields) {
       std::string manager = string_member(entry, "manager");
@@ -216,6 +249,12 @@ std::optional<CachedDeployment> project_deployment(const nlohmann::json& object)
     }
     std::ranges::sort(out.appliers);
     out.appliers.erase(std::unique(out.appliers.begin(), out.appliers.end()), out.appliers.end());
+  }
+  out.rollout = rollout_status(object);
+  if (const auto* annotations = member(*metadata, "annotations")) {
+    const std::string applied = string_member(*annotations, budget::kAnnotationApplied);
+    const auto record = nlohmann::json::parse(applied, nullptr, /*allow_exceptions=*/false);
+    out.tuned_by = string_member(record, "policy");  // "" when unreadable
   }
   out.source = deflate_source(nlohmann::json::to_msgpack(budget_fields(object)));
   return out;

@@ -23,6 +23,21 @@ inline constexpr const char* kFieldManager = "gracekeeper";
 inline const kube::Resource shutdown_policies{"gracekeeper.dev", "v1alpha1", "shutdownpolicies",
                                               true};
 
+// Where a Deployment's rollout stands, from its status: what `kubectl
+// rollout status` reads.
+struct RolloutStatus {
+  std::int64_t desired = 1;  // spec.replicas
+  std::int64_t observed_generation = 0;
+  std::int64_t replicas = 0;  // status.replicas: old and new pods
+  std::int64_t updated = 0;
+  std::int64_t available = 0;
+  bool deadline_exceeded = false;  // Progressing=False, ProgressDeadlineExceeded
+
+  // The controller has seen `generation` and every replica is new and
+  // available with no old pod left, or the rollout gave up.
+  bool complete(std::int64_t generation) const;
+};
+
 // An opted-in Deployment, kept small: one is cached per opted-in Deployment
 // of the cluster. The budget engine's projection is not kept; project()
 // builds it from `source` for each reconcile.
@@ -35,6 +50,9 @@ struct CachedDeployment {
   // the first apply can force over the Update writers (kubectl create/edit,
   // controllers) in one request instead of a conflict and a second apply.
   std::vector<std::string> appliers;
+  RolloutStatus rollout;
+  // The policy named in gracekeeper.dev/applied: the one that tuned it last.
+  std::string tuned_by;
   // The fields of the Deployment that budget::project_deployment reads (and
   // nothing else: no managedFields, no env, no status, only gracekeeper's
   // annotations), as MessagePack deflated with a preset dictionary of the
@@ -65,6 +83,8 @@ std::vector<std::string> deployment_fields();
 // is "true". The Deployment informer builds nothing but the metadata of the
 // others (InformerOptions::wanted).
 bool opted_in(const nlohmann::json& metadata);
+
+RolloutStatus rollout_status(const nlohmann::json& object);
 
 // nullopt for a Deployment that is not opted in: such Deployments are never
 // cached and never touched.

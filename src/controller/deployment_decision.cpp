@@ -45,6 +45,31 @@ std::expected<const CachedPolicy*, budget::Finding> governing(const budget::Depl
   return valid[*chosen];
 }
 
+// changes.maxConcurrentRollouts resolved against the governed Deployments
+// the policy's status counts (rounded up, at least 1).
+std::int64_t max_rollouts(const CachedPolicy& policy) {
+  std::int64_t managed = 0;
+  if (policy.status.is_object()) {
+    const auto d = policy.status.find("deployments");
+    if (d != policy.status.end() && d->is_object()) {
+      const auto m = d->find("managed");
+      if (m != d->end() && m->is_number_integer()) managed = m->get<std::int64_t>();
+    }
+  }
+  return std::max<std::int64_t>(
+      1, policy.spec->changes.max_concurrent_rollouts.resolve(managed, /*round_up=*/true));
+}
+
+// The valid policies whose selectors all match the Deployment.
+std::vector<std::string> contenders(const budget::Deployment& d, const DeploymentFacts& facts) {
+  std::vector<std::string> names;
+  for (const CachedPolicy* p : facts.policies) {
+    if (p->spec && p->spec->selector.matches(d.labels)) names.push_back(p->name);
+  }
+  std::ranges::sort(names);
+  return names;
+}
+
 budget::Context planning_context(const budget::Deployment& d, const CachedPolicy& policy,
                                  const PropagationState& propagation,
                                  const DeploymentFacts& facts) {
@@ -58,6 +83,7 @@ budget::Context planning_context(const budget::Deployment& d, const CachedPolicy
     ctx.propagation_seconds = std::max(ctx.propagation_seconds, d.applied->propagation_seconds);
   }
   ctx.capabilities = facts.capabilities;
+  ctx.behind_service = facts.behind_service;
   ctx.now = facts.now;
   return ctx;
 }
@@ -83,6 +109,7 @@ PlannedWrite planned_write(const budget::Deployment& d, const budget::Plan& plan
   w.changes = describe_changes(plan);
   w.plan_hash = std::hash<std::string>{}(w.changes);
   w.propagation_seconds = plan.budget.propagation_seconds;
+  w.retune = d.applied.has_value();
   w.findings_after = findings_once_written(facts, plan, ctx);
   return w;
 }
@@ -128,11 +155,13 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
   const budget::Deployment& d = **facts.deployment;
   auto policy = governing(d, facts);
   if (!policy) {
+    if (policy.error().code == "AmbiguousPolicy") out.contenders = contenders(d, facts);
     out.events.push_back(finding_event(policy.error()));
     return out;
   }
   out.policy_name = (*policy)->name;
   out.policy_key = d.namespace_ + "/" + out.policy_name;
+  out.max_rollouts = max_rollouts(**policy);
   const PropagationState* propagation = facts.propagation->state(out.policy_key);
   if (!propagation) {
     out.wait_for_policy = true;  // its first measurement enqueues the namespace again

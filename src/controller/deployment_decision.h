@@ -39,6 +39,9 @@ struct DeploymentFacts {
   std::int64_t generation = 0;
   std::vector<const CachedPolicy*> policies;  // the namespace's
   const PropagationBook* propagation = nullptr;
+  // Whether a Service selects the pods; nullopt when unknown (then a
+  // container with ports counts as serving, as offline).
+  std::optional<bool> behind_service;
   budget::Capabilities capabilities{};
   TimePoint now{};
   const BlockedWrite* blocked = nullptr;  // this Deployment's, if any
@@ -51,6 +54,9 @@ struct PlannedWrite {
   std::string changes;           // "terminationGracePeriodSeconds: 30 -> 46, ..."
   std::size_t plan_hash = 0;     // of `changes`: what a BlockedWrite is about
   double propagation_seconds = 0;
+  // gracekeeper tuned this Deployment before: the write is a re-tune, which
+  // waits for a rollout slot (changes.maxConcurrentRollouts).
+  bool retune = false;
   // The findings of the Deployment once written: folded into the Tuned
   // Event, so a first tune is one Event.
   std::vector<budget::Finding> findings_after;
@@ -59,7 +65,12 @@ struct PlannedWrite {
 struct DeploymentDecision {
   std::string policy_key;  // "ns/name" of the governing policy; "" when none
   std::string policy_name;
+  // Several policies select this Deployment and none is named: their names,
+  // sorted. Each of them reports the conflict in its status.
+  std::vector<std::string> contenders;
   bool wait_for_policy = false;  // the governing policy is not measured yet
+  // Re-tunes of this policy that may roll out at once (>= 1).
+  std::int64_t max_rollouts = 1;
   DeploymentState state;
   std::optional<PlannedWrite> write;
   // The Events of the current state (regarding unset), reported once each.

@@ -73,6 +73,7 @@ DeploymentDecision DeploymentReconciler::decide(const std::string& key,
   deps_.policies.in_namespace(split_key(key).first, [&](const std::string&, const CachedPolicy& p) {
     facts.policies.push_back(&p);
   });
+  if (deployment) facts.behind_service = behind_service(*deployment);
   facts.propagation = &deps_.propagation;
   facts.capabilities = capabilities_;
   facts.now = deps_.clock.now();
@@ -80,9 +81,42 @@ DeploymentDecision DeploymentReconciler::decide(const std::string& key,
   return decide_deployment(facts);
 }
 
+// Whether a Service of the namespace selects the pods, as the EndpointSlice
+// controller decides it (services.h).
+bool DeploymentReconciler::behind_service(const budget::Deployment& d) const {
+  bool found = false;
+  deps_.services.in_namespace(d.namespace_, [&](const std::string&, const CachedService& s) {
+    found = found || selects(s, d.pod_labels);
+  });
+  return found;
+}
+
+// The other Deployments of the namespace that the policy tuned last and
+// whose rollout is not complete, as the store shows them; and those this
+// process wrote whose new generation the store does not show yet.
+std::int64_t DeploymentReconciler::rollouts_in_flight(const std::string& key,
+                                                      const std::string& policy_key) {
+  const auto policy = split_key(policy_key);
+  std::int64_t n = 0;
+  deps_.deployments.in_namespace(
+      policy.first, [&](const std::string& other, const CachedDeployment& c) {
+        if (other == key) return;
+        if (auto it = rolling_.find(other); it != rolling_.end()) {
+          if (c.generation <= it->second) {
+            ++n;  // written; the watch has not brought the new generation yet
+            return;
+          }
+          rolling_.erase(it);
+        }
+        if (c.tuned_by == policy.second && !c.rollout.complete(c.generation)) ++n;
+      });
+  return n;
+}
+
 void DeploymentReconciler::forget(const std::string& key) {
   ledger_.forget(key);
   blocked_.erase(key);
+  rolling_.erase(key);
 }
 
 boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::string key) {
@@ -97,8 +131,27 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
   const kube::ObjectRef ref = deployment_ref(ns, name, cached->uid);
   if (decision.wait_for_policy) co_return Result::done();
 
+  if (decision.write && decision.write->retune) {
+    const std::int64_t busy = rollouts_in_flight(key, decision.policy_key);
+    if (busy >= decision.max_rollouts) {
+      decision.events.push_back(
+          {{},
+           kube::EventType::Normal,
+           "RolloutQueued",
+           "Tune",
+           fmt::format(
+               "waiting to apply {}: {} re-tuned Deployments of policy {} are still rolling "
+               "out (changes.maxConcurrentRollouts allows {})",
+               decision.write->changes, busy, decision.policy_name, decision.max_rollouts)});
+      report(key, ref, std::move(decision.events));
+      co_return Result::after(kRolloutPoll);
+    }
+    // The slot is taken before the write: other workers count it meanwhile.
+    rolling_.insert_or_assign(key, cached->generation);
+  }
   if (decision.write) {
     auto outcome = co_await write(ns, name, *decision.write, cached->appliers);
+    if (!outcome || !outcome->applied) rolling_.erase(key);
     if (!outcome) co_return transient(outcome.error());
     if (outcome->applied) {
       if (blocked_.erase(key)) deps_.policy_changed(decision.policy_key);

@@ -3,9 +3,11 @@
 // what the decision says with server-side apply, report the Events of the
 // state once, and come back when a held-back change becomes due.
 //
-// It keeps two things between reconciles, both about its own writes: the
-// Events it reported per Deployment (EventLedger) and the writes the server
-// refused (BlockedWrite, by uid, generation and plan). Everything else comes
+// It keeps three things between reconciles, all about its own writes: the
+// Events it reported per Deployment (EventLedger), the writes the server
+// refused (BlockedWrite, by uid, generation and plan), and the re-tunes it
+// wrote whose new generation the store does not show yet. Which rollouts
+// are in flight (changes.maxConcurrentRollouts) comes from the store. Everything else comes
 // from the stores on each reconcile.
 #pragma once
 
@@ -21,6 +23,7 @@
 #include "gracekeeper/server/metrics.h"
 #include "ports.h"
 #include "result.h"
+#include "services.h"
 
 namespace gracekeeper::controller {
 
@@ -29,6 +32,7 @@ class DeploymentReconciler {
   struct Dependencies {
     kube::Store<CachedDeployment> deployments;
     kube::Store<CachedPolicy> policies;
+    kube::Store<CachedService> services;
     const PropagationBook& propagation;
     DeploymentWriter& writer;
     EventSink& events;
@@ -60,11 +64,18 @@ class DeploymentReconciler {
       const std::vector<std::string>& appliers);
   void report(const std::string& key, const kube::ObjectRef&, std::vector<kube::EventRecord>);
   void forget(const std::string& key);
+  bool behind_service(const budget::Deployment&) const;
+  std::int64_t rollouts_in_flight(const std::string& key, const std::string& policy_key);
+  // How soon a held-back re-tune looks for a free rollout slot again.
+  static constexpr std::chrono::seconds kRolloutPoll{5};
 
   Dependencies deps_;
   budget::Capabilities capabilities_{};
   EventLedger ledger_;
   std::unordered_map<std::string, BlockedWrite> blocked_;
+  // Re-tunes written (or being written) -> the generation they were written
+  // over: in flight until the store shows a newer one (rollouts_in_flight).
+  std::unordered_map<std::string, std::int64_t> rolling_;
 };
 
 // "ns/name" -> {ns, name}.

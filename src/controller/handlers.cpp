@@ -36,13 +36,24 @@ kube::InformerHandlers EnqueueRules::policy_handlers() {
     if (inserted || it->second != generation) {
       it->second = generation;
       enqueue_namespace(split_key(key).first);
+      enqueue_policies(split_key(key).first);  // which policy governs what may have moved
     }
   };
   return {changed, changed, [this](const std::string& key) {
             generation_seen_.erase(key);
             policy_queue_.add(key);
             enqueue_namespace(split_key(key).first);
+            enqueue_policies(split_key(key).first);
           }};
+}
+
+kube::InformerHandlers EnqueueRules::service_handlers() {
+  auto changed = [this](const std::string& key) {
+    const std::string ns = split_key(key).first;
+    enqueue_namespace(ns);
+    enqueue_policies(ns);
+  };
+  return {changed, changed, changed};
 }
 
 }  // namespace gracekeeper::controller

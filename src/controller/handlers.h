@@ -4,9 +4,13 @@
 //  - a Deployment changed: the Deployment, and (after status_delay, so a
 //    burst is one status) the policies of its namespace, whose counts may
 //    have moved;
+//  - a Service came, went or changed: every Deployment of its namespace
+//    (whether its pods are behind a Service may have changed; Services
+//    change rarely, and the handler has only the key, not the old selector);
 //  - a policy's spec changed (a new generation; our own status writes are
-//    not a change of spec), or a policy came or went: the policy and every
-//    Deployment of its namespace.
+//    not a change of spec), or a policy came or went: the policy, every
+//    Deployment of its namespace, and (after status_delay) the namespace's
+//    other policies, whose counts and conflicts may have moved.
 #pragma once
 
 #include <chrono>
@@ -34,6 +38,7 @@ class EnqueueRules {
 
   kube::InformerHandlers deployment_handlers();
   kube::InformerHandlers policy_handlers();
+  kube::InformerHandlers service_handlers();
 
   void enqueue_namespace(const std::string& ns);  // its Deployments
   void enqueue_policies(const std::string& ns);   // its policies, after status_delay

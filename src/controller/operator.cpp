@@ -30,6 +30,7 @@
 #include "handlers.h"
 #include "policy_reconciler.h"
 #include "ports.h"
+#include "services.h"
 
 namespace gracekeeper::controller {
 namespace {
@@ -87,6 +88,8 @@ class Operator {
         deployments_(client_, kube::resources::deployments, deployment_informer_options(),
                      &controller::project_deployment),
         policies_(client_, shutdown_policies, informer_options(), &controller::project_policy),
+        services_(client_, controller::services, service_informer_options(),
+                  &controller::project_service),
         deployment_queue_(io.get_executor()),
         policy_queue_(io.get_executor()),
         events_(io.get_executor(), client_, recorder_options()),
@@ -98,8 +101,8 @@ class Operator {
         meter_(propagation_meter(prometheus_.get())),
         rules_(deployments_.store(), policies_.store(), deployment_queue_, policy_queue_),
         deployment_reconciler_(
-            {deployments_.store(), policies_.store(), propagation_, *deployment_writer_,
-             *event_sink_, *clock_, metrics_,
+            {deployments_.store(), policies_.store(), services_.store(), propagation_,
+             *deployment_writer_, *event_sink_, *clock_, metrics_,
              [this](const std::string& policy_key) { policy_queue_.add(policy_key); }}),
         policy_reconciler_({policies_.store(), deployments_.store(), propagation_, *meter_,
                             *status_writer_, *clock_, metrics_, deployment_reconciler_,
@@ -148,6 +151,11 @@ class Operator {
     o.wanted = opted_in;             // of the others, only the metadata is built
     return o;
   }
+  kube::InformerOptions service_informer_options() const {
+    kube::InformerOptions o = informer_options();
+    o.fields = service_fields();
+    return o;
+  }
   kube::EventRecorderOptions recorder_options() const {
     kube::EventRecorderOptions o;
     o.reporting_instance = identity();
@@ -178,15 +186,19 @@ class Operator {
 
     deployments_.add_handlers(rules_.deployment_handlers());
     policies_.add_handlers(rules_.policy_handlers());
+    services_.add_handlers(rules_.service_handlers());
     asio::co_spawn(io_, policies_.run(), asio::detached);
+    asio::co_spawn(io_, services_.run(), asio::detached);
     asio::co_spawn(io_, deployments_.run(), asio::detached);
     asio::co_spawn(io_, publish_metrics(), asio::detached);
     asio::co_spawn(io_, when_synced(), asio::detached);
-    // Work starts once the policies are known, while the Deployments are
-    // still being listed: each is queued as its page arrives (a cold start at
-    // 10,000 Deployments would otherwise wait seconds for the whole list).
-    // Policy status counts wait for the whole list (Reconciler::count).
-    while (!policies_.has_synced() && !shutting_down_) {
+    // Work starts once the policies and Services are known, while the
+    // Deployments are still being listed: each is queued as its page arrives
+    // (a cold start at 10,000 Deployments would otherwise wait seconds for
+    // the whole list). Policy status counts wait for the whole list
+    // (Reconciler::count). Without every Service, a Deployment would look
+    // unserved and lose its wait.
+    while (!(policies_.has_synced() && services_.has_synced()) && !shutting_down_) {
       co_await sleep_for(std::chrono::milliseconds(20));
     }
     if (shutting_down_) co_return;
@@ -237,25 +249,27 @@ class Operator {
   }
 
   asio::awaitable<void> when_synced() {
-    while (!(policies_.has_synced() && deployments_.has_synced()) && !shutting_down_) {
+    while (!(policies_.has_synced() && deployments_.has_synced() && services_.has_synced()) &&
+           !shutting_down_) {
       co_await sleep_for(std::chrono::milliseconds(20));
     }
     if (shutting_down_) co_return;
     log::info("caches synced", {{"policies", std::to_string(policies_.size())},
-                                {"deployments", std::to_string(deployments_.size())}});
+                                {"deployments", std::to_string(deployments_.size())},
+                                {"services", std::to_string(services_.size())}});
     rules_.enqueue_all_policies();  // their counts can be complete now
   }
 
   bool start_http() {
     server::Routes metrics = server::metrics_routes(metrics_);
-    server::Routes health =
-        server::health_routes([] { return std::string(); },
-                              [this]() -> std::string {
-                                if (shutting_down_) return "shutting down";
-                                if (!policies_.has_synced() || !deployments_.has_synced())
-                                  return "caches not synced";
-                                return {};
-                              });
+    server::Routes health = server::health_routes(
+        [] { return std::string(); },
+        [this]() -> std::string {
+          if (shutting_down_) return "shutting down";
+          if (!policies_.has_synced() || !deployments_.has_synced() || !services_.has_synced())
+            return "caches not synced";
+          return {};
+        });
     std::map<std::string, server::Routes> by_address;
     if (options_.metrics_address != "0") by_address[options_.metrics_address].merge(metrics);
     if (options_.health_address != "0") by_address[options_.health_address].merge(health);
@@ -353,6 +367,7 @@ class Operator {
     while (!shutting_down_) {
       metrics_.update_informer("deployments", deployments_.counters());
       metrics_.update_informer("shutdownpolicies", policies_.counters());
+      metrics_.update_informer("services", services_.counters());
       metrics_.set_queue_depth("deployment", deployment_queue_.core().len());
       metrics_.set_queue_depth("shutdownpolicy", policy_queue_.core().len());
       return_memory_after_a_burst();
@@ -408,6 +423,7 @@ class Operator {
     }
     deployments_.stop();
     policies_.stop();
+    services_.stop();
     for (auto& server : http_) server->stop();
     log::info(
         "stopped",
@@ -436,6 +452,7 @@ class Operator {
   kube::Client client_;
   kube::Informer<CachedDeployment> deployments_;
   kube::Informer<CachedPolicy> policies_;
+  kube::Informer<CachedService> services_;
   kube::AsyncWorkQueue deployment_queue_;
   kube::AsyncWorkQueue policy_queue_;
   kube::EventRecorder events_;

@@ -2,15 +2,24 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "gracekeeper/log/log.h"
 
 namespace gracekeeper::controller {
 
 DeploymentCounts PolicyReconciler::count(const std::string& policy_key) const {
   DeploymentCounts c;
+  const auto split = split_key(policy_key);
+  const std::string& name = split.second;
   deps_.deployments.in_namespace(
-      split_key(policy_key).first, [&](const std::string& key, const CachedDeployment& cached) {
+      split.first, [&](const std::string& key, const CachedDeployment& cached) {
         const DeploymentDecision d = deps_.deployment_controller.decide(key, cached);
+        if (d.policy_key.empty() && std::ranges::binary_search(d.contenders, name)) {
+          for (const auto& other : d.contenders) {
+            if (other != name) c.shared_with[other].push_back(split_key(key).second);
+          }
+        }
         if (d.policy_key != policy_key) return;
         ++c.managed;
         c.compliant += d.state.compliant;

@@ -71,6 +71,22 @@ std::string budget_message(const DeploymentCounts& c) {
                      c.managed, list);
 }
 
+// Ready=False, Conflict: which other policies select the same Deployments.
+std::string conflict_message(const DeploymentCounts& c) {
+  std::string out;
+  for (const auto& [other, names] : c.shared_with) {
+    std::string list;
+    for (std::size_t i = 0; i < names.size() && i < 10; ++i) list += (i ? ", " : "") + names[i];
+    if (names.size() > 10) list += fmt::format(" and {} more", names.size() - 10);
+    out += fmt::format("{}ShutdownPolicy {} also selects {} Deployment{} ({})",
+                       out.empty() ? "" : "; ", other, names.size(), names.size() == 1 ? "" : "s",
+                       list);
+  }
+  return out +
+         ": neither policy governs them; name one with the gracekeeper.dev/policy annotation, or "
+         "make the selectors disjoint";
+}
+
 }  // namespace
 
 std::string format_time(TimePoint t) {
@@ -86,8 +102,16 @@ nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& curre
     status["conditions"] = std::move(conditions);
     return status;
   }
-  conditions.push_back(condition(in, current, "Ready", true, "Reconciled",
-                                 "the spec is valid and the policy is reconciled"));
+  if (in.deployments && !in.deployments->shared_with.empty()) {
+    conditions.push_back(
+        condition(in, current, "Ready", false, "Conflict", conflict_message(*in.deployments)));
+  } else if (const auto* old = find_condition(current, "Ready");
+             !in.deployments && old && old->value("reason", "") == "Conflict") {
+    conditions.push_back(*old);  // the counts are not complete yet: keep what the server has
+  } else {
+    conditions.push_back(condition(in, current, "Ready", true, "Reconciled",
+                                   "the spec is valid and the policy is reconciled"));
+  }
   if (in.propagation) {
     status["propagation"] = propagation_json(in, current);
     conditions.push_back(condition(in, current, "MetricsAvailable", in.propagation->available,

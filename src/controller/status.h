@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -30,6 +31,9 @@ struct DeploymentCounts {
   std::int64_t pending = 0;
   std::int64_t violations = 0;
   std::vector<std::string> not_compliant;  // names, sorted, for the BudgetHolds message
+  // Deployments this policy selects together with other policies, so that
+  // neither governs them: other policy -> those Deployments' names.
+  std::map<std::string, std::vector<std::string>> shared_with;
 };
 
 struct PropagationState {

@@ -22,6 +22,10 @@ enum class Mode { Enforce, DryRun };
 enum class PropagationSource { Static, Prometheus, Observed };
 enum class PreStopAction { Auto, Sleep, Exec };
 enum class ExistingHook { Keep, Replace };
+// A Deployment whose pods no Service selects: nothing routes to them, so
+// by default (Skip) they get no preStop wait. Wait: they get one anyway
+// (pods reached some other way, e.g. by an ingress that reads pod IPs).
+enum class WithoutService { Skip, Wait };
 
 std::string to_string(Mode);
 std::string to_string(PropagationSource);
@@ -71,6 +75,7 @@ struct PolicySpec {
     int max_seconds = 60;
     PreStopAction action = PreStopAction::Auto;
     ExistingHook existing = ExistingHook::Keep;
+    WithoutService without_service = WithoutService::Skip;
   } pre_stop;
 
   int drain_seconds = 30;
@@ -85,6 +90,11 @@ struct PolicySpec {
   struct Changes {
     int min_interval_seconds = 3600;
     int decrease_threshold_seconds = 2;
+    // Re-tunes of Deployments gracekeeper tuned before (a risen figure, a
+    // changed policy) roll out at most this many at a time per policy, an
+    // integer or a percentage of its governed Deployments (rounded up, at
+    // least 1); the next starts when one of them completes.
+    IntOrPercent max_concurrent_rollouts{10, true};
   } changes;
 };
 

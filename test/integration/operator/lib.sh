@@ -71,18 +71,28 @@ gk_writes_since() {
 }
 now_rfc3339() { date -u +%Y-%m-%dT%H:%M:%S.%6NZ; }
 
+# serve NS: a Service "served" in NS selecting the pods of every Deployment
+# that `deployment` creates (label served=yes): gracekeeper gives a preStop
+# wait only to pods a Service selects.
+serve() {
+  k create service clusterip served -n "$1" --tcp=80:8080 -o json --dry-run=client |
+    jq '.spec.selector = {"served": "yes"}' | k create -f - >/dev/null
+}
+
 # deployment NS NAME ANNOTATIONS-JSON [STRATEGY-JSON] [LIFECYCLE-JSON]: created
 # with kubectl create (an Update manager; CREATE overrides the command), 3
 # replicas, grace 30, one container with a port and an HTTP readiness probe.
+# Its pods carry served=yes (see serve) unless UNSERVED=1.
 deployment() {
   local ns=$1 name=$2 annotations=${3:-'{}'}
   local strategy=${4:-'{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"25%","maxSurge":"25%"}}'}
-  local lifecycle=${5:-'{}'}
+  local lifecycle=${5:-'{}'} served=yes
+  [ -n "${UNSERVED:-}" ] && served=no
   k ${CREATE:-create} -f - >/dev/null <<JSON
 {"apiVersion":"apps/v1","kind":"Deployment",
  "metadata":{"name":"$name","namespace":"$ns","labels":{"app":"$name"},"annotations":$annotations},
  "spec":{"replicas":3,"strategy":$strategy,"selector":{"matchLabels":{"app":"$name"}},
-  "template":{"metadata":{"labels":{"app":"$name"}},
+  "template":{"metadata":{"labels":{"app":"$name","served":"$served"}},
    "spec":{"terminationGracePeriodSeconds":30,
     "containers":[{"name":"app","image":"app:1","ports":[{"containerPort":8080}],
       "lifecycle":$lifecycle,

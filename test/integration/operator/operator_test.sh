@@ -16,7 +16,7 @@ WORK="$(mktemp -d)"
 
 cleanup() {
   for pid in ${OP_PID:-} ${RACER_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
-  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold --wait=false >/dev/null 2>&1
+  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll --wait=false >/dev/null 2>&1
   if [ "$FAILED" -gt 0 ]; then
     for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
   fi
@@ -51,10 +51,12 @@ event_note() {
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
-for ns in op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold; do k create namespace "$ns" >/dev/null; done
+for ns in op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll; do k create namespace "$ns" >/dev/null && serve "$ns"; done
 
 # ------------------------------------------------------------- the basics
-policy op-basic default
+# Without a node no rollout ever completes, so re-tunes are not spread here
+# (see "re-tunes are spread" below).
+policy op-basic default '  changes: {maxConcurrentRollouts: "100%"}'
 start_operator op1 || not_ok "operator became ready"
 
 start=$(date +%s%N)
@@ -200,6 +202,67 @@ policy op-amb two
 deployment op-amb web "$OPTED"
 wait_for 10 has_event op-amb web AmbiguousPolicy && ok "two matching policies give an AmbiguousPolicy event" || not_ok "no AmbiguousPolicy event: $(event_reasons op-amb web)"
 expect "... and no change" "$(settings op-amb web)" "none 30 25% 25%"
+ready_of() { jp sdp op-amb "$1" '{.status.conditions[?(@.type=="Ready")].status}/{.status.conditions[?(@.type=="Ready")].reason}'; }
+both_conflict() { [ "$(ready_of one)" = False/Conflict ] && [ "$(ready_of two)" = False/Conflict ]; }
+wait_for 10 both_conflict && ok "both policies show Ready=False, Conflict" \
+  || not_ok "Ready of the two policies: one $(ready_of one), two $(ready_of two)"
+expect "... naming the other and the Deployment" \
+  "$(jp sdp op-amb one '{.status.conditions[?(@.type=="Ready")].message}' | grep -o 'ShutdownPolicy two also selects 1 Deployment (web)')" \
+  "ShutdownPolicy two also selects 1 Deployment (web)"
+k annotate deployment -n op-amb web gracekeeper.dev/policy=two >/dev/null
+both_ready() { [ "$(ready_of one)" = True/Reconciled ] && [ "$(ready_of two)" = True/Reconciled ]; }
+wait_for 10 both_ready && ok "naming one clears the conflict on both" \
+  || not_ok "after naming one: one $(ready_of one), two $(ready_of two)"
+
+# ------------------------------------------------------------- Services decide whether a wait is needed
+policy op-svc default
+UNSERVED=1 deployment op-svc batch "$OPTED"
+wait_for 10 settings_are op-svc batch "none 40 0 1" \
+  && ok "pods no Service selects: grace and strategy tuned, no preStop wait" \
+  || not_ok "unserved Deployment: settings '$(settings op-svc batch)', want 'none 40 0 1'"
+event_note op-svc batch Tuned | grep -q NotBehindService && ok "... and its Tuned event says NotBehindService" \
+  || not_ok "Tuned note of batch: $(event_note op-svc batch Tuned)"
+k create service clusterip batch -n op-svc --tcp=80:8080 -o json --dry-run=client |
+  jq '.spec.selector = {"app": "batch"}' | k create -f - >/dev/null
+wait_for 10 settings_are op-svc batch "6 46 0 1" && ok "a Service that selects the pods arrives: the wait follows" \
+  || not_ok "after the Service: settings '$(settings op-svc batch)', want '6 46 0 1'"
+
+# ------------------------------------------------------------- re-tunes are spread
+# This control plane has no Deployment controller: the test plays it, writing
+# each Deployment's status through the status subresource. Three tuned
+# Deployments; the figure rises; with maxConcurrentRollouts 1 one is re-tuned
+# at a time, the next once the previous rollout completed or gave up.
+policy op-roll default '  changes: {maxConcurrentRollouts: 1}'
+for d in r1 r2 r3; do deployment op-roll "$d" "$OPTED"; done
+all_tuned() { local d; for d in r1 r2 r3; do settings_are op-roll "$d" "6 46 0 1" || return 1; done; }
+wait_for 10 all_tuned && ok "op-roll: three first tunes, not held back" || not_ok "op-roll first tunes: $(for d in r1 r2 r3; do settings op-roll $d; echo -n '; '; done)"
+# rolled_out NAME [CONDITION-JSON]: the controller observed the generation and every replica is new and available.
+rolled_out() {
+  local gen conditions=${2:-[]}
+  gen=$(jp deployment op-roll "$1" '{.metadata.generation}')
+  k patch deployment -n op-roll "$1" --subresource=status --type merge -p \
+    "{\"status\":{\"observedGeneration\":$gen,\"replicas\":3,\"updatedReplicas\":3,\"availableReplicas\":3,\"readyReplicas\":3,\"conditions\":$conditions}}" >/dev/null
+}
+for d in r1 r2 r3; do rolled_out "$d"; done
+retuned_list() { local d; for d in r1 r2 r3; do settings_are op-roll "$d" "12 52 0 1" && echo "$d"; done; }
+retuned() { retuned_list | grep -c . || true; }
+k patch sdp -n op-roll default --type merge -p '{"spec":{"propagation":{"staticSeconds":8}}}' >/dev/null
+wait_for 10 bash -c "$(declare -f k settings settings_are retuned_list retuned); [ \"\$(retuned)\" -ge 1 ]"
+sleep 6  # a poll of the held-back ones (every 5 s)
+expect "the figure rose: one re-tune at a time" "$(retuned)" 1
+queued=0; for d in r1 r2 r3; do has_event op-roll "$d" RolloutQueued && queued=$((queued + 1)); done
+expect "... the other two report RolloutQueued" "$queued" 2
+first=$(retuned_list)
+rolled_out "$first"
+wait_for 10 bash -c "$(declare -f k settings settings_are retuned_list retuned); [ \"\$(retuned)\" -ge 2 ]" \
+  && ok "$first rolled out: the next re-tune started" || not_ok "after $first rolled out: $(retuned) re-tuned"
+sleep 6
+expect "... and only that one" "$(retuned)" 2
+second=$(retuned_list | grep -vx "$first")
+rolled_out "$second" '[{"type":"Progressing","status":"False","reason":"ProgressDeadlineExceeded"}]'
+k patch deployment -n op-roll "$second" --subresource=status --type merge -p '{"status":{"updatedReplicas":1,"availableReplicas":2}}' >/dev/null
+wait_for 10 bash -c "$(declare -f k settings settings_are retuned_list retuned); [ \"\$(retuned)\" -ge 3 ]" \
+  && ok "a rollout past its progress deadline frees its slot too: all three re-tuned" || not_ok "after $second gave up: $(retuned) re-tuned"
 
 # ------------------------------------------------------------- field conflicts and existing: Replace
 # A Deployment whose fields belong to another *applier* (a GitOps controller

@@ -115,7 +115,7 @@ fi
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
-for ns in $NAMESPACES; do k create namespace "$ns" >/dev/null; done
+for ns in $NAMESPACES; do k create namespace "$ns" >/dev/null && serve "$ns"; done
 
 # ------------------------------------------------------------- exporter and Prometheus
 python3 "$FIXTURES/fixture_exporter.py" --port-file "$WORK/exporter.port" --p99 5 --owner-pid $$ \

@@ -138,8 +138,9 @@ class World {
   World()
       : deployments(deployment_core),
         policies(policy_core),
+        services(service_core),
         deployment_controller(
-            {deployments, policies, book, writer, events, clock, metrics,
+            {deployments, policies, services, book, writer, events, clock, metrics,
              [this](const std::string& key) { policies_changed.push_back(key); }}),
         policy_controller({policies, deployments, book, meter, status_writer, clock, metrics,
                            deployment_controller,
@@ -149,6 +150,13 @@ class World {
     budget::Capabilities c;
     c.native_sleep = true;
     deployment_controller.set_capabilities(c);
+    // The fixture's Deployments are behind this Service (deployment()).
+    put_service("web", {{"tier", "web"}});
+  }
+
+  void put_service(const std::string& name, std::map<std::string, std::string> selector) {
+    kube::store_value(service_core, "shop/" + name, std::to_string(++version),
+                      CachedService{std::move(selector)});
   }
 
   // Stores (or replaces) an object as the informer would.
@@ -190,8 +198,10 @@ class World {
   std::map<std::string, json> policy_objects;
   kube::StoreCore deployment_core;
   kube::StoreCore policy_core;
+  kube::StoreCore service_core;
   kube::Store<CachedDeployment> deployments;
   kube::Store<CachedPolicy> policies;
+  kube::Store<CachedService> services;
   PropagationBook book;
   FakeClock clock;
   FakeWriter writer{*this};
@@ -266,13 +276,14 @@ inline json policy(json spec = json::object(), const std::string& name = "defaul
 }
 
 // An opted-in Deployment with no preStop hook, the default grace and
-// strategy: everything in it breaks the budget.
+// strategy: everything in it breaks the budget. Its pods are behind the
+// World's Service (tier: web).
 inline json deployment(const std::string& name = "web") {
   json d = json::parse(R"({
     "apiVersion": "apps/v1", "kind": "Deployment",
     "metadata": {"namespace": "shop", "generation": 1,
                  "annotations": {"gracekeeper.dev/enabled": "true"}},
-    "spec": {"replicas": 3, "template": {"spec": {"containers": [
+    "spec": {"replicas": 3, "template": {"metadata": {"labels": {"tier": "web"}}, "spec": {"containers": [
       {"name": "app", "image": "app:1", "ports": [{"containerPort": 8080}],
        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}}}]}}}})");
   d["metadata"]["name"] = name;

@@ -1,0 +1,213 @@
+// What the cluster holds beyond Deployments and policies: the Services that
+// decide whether pods need a wait at all, policies that select the same
+// Deployments, and re-tunes spread over time so a risen figure does not
+// restart a whole namespace at once.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "../../../src/controller/services.h"
+#include "fakes.h"
+
+namespace gracekeeper::controller::testing {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::string condition(const json& status, const std::string& type, const char* field) {
+  for (const auto& c : status.value("conditions", json::array())) {
+    if (c.value("type", "") == type) return c.value(field, "");
+  }
+  return "";
+}
+
+const json& pod_spec(const FakeWriter::Call& call) {
+  return call.configuration["spec"]["template"]["spec"];
+}
+
+// A Deployment whose pods only the labels given select.
+json deployment_labelled(const std::string& name, json labels) {
+  json d = deployment(name);
+  d["spec"]["template"]["metadata"]["labels"] = std::move(labels);
+  return d;
+}
+
+TEST(Services, OnlyServicesThatSelectPodsAreCached) {
+  auto service = [](json spec) {
+    return json{{"metadata", {{"name", "s"}, {"namespace", "shop"}}}, {"spec", std::move(spec)}};
+  };
+  EXPECT_TRUE(project_service(service({{"selector", {{"app", "web"}}}})));
+  EXPECT_FALSE(
+      project_service(service({{"type", "ExternalName"}, {"externalName", "db.example"}})));
+  EXPECT_FALSE(project_service(
+      service({{"type", "ExternalName"}, {"selector", {{"app", "web"}}}})));  // never endpoints
+  EXPECT_FALSE(project_service(service(json::object())));  // endpoints managed by hand
+  EXPECT_FALSE(project_service(service({{"selector", json::object()}})));
+  EXPECT_FALSE(project_service(service({{"selector", 5}})));  // garbage: no crash, not cached
+  EXPECT_FALSE(project_service(json::object()));
+}
+
+TEST(Services, ASelectorMatchesPodsCarryingAllItsPairs) {
+  const CachedService s{{{"app", "web"}, {"tier", "front"}}};
+  EXPECT_TRUE(selects(s, {{"app", "web"}, {"tier", "front"}, {"version", "2"}}));
+  EXPECT_FALSE(selects(s, {{"app", "web"}}));
+  EXPECT_FALSE(selects(s, {{"app", "web"}, {"tier", "back"}}));
+  EXPECT_FALSE(selects(s, {}));
+}
+
+class ClusterTruthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    world.put_policy(policy());
+    ASSERT_TRUE(world.reconcile_policy("shop/default"));  // measured: 4 s, a 6 s wait
+  }
+  World world;
+};
+
+TEST_F(ClusterTruthTest, PodsNoServiceSelectsGetNoWaitUntilOneDoes) {
+  world.put_deployment(deployment_labelled("batch", {{"app", "batch"}}));
+  ASSERT_TRUE(world.reconcile_deployment("shop/batch"));
+  ASSERT_EQ(world.writer.calls.size(), 1u);  // the grace and the strategy, no hook
+  EXPECT_FALSE(pod_spec(world.writer.calls[0]).contains("containers"));
+  ASSERT_THAT(world.events.reasons(), ElementsAre("Tuned"));
+  EXPECT_THAT(world.events.recorded[0].note, HasSubstr("NotBehindService"));
+
+  // A Service that selects the pods arrives: now they need the wait.
+  world.put_service("batch", {{"app", "batch"}});
+  ASSERT_TRUE(world.reconcile_deployment("shop/batch"));
+  ASSERT_EQ(world.writer.calls.size(), 2u);
+  EXPECT_EQ(
+      pod_spec(world.writer.calls[1])["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"],
+      6);
+}
+
+TEST_F(ClusterTruthTest, AServiceSelectsPodsWhoseContainersDeclareNoPort) {
+  json d = deployment_labelled("quiet", {{"tier", "web"}});
+  d["spec"]["template"]["spec"]["containers"][0].erase("ports");
+  world.put_deployment(d);
+  ASSERT_TRUE(world.reconcile_deployment("shop/quiet"));
+  ASSERT_EQ(world.writer.calls.size(), 1u);
+  EXPECT_EQ(
+      pod_spec(world.writer.calls[0])["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"],
+      6);
+}
+
+TEST_F(ClusterTruthTest, WithoutServiceWaitGivesUnselectedPodsTheWaitAnyway) {
+  world.put_policy(policy({{"preStop", {{"withoutService", "Wait"}}}}));
+  world.put_deployment(deployment_labelled("mesh", {{"app", "mesh"}}));
+  ASSERT_TRUE(world.reconcile_deployment("shop/mesh"));
+  ASSERT_EQ(world.writer.calls.size(), 1u);
+  EXPECT_EQ(
+      pod_spec(world.writer.calls[0])["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"],
+      6);
+}
+
+TEST_F(ClusterTruthTest, TwoPoliciesSelectingOneDeploymentBothReportTheConflict) {
+  world.put_policy(policy({}, "other"));
+  ASSERT_TRUE(world.reconcile_policy("shop/other"));
+  world.put_deployment(deployment("web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_THAT(world.writer.calls, IsEmpty());
+  EXPECT_THAT(world.events.reasons(), ElementsAre("AmbiguousPolicy"));
+
+  for (const char* name : {"default", "other"}) {
+    SCOPED_TRACE(name);
+    world.clock.advance(std::chrono::seconds(1));
+    ASSERT_TRUE(world.reconcile_policy(std::string("shop/") + name));
+    const json& status = world.policy_objects.at(std::string("shop/") + name)["status"];
+    EXPECT_EQ(condition(status, "Ready", "status"), "False");
+    EXPECT_EQ(condition(status, "Ready", "reason"), "Conflict");
+    const std::string other = std::string(name) == "default" ? "other" : "default";
+    EXPECT_THAT(condition(status, "Ready", "message"),
+                HasSubstr("ShutdownPolicy " + other + " also selects 1 Deployment (web)"));
+    EXPECT_EQ(status["deployments"]["managed"], 0);
+  }
+
+  // The Deployment names one: no conflict left, and it is governed.
+  json named = deployment("web");
+  named["metadata"]["annotations"]["gracekeeper.dev/policy"] = "other";
+  world.put_deployment(named);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 1u);
+  for (const char* name : {"default", "other"}) {
+    world.clock.advance(std::chrono::seconds(1));
+    ASSERT_TRUE(world.reconcile_policy(std::string("shop/") + name));
+    const json& status = world.policy_objects.at(std::string("shop/") + name)["status"];
+    EXPECT_EQ(condition(status, "Ready", "status"), "True") << name;
+  }
+}
+
+// The Deployment controller finished the rollout of the stored generation.
+void rollout_done(World& world, const std::string& key) {
+  json object = world.objects.at(key);
+  const std::int64_t replicas = object["spec"].value("replicas", 1);
+  object["status"] = {{"observedGeneration", object["metadata"]["generation"]},
+                      {"replicas", replicas},
+                      {"updatedReplicas", replicas},
+                      {"availableReplicas", replicas}};
+  world.put_deployment(object);
+}
+
+TEST(RolloutStatus, CompleteAsKubectlRolloutStatusSaysIt) {
+  RolloutStatus r{3, 2, 3, 3, 3, false};
+  EXPECT_TRUE(r.complete(2));
+  EXPECT_FALSE(r.complete(3));  // not observed yet
+  r.replicas = 4;               // an old pod is still there
+  EXPECT_FALSE(r.complete(2));
+  r = {3, 2, 3, 2, 2, false};  // surged: 2 updated of 3
+  EXPECT_FALSE(r.complete(2));
+  r.deadline_exceeded = true;  // gave up: the slot is free
+  EXPECT_TRUE(r.complete(2));
+}
+
+TEST_F(ClusterTruthTest, ARisenFigureReTunesAtMostMaxConcurrentRolloutsAtATime) {
+  world.put_policy(policy({{"changes", {{"maxConcurrentRollouts", 2}}}}));
+  const std::vector<std::string> keys = {"shop/a", "shop/b", "shop/c", "shop/d", "shop/e"};
+  for (const auto& key : keys) {
+    world.put_deployment(deployment(key.substr(5)));
+    ASSERT_TRUE(world.reconcile_deployment(key));  // first tunes are never held back
+    rollout_done(world, key);
+  }
+  ASSERT_EQ(world.writer.calls.size(), 5u);
+
+  // The figure rises from 4 s to 8 s: every wait is too short now.
+  world.meter.seconds = 8;
+  world.clock.advance(std::chrono::seconds(61));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  std::size_t held = 0;
+  for (const auto& key : keys) {
+    auto r = world.reconcile_deployment(key);
+    ASSERT_TRUE(r);
+    if (r->requeue_after) ++held;
+  }
+  EXPECT_EQ(world.writer.calls.size(), 7u);  // two re-tunes went out
+  EXPECT_EQ(held, 3u);
+  EXPECT_THAT(world.events.reasons(), Contains("RolloutQueued"));
+
+  // Polling again changes nothing while both are still rolling out.
+  for (const auto& key : keys) ASSERT_TRUE(world.reconcile_deployment(key));
+  EXPECT_EQ(world.writer.calls.size(), 7u);
+
+  // One finishes: exactly one more starts.
+  rollout_done(world, world.writer.calls[5].key);
+  for (const auto& key : keys) ASSERT_TRUE(world.reconcile_deployment(key));
+  EXPECT_EQ(world.writer.calls.size(), 8u);
+
+  // All finish as they go: every Deployment ends re-tuned, 10 writes in all.
+  for (int round = 0; round < 5; ++round) {
+    for (const auto& key : keys) rollout_done(world, key);
+    for (const auto& key : keys) ASSERT_TRUE(world.reconcile_deployment(key));
+  }
+  EXPECT_EQ(world.writer.calls.size(), 10u);
+  for (std::size_t i = 5; i < 10; ++i) {
+    EXPECT_EQ(
+        pod_spec(
+            world.writer.calls[i])["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"],
+        12);
+  }
+}
+
+}  // namespace
+}  // namespace gracekeeper::controller::testing
