@@ -651,6 +651,12 @@ Generated generate(std::mt19937_64& rng) {
     if (pick(0, 1)) c.erase("ports");
     pod["containers"].push_back(c);
   }
+  if (pick(0, 2) == 0) {  // a native sidecar, serving or not, with or without its own sleep
+    Json sidecar{{"name", "proxy"}, {"image", "proxy:1"}, {"restartPolicy", "Always"}};
+    if (pick(0, 1)) sidecar["ports"] = Json::parse(R"([{"containerPort": 15001}])");
+    if (pick(0, 1)) sidecar["lifecycle"] = {{"preStop", {{"sleep", {{"seconds", pick(0, 30)}}}}}};
+    pod["initContainers"] = Json::array({sidecar});
+  }
   for (auto& c : pod["containers"]) {
     switch (pick(0, 5)) {
       case 0:
@@ -684,8 +690,10 @@ TEST(PlanProperties, BudgetInvariantsHoldForGeneratedInputs) {
     EXPECT_GE(b.pre_stop_seconds, g.policy.pre_stop.min_seconds);
     EXPECT_LE(b.pre_stop_seconds, g.policy.pre_stop.max_seconds);
     for (const auto& cp : result.containers) {
-      EXPECT_LE(cp.pre_stop_seconds + b.drain_seconds + b.sidecar_drain_seconds + b.reserve_seconds,
+      EXPECT_LE(cp.pre_stop_seconds + b.drain_seconds + b.sidecar_pre_stop_seconds +
+                    b.sidecar_drain_seconds + b.reserve_seconds,
                 result.grace_seconds);
+      EXPECT_NE(cp.name, "proxy");  // a native sidecar never gets the wait
     }
     // A larger user grace is never lowered (our own earlier grace may be).
     if (!before.applied) {
