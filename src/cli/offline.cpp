@@ -286,8 +286,8 @@ class Evaluator {
     out.policy_name = "(none)";
     out.plan.findings.push_back(
         {"UnsupportedKind", budget::Severity::Info, "",
-         fmt::format("gracekeeper.dev/enabled is set, but gracekeeper governs Deployments and "
-                     "StatefulSets only: this {} is not checked or changed",
+         fmt::format("gracekeeper.dev/enabled is set, but gracekeeper governs Deployments "
+                     "(and, offline, StatefulSets) only: this {} is not checked or changed",
                      out.deployment.kind)});
     unsupported_.push_back(std::move(out));
   }
