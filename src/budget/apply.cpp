@@ -47,11 +47,15 @@ std::string applied_annotation(const Plan& plan, const std::string& policy_name,
                                std::chrono::system_clock::time_point time) {
   std::int64_t wait = 0;
   Json containers = Json::array();
+  Json waits = Json::object();
   for (const auto& cp : plan.containers) {
-    // Only the hooks gracekeeper wrote: they are how it recognises its own later.
+    // Only the hooks gracekeeper wrote: they are how it recognises its own
+    // later, each by the wait written to its container (`waits`). `preStop`
+    // and `containers` are the older format's, still written for readers of it.
     if (!cp.gracekeeper_hook) continue;
     wait = std::max(wait, cp.pre_stop_seconds);
     containers.push_back(cp.name);
+    waits[cp.name] = cp.pre_stop_seconds;
   }
   Json record{{"policy", policy_name},
               {"preStop", wait},
@@ -59,6 +63,7 @@ std::string applied_annotation(const Plan& plan, const std::string& policy_name,
               {"graceOwned", plan.grace_owned},
               {"propagation", plan.budget.propagation_seconds},
               {"containers", std::move(containers)},
+              {"waits", std::move(waits)},
               {"time", fmt::format("{:%Y-%m-%dT%H:%M:%SZ}",
                                    std::chrono::floor<std::chrono::seconds>(time))}};
   return record.dump();
@@ -76,8 +81,14 @@ void apply_plan(Json& deployment, const Plan& plan, const std::string& policy_na
   for (const auto& cp : plan.containers) {
     if (cp.action == ContainerPlan::Action::Keep) continue;
     Json& containers = deployment["spec"]["template"]["spec"]["containers"];
-    if (Json* container = find_container(containers, cp.name)) {
+    Json* container = find_container(containers, cp.name);
+    if (container == nullptr) continue;
+    if (cp.action != ContainerPlan::Action::Remove) {
       (*container)["lifecycle"]["preStop"] = pre_stop_json(cp);
+    } else if (auto lifecycle = container->find("lifecycle");
+               lifecycle != container->end() && lifecycle->is_object()) {
+      lifecycle->erase("preStop");
+      if (lifecycle->empty()) container->erase("lifecycle");
     }
   }
   deployment["metadata"]["annotations"][kAnnotationApplied] =

@@ -336,22 +336,46 @@ std::optional<AppliedRecord> parse_applied(const std::string& text) {
       if (name.is_string()) record.containers.push_back(name.get<std::string>());
     }
   }
+  if (auto it = value.find("waits"); it != value.end() && it->is_object()) {
+    record.waits.emplace();
+    for (const auto& [name, seconds] : it->items()) {
+      if (seconds.is_number_integer() && seconds.get<std::int64_t>() >= 0) {
+        record.waits->emplace(name, seconds.get<std::int64_t>());
+      }
+    }
+  }
   if (auto it = value.find("time"); it != value.end() && it->is_string()) {
     record.time = parse_time(it->get<std::string>());
   }
   return record;
 }
 
+// The wait gracekeeper recorded for this container, if it wrote one: per
+// container in the current format, else the one `preStop` of the older format
+// for every listed container.
+std::optional<std::int64_t> recorded_wait(const AppliedRecord& record, const std::string& name) {
+  if (record.waits) {
+    auto it = record.waits->find(name);
+    if (it == record.waits->end()) return std::nullopt;
+    return it->second;
+  }
+  const bool listed = std::find(record.containers.begin(), record.containers.end(), name) !=
+                      record.containers.end();
+  if (!listed) return std::nullopt;
+  return record.pre_stop_seconds;
+}
+
+// A hook is gracekeeper's when it is a sleep of exactly the length recorded
+// for its container: a hook the user changed since is the user's.
 void mark_owned_hooks(Deployment& deployment) {
   if (!deployment.applied) return;
   const auto& record = *deployment.applied;
   for (auto& container : deployment.containers) {
     const auto& hook = container.pre_stop;
-    const bool listed = std::find(record.containers.begin(), record.containers.end(),
-                                  container.name) != record.containers.end();
     const bool sleeps =
         hook.kind == PreStopHook::Kind::Sleep || hook.kind == PreStopHook::Kind::ExecSleep;
-    container.pre_stop.owned = listed && sleeps && hook.seconds == record.pre_stop_seconds;
+    const auto recorded = recorded_wait(record, container.name);
+    container.pre_stop.owned = !container.sidecar && recorded && sleeps && hook.seconds == recorded;
   }
 }
 
@@ -366,6 +390,14 @@ bool is_deployment(const Json& object) {
   auto kind = object.find("kind");
   auto api_version = object.find("apiVersion");
   return kind != object.end() && *kind == "Deployment" && api_version != object.end() &&
+         api_version->is_string() && api_version->get<std::string>().starts_with("apps/");
+}
+
+bool is_statefulset(const Json& object) {
+  if (!object.is_object()) return false;
+  auto kind = object.find("kind");
+  auto api_version = object.find("apiVersion");
+  return kind != object.end() && *kind == "StatefulSet" && api_version != object.end() &&
          api_version->is_string() && api_version->get<std::string>().starts_with("apps/");
 }
 
@@ -406,6 +438,38 @@ void read_strategy(Reader& reader, const Json& spec, Strategy& strategy) {
   }
 }
 
+void check_unique_name(Reader& reader, const Container& container, const Deployment& out,
+                       const std::string& path) {
+  // Kubernetes rejects two containers with one name (init containers
+  // included); gracekeeper addresses them by name.
+  for (const auto& earlier : out.containers) {
+    if (!container.name.empty() && earlier.name == container.name) {
+      reader.fail(path + ".name", fmt::format("duplicate container name \"{}\"", container.name));
+    }
+  }
+}
+
+// Native sidecars: initContainers with `restartPolicy: Always`. A plain init
+// container has exited before the app starts and is not read.
+void read_sidecars(Reader& reader, const Json& pod_spec, Deployment& out) {
+  const Json* init = reader.array(pod_spec, "initContainers", "spec.template.spec.initContainers");
+  if (init == nullptr) return;
+  for (std::size_t i = 0; i < init->size(); ++i) {
+    const std::string path = fmt::format("spec.template.spec.initContainers[{}]", i);
+    const Json& item = (*init)[i];
+    if (!item.is_object()) {
+      reader.fail(path, "expected a container (a mapping), got " + describe(item));
+      continue;
+    }
+    const auto restart = reader.string(item, "restartPolicy", path + ".restartPolicy");
+    if (restart != "Always") continue;
+    Container container = read_container(reader, item, path);
+    container.sidecar = true;
+    check_unique_name(reader, container, out, path);
+    out.containers.push_back(std::move(container));
+  }
+}
+
 void read_pod_spec(Reader& reader, const Json& pod_spec, Deployment& out) {
   if (auto grace = reader.integer(pod_spec, "terminationGracePeriodSeconds",
                                   "spec.template.spec.terminationGracePeriodSeconds", 0,
@@ -422,16 +486,11 @@ void read_pod_spec(Reader& reader, const Json& pod_spec, Deployment& out) {
     for (std::size_t i = 0; i < containers->size(); ++i) {
       const std::string path = fmt::format("spec.template.spec.containers[{}]", i);
       Container container = read_container(reader, (*containers)[i], path);
-      // Kubernetes rejects two containers with one name; gracekeeper addresses them by name.
-      for (const auto& earlier : out.containers) {
-        if (!container.name.empty() && earlier.name == container.name) {
-          reader.fail(path + ".name",
-                      fmt::format("duplicate container name \"{}\"", container.name));
-        }
-      }
+      check_unique_name(reader, container, out, path);
       out.containers.push_back(std::move(container));
     }
   }
+  read_sidecars(reader, pod_spec, out);
 }
 
 }  // namespace
@@ -444,6 +503,9 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
   if (!object.is_object()) {
     return std::unexpected(FieldErrors{{"", "expected a Deployment object (a mapping)"}});
   }
+  if (auto kind = object.find("kind"); kind != object.end() && *kind == "StatefulSet") {
+    out.kind = "StatefulSet";
+  }
   if (const Json* metadata = reader.object(object, "metadata", "metadata")) {
     out.name = reader.string(*metadata, "name", "metadata.name").value_or("");
     out.namespace_ = reader.string(*metadata, "namespace", "metadata.namespace").value_or("");
@@ -451,12 +513,13 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
     out.annotations = reader.string_map(*metadata, "annotations", "metadata.annotations");
   }
   if (out.name.empty()) {
-    reader.fail("metadata.name", "required: a Deployment needs a name");
+    reader.fail("metadata.name", fmt::format("required: a {} needs a name", out.kind));
   }
 
   const Json* spec = reader.object(object, "spec", "spec");
   if (spec == nullptr) {
-    if (missing(object, "spec")) reader.fail("spec", "required: a Deployment needs a spec");
+    if (missing(object, "spec"))
+      reader.fail("spec", fmt::format("required: a {} needs a spec", out.kind));
     return std::unexpected(std::move(errors));
   }
   out.replicas =
@@ -464,13 +527,13 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
           .integer(*spec, "replicas", "spec.replicas", 0, std::numeric_limits<std::int32_t>::max())
           .value_or(kDefaultReplicas);
 
-  read_strategy(reader, *spec, out.strategy);
+  if (out.kind == "Deployment") read_strategy(reader, *spec, out.strategy);
 
   const Json* pod_template = reader.object(*spec, "template", "spec.template");
   const Json* pod_spec =
       pod_template ? reader.object(*pod_template, "spec", "spec.template.spec") : nullptr;
   if (pod_template == nullptr && missing(*spec, "template")) {
-    reader.fail("spec.template", "required: a Deployment needs a pod template");
+    reader.fail("spec.template", fmt::format("required: a {} needs a pod template", out.kind));
   } else if (pod_template != nullptr && pod_spec == nullptr && missing(*pod_template, "spec")) {
     reader.fail("spec.template.spec", "required: the pod template needs a spec with containers");
   }

@@ -8,6 +8,8 @@
 #include <limits>
 #include <set>
 
+#include "gracekeeper/budget/shell.h"
+
 namespace gracekeeper::budget {
 namespace {
 
@@ -59,6 +61,7 @@ std::vector<std::size_t> read_container_list(const Deployment& deployment, const
                                              FieldErrors& errors) {
   std::set<std::size_t> chosen;
   std::set<std::string> unknown;
+  std::set<std::string> sidecars;
   bool empty_entry = false;
   std::string_view rest = text;
   while (true) {
@@ -70,6 +73,8 @@ std::vector<std::size_t> read_container_list(const Deployment& deployment, const
       empty_entry = true;
     } else if (found == deployment.containers.end()) {
       unknown.insert(name);
+    } else if (found->sidecar) {
+      sidecars.insert(name);
     } else {
       chosen.insert(static_cast<std::size_t>(found - deployment.containers.begin()));
     }
@@ -87,6 +92,13 @@ std::vector<std::size_t> read_container_list(const Deployment& deployment, const
   for (const auto& name : unknown) {
     errors.push_back({path, fmt::format("no container named \"{}\" in \"{}\" (containers: {})",
                                         name, text, known)});
+  }
+  for (const auto& name : sidecars) {
+    errors.push_back(
+        {path, fmt::format("\"{}\" is a native sidecar (an initContainer with restartPolicy: "
+                           "Always): its preStop runs only after the app containers have exited, "
+                           "so a wait there keeps nothing serving; name app containers",
+                           name)});
   }
   return {chosen.begin(), chosen.end()};
 }
@@ -114,12 +126,17 @@ Overrides read_overrides(const Deployment& deployment, FieldErrors& errors) {
     return out;
   }
 
-  // Default: every container that declares a port, else all of them.
-  for (std::size_t i = 0; i < deployment.containers.size(); ++i) {
-    if (deployment.containers[i].has_ports) out.targets.push_back(i);
+  // Default: every app container that declares a port, else every app
+  // container. Never a native sidecar, even a serving one: it is stopped only
+  // after the app containers have exited, so their wait keeps it up too.
+  const auto& containers = deployment.containers;
+  for (std::size_t i = 0; i < containers.size(); ++i) {
+    if (containers[i].has_ports && !containers[i].sidecar) out.targets.push_back(i);
   }
   if (out.targets.empty()) {
-    for (std::size_t i = 0; i < deployment.containers.size(); ++i) out.targets.push_back(i);
+    for (std::size_t i = 0; i < containers.size(); ++i) {
+      if (!containers[i].sidecar) out.targets.push_back(i);
+    }
   }
   return out;
 }
@@ -156,22 +173,25 @@ std::int64_t counted_wait(const PreStopHook& hook, std::int64_t budget_pre_stop)
   return budget_pre_stop;
 }
 
-bool is_shell(const std::string& program) {
-  const auto slash = program.rfind('/');
-  const std::string name = slash == std::string::npos ? program : program.substr(slash + 1);
-  return name == "sh" || name == "bash" || name == "ash" || name == "dash" || name == "zsh";
-}
-
 // `sh -c "java -jar app.jar"`: the shell is PID 1 and does not forward SIGTERM.
-// Scripts that end in `exec ...` replace the shell and are fine.
+// Only judged when the container sets `command`: with args alone, the
+// image's entrypoint (unknown here) decides what runs.
 bool shell_form_without_exec(const Container& container) {
+  if (container.command.empty()) return false;
   std::vector<std::string> argv = container.command;
   argv.insert(argv.end(), container.args.begin(), container.args.end());
-  if (argv.size() < 3 || !is_shell(argv[0]) || argv[1] != "-c") return false;
-  const std::string& script = argv[2];
-  return script.rfind("exec ", 0) != 0 && script.find("; exec ") == std::string::npos &&
-         script.find("&& exec ") == std::string::npos &&
-         script.find("\nexec ") == std::string::npos;
+  return classify_entrypoint(argv) == ShellForm::ShellStays;
+}
+
+// The native sidecars' known preStop sleeps, added up (saturating): they are
+// stopped one after another, after the app containers. A sidecar hook of
+// unknown length is what sidecarDrainSeconds is for.
+std::int64_t sidecar_waits(const Deployment& deployment) {
+  std::int64_t total = 0;
+  for (const Container& c : deployment.containers) {
+    if (c.sidecar && c.pre_stop.seconds) total = sum_seconds(total, *c.pre_stop.seconds);
+  }
+  return total;
 }
 
 class Planner {
@@ -194,6 +214,9 @@ class Planner {
     targets_ = std::move(overrides.targets);
     plan_.budget = compute_budget(policy_, ctx_.propagation_seconds,
                                   overrides.drain_seconds.value_or(policy_.drain_seconds));
+    plan_.budget.sidecar_pre_stop_seconds = sidecar_waits(d_);
+    plan_.budget.grace_seconds =
+        sum_seconds(plan_.budget.grace_seconds, plan_.budget.sidecar_pre_stop_seconds);
     check_current_state();
     plan_containers();
     plan_grace();
@@ -223,6 +246,11 @@ class Planner {
     return found;
   }
 
+  // Everything the sidecars take after the app has exited.
+  std::int64_t sidecar_seconds() const {
+    return sum_seconds(plan_.budget.sidecar_pre_stop_seconds, plan_.budget.sidecar_drain_seconds);
+  }
+
   bool is_target(std::size_t index) const {
     return std::find(targets_.begin(), targets_.end(), index) != targets_.end();
   }
@@ -247,7 +275,7 @@ class Planner {
       const std::int64_t wait = counted_wait(c.pre_stop, b.pre_stop_seconds);
       current_wait = std::max(current_wait, wait);
       if (c.pre_stop.kind == PreStopHook::Kind::None) {
-        if (serving(c)) {
+        if (serving(c) && b.pre_stop_seconds > 0) {
           add("NoPreStopWait", Severity::Error, c.name,
               fmt::format("no preStop wait: the app can close its port while endpoints still "
                           "route to it; needs a wait of {}s",
@@ -255,10 +283,9 @@ class Planner {
           plan_.budget_broken = true;
         }
       } else if (c.pre_stop.seconds && *c.pre_stop.seconds < b.pre_stop_seconds) {
-        add("PreStopTooShort", Severity::Warning, c.name,
-            fmt::format("preStop waits {}s, less than the {}s endpoint propagation needs",
-                        *c.pre_stop.seconds, b.pre_stop_seconds));
-        if (c.pre_stop.owned) plan_.budget_broken = true;
+        // The budget does not hold, whoever wrote the hook: requests are lost.
+        add("PreStopTooShort", Severity::Error, c.name, too_short_message(c));
+        plan_.budget_broken = true;
       }
       if (c.pre_stop.kind == PreStopHook::Kind::ExecSleep && ctx_.capabilities.native_sleep) {
         add("ExecSleepNeedsBinary", Severity::Warning, c.name,
@@ -267,13 +294,13 @@ class Planner {
       }
     }
     const std::int64_t needed =
-        sum_seconds(current_wait, b.drain_seconds, b.sidecar_drain_seconds, b.reserve_seconds);
+        sum_seconds(current_wait, b.drain_seconds, sidecar_seconds(), b.reserve_seconds);
     if (needed > d_.grace_seconds) {
       add("BudgetExceeded", Severity::Error, "",
           fmt::format("preStop {}s + drain {}s + sidecars {}s + reserve {}s = {}s > "
                       "terminationGracePeriodSeconds {}s{}: SIGKILL cuts requests off mid-drain",
-                      current_wait, b.drain_seconds, b.sidecar_drain_seconds, b.reserve_seconds,
-                      needed, d_.grace_seconds, d_.grace_set ? "" : " (the default)"));
+                      current_wait, b.drain_seconds, sidecar_seconds(), b.reserve_seconds, needed,
+                      d_.grace_seconds, d_.grace_set ? "" : " (the default)"));
       plan_.budget_broken = true;
     }
     if (b.clamped) {
@@ -294,7 +321,27 @@ class Planner {
     }
   }
 
+  // How to make a too-short hook hold: gracekeeper's own is repaired by the
+  // plan; a user's is kept under `existing: Keep`, so its owner must act.
+  std::string too_short_message(const Container& c) const {
+    const std::int64_t needed = plan_.budget.pre_stop_seconds;
+    std::string message = fmt::format(
+        "preStop waits {}s, less than the {}s endpoint propagation needs: requests still routed "
+        "to the pod are lost",
+        *c.pre_stop.seconds, needed);
+    if (c.pre_stop.owned) return message;
+    if (policy_.pre_stop.existing == ExistingHook::Replace) {
+      return message + "; gracekeeper replaces the hook (existing: Replace)";
+    }
+    return message + fmt::format(
+                         "; the hook was written by hand and is kept (existing: Keep): raise its "
+                         "sleep to {}s, or set the policy's preStop.existing to Replace, or "
+                         "remove the hook so that gracekeeper writes its own",
+                         needed);
+  }
+
   void check_strategy() {
+    if (d_.kind != "Deployment") return;  // a StatefulSet's updateStrategy is not budgeted
     const Strategy& s = d_.strategy;
     if (s.type == Strategy::Type::Recreate) {
       add("RecreateStrategy", Severity::Warning, "",
@@ -360,10 +407,12 @@ class Planner {
       const PreStopHook& hook = c.pre_stop;
       const bool user_hook = hook.kind != PreStopHook::Kind::None && !hook.owned;
 
-      if (hook.kind == PreStopHook::Kind::None && ctx_.behind_service == false &&
-          !waits_without_service()) {
-        cp.pre_stop_seconds = 0;  // nothing routes to these pods: no wait to add
-      } else if (user_hook && policy_.pre_stop.existing == ExistingHook::Keep) {
+      if (hook.kind == PreStopHook::Kind::None &&
+          ((ctx_.behind_service == false && !waits_without_service()) || b.pre_stop_seconds == 0)) {
+        // Nothing routes to these pods, or no wait is needed: no hook (never `sleep 0`).
+        cp.pre_stop_seconds = 0;
+      } else if (user_hook &&
+                 (policy_.pre_stop.existing == ExistingHook::Keep || b.pre_stop_seconds == 0)) {
         cp.pre_stop_seconds = counted_wait(hook, b.pre_stop_seconds);
         cp.user_hook_kept = true;
         add("ExistingPreStopKept", Severity::Info, c.name,
@@ -378,6 +427,12 @@ class Planner {
         // Ours and long enough; lowering by less than the threshold is not worth a restart.
         cp.pre_stop_seconds = *hook.seconds;
         cp.gracekeeper_hook = true;
+      } else if (b.pre_stop_seconds == 0) {
+        // Our own hook, and the wait has fallen to 0: it goes.
+        cp.action = ContainerPlan::Action::Remove;
+        cp.pre_stop_seconds = 0;
+        plan_.changes.push_back(
+            {fmt::format("containers[{}].preStop", c.name), describe(hook), "none"});
       } else {
         cp.action = set_action;
         cp.gracekeeper_hook = true;
@@ -393,7 +448,7 @@ class Planner {
     std::int64_t wait = 0;
     for (const auto& cp : plan_.containers) wait = std::max(wait, cp.pre_stop_seconds);
     const std::int64_t required =
-        sum_seconds(wait, b.drain_seconds, b.sidecar_drain_seconds, b.reserve_seconds);
+        sum_seconds(wait, b.drain_seconds, sidecar_seconds(), b.reserve_seconds);
     const bool ours = d_.applied && d_.applied->grace_owned &&
                       d_.applied->grace_seconds == d_.grace_seconds && d_.grace_set;
     const std::int64_t threshold = policy_.changes.decrease_threshold_seconds;
@@ -413,15 +468,39 @@ class Planner {
     plan_.grace_owned = desired != d_.grace_seconds || ours;
   }
 
+  // With maxUnavailable 0, a rollout moves only as many pods at once as the
+  // surge allows: the surge takes over the unavailable budget the user had,
+  // so that a 40-replica rollout does not become 40 serial steps. The largest
+  // of the policy's maxSurge, the current maxSurge and the current
+  // maxUnavailable (each resolved against replicas; a tie keeps the earlier),
+  // and at least 1.
+  IntOrPercent desired_surge() const {
+    const Strategy& s = d_.strategy;
+    const std::int64_t replicas = d_.replicas;
+    IntOrPercent best = policy_.rollout.max_surge;
+    std::int64_t best_pods = best.resolve(replicas, /*round_up=*/true);
+    const auto consider = [&](const IntOrPercent& candidate, std::int64_t pods) {
+      if (pods > best_pods) {
+        best = candidate;
+        best_pods = pods;
+      }
+    };
+    consider(s.max_surge, s.max_surge.resolve(replicas, /*round_up=*/true));
+    // As a surge a percentage rounds up, so it is never below what it allowed unavailable.
+    consider(s.max_unavailable, s.max_unavailable.resolve(replicas, /*round_up=*/false));
+    if (best.resolve(replicas, /*round_up=*/true) < 1) return IntOrPercent{1, false};
+    return best;
+  }
+
   void plan_strategy() {
+    if (d_.kind != "Deployment") return;  // a StatefulSet replaces one pod at a time
     if (!policy_.rollout.manage || d_.strategy.type == Strategy::Type::Recreate) return;
     plan_.manage_strategy = true;
     const Strategy& s = d_.strategy;
     const bool keeps_capacity =
         s.max_unavailable.is_zero() && s.max_surge.resolve(d_.replicas, /*round_up=*/true) >= 1;
     if (keeps_capacity) return;
-    Strategy desired{Strategy::Type::RollingUpdate, policy_.rollout.max_surge,
-                     IntOrPercent{0, false}};
+    Strategy desired{Strategy::Type::RollingUpdate, desired_surge(), IntOrPercent{0, false}};
     plan_.changes.push_back({"strategy", describe(s), describe(desired)});
     plan_.strategy = desired;
   }

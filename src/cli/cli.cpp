@@ -106,25 +106,34 @@ std::string escaped(std::string_view text) {
   return clean;
 }
 
+// "Deployment shop/checkout" (or StatefulSet, DaemonSet).
 std::string object_name(const Evaluated& e) {
-  return escaped(budget::key(e.deployment));
+  return escaped(e.deployment.kind + " " + budget::key(e.deployment));
+}
+
+// A hook the plan leaves as the user wrote it (existing: Keep): what is wrong
+// with it stays wrong after `plan`, so the summary says so.
+bool kept_by_user(const budget::Plan& plan, const std::string& container) {
+  return std::any_of(plan.containers.begin(), plan.containers.end(),
+                     [&](const auto& cp) { return cp.name == container && cp.user_hook_kept; });
 }
 
 // What `plan` reports about one Deployment on stderr.
 void summarise(const Evaluated& e, std::ostream& summary) {
   for (const auto& error : e.plan.invalid) {
-    summary << fmt::format("{}: Deployment {}: not changed: {}\n", escaped(e.position.format()),
+    summary << fmt::format("{}: {}: not changed: {}\n", escaped(e.position.format()),
                            object_name(e), escaped(error.format()));
   }
   for (const auto& f : e.plan.findings) {
     if (f.code == "AmbiguousPolicy" || f.code == "PolicyNotFound" || f.code == "NoMatchingPolicy" ||
-        f.code == "BudgetClamped" || f.code == "PreStopOutOfRange") {
-      summary << fmt::format("{}: Deployment {}: {}: {}\n", escaped(e.position.format()),
-                             object_name(e), f.code, escaped(f.message));
+        f.code == "BudgetClamped" || f.code == "PreStopOutOfRange" || f.code == "UnsupportedKind" ||
+        (f.code == "PreStopTooShort" && kept_by_user(e.plan, f.container))) {
+      summary << fmt::format("{}: {}: {}: {}\n", escaped(e.position.format()), object_name(e),
+                             f.code, escaped(f.message));
     }
   }
   if (!e.plan.changed()) return;
-  summary << fmt::format("Deployment {} (policy {}){}:\n", object_name(e), escaped(e.policy_name),
+  summary << fmt::format("{} (policy {}){}:\n", object_name(e), escaped(e.policy_name),
                          e.applied ? "" : " [DryRun: not applied]");
   for (const auto& c : e.plan.changes) {
     summary << fmt::format("  {}: {} -> {}\n", escaped(c.field), escaped(c.from), escaped(c.to));
@@ -336,7 +345,7 @@ int run_check(const OfflineOptions& options, Streams io) {
         const nlohmann::ordered_json finding{{"code", f.code},
                                              {"severity", budget::to_string(f.severity)},
                                              {"object",
-                                              {{"kind", "Deployment"},
+                                              {{"kind", e.deployment.kind},
                                                {"namespace", e.deployment.namespace_},
                                                {"name", e.deployment.name}}},
                                              {"container", f.container},
@@ -346,7 +355,7 @@ int run_check(const OfflineOptions& options, Streams io) {
         io.out << (first ? "[\n  " : ",\n  ") << finding.dump();
         first = false;
       } else {
-        io.out << fmt::format("{}: {} {}: Deployment {}{}: {}\n", escaped(e.position.format()),
+        io.out << fmt::format("{}: {} {}: {}{}: {}\n", escaped(e.position.format()),
                               budget::to_string(f.severity), f.code, object_name(e),
                               f.container.empty() ? "" : " container " + escaped(f.container),
                               escaped(f.message));

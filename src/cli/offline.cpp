@@ -90,8 +90,19 @@ bool has_type_fields(const Json& value) {
 }
 
 // Kinds gracekeeper acts on, for telling a misspelt kind from an unrelated one.
-constexpr std::array<std::string_view, 4> kKnownKinds{"Deployment", "ShutdownPolicy", "Service",
-                                                      "List"};
+constexpr std::array<std::string_view, 6> kKnownKinds{"Deployment",     "StatefulSet", "DaemonSet",
+                                                      "ShutdownPolicy", "Service",     "List"};
+
+// An apps/v1 workload gracekeeper does not govern, opted in all the same.
+bool is_opted_in_daemonset(const Json& value) {
+  if (value.value("kind", "") != "DaemonSet" ||
+      !value.value("apiVersion", "").starts_with("apps/")) {
+    return false;
+  }
+  auto metadata = value.find("metadata");
+  if (metadata == value.end() || !metadata->is_object()) return false;
+  return string_at(*metadata, "annotations", budget::kAnnotationEnabled) == "true";
+}
 
 class Evaluator {
  public:
@@ -126,6 +137,7 @@ class Evaluator {
       evaluate(pending);
       pending = Pending{};  // release the projection as soon as it is planned
     }
+    for (auto& unsupported : unsupported_) emit(std::move(unsupported));
     loaded_.notes.insert(loaded_.notes.end(), notes_.begin(), notes_.end());
     return std::move(loaded_);
   }
@@ -183,8 +195,10 @@ class Evaluator {
     if (!check_identity(value, position)) return;
     if (budget::is_policy(value)) {
       take_policy(document, value, address.items);
-    } else if (budget::is_deployment(value)) {
+    } else if (budget::is_deployment(value) || budget::is_statefulset(value)) {
       take_deployment(document, value, address, position);
+    } else if (is_opted_in_daemonset(value)) {
+      take_unsupported(value, address, position);
     } else if (value.value("kind", "") == "Service") {
       take_service(value);
     }
@@ -248,17 +262,44 @@ class Evaluator {
       for (const auto& e : deployment.error()) error(item_error(document, address.items, e));
       return;
     }
-    if (!options_.all && !budget::opted_in(*deployment)) {
-      ++loaded_.skipped;
-      return;
+    // --all takes in every Deployment; a StatefulSet only when opted in.
+    if (!budget::opted_in(*deployment)) {
+      if (deployment->kind != "Deployment") return;
+      if (!options_.all) {
+        ++loaded_.skipped;
+        return;
+      }
     }
     pending_.push_back({position, std::move(*deployment), address});
+  }
+
+  // Reported, never changed: one pod per node, replaced by the DaemonSet
+  // controller; its rollout and the node drain are not what gracekeeper budgets.
+  void take_unsupported(const Json& value, const ObjectAddress& address,
+                        const manifest::Position& position) {
+    Evaluated out;
+    out.position = position;
+    out.address = address;
+    out.deployment.kind = value.value("kind", "");
+    out.deployment.name = string_at(value, "metadata", "name");
+    out.deployment.namespace_ = string_at(value, "metadata", "namespace");
+    out.policy_name = "(none)";
+    out.plan.findings.push_back(
+        {"UnsupportedKind", budget::Severity::Info, "",
+         fmt::format("gracekeeper.dev/enabled is set, but gracekeeper governs Deployments "
+                     "(and, offline, StatefulSets) only: this {} is not checked or changed",
+                     out.deployment.kind)});
+    unsupported_.push_back(std::move(out));
   }
 
   void take_service(const Json& value) {
     ServiceSelector service{string_at(value, "metadata", "namespace"), {}};
     auto spec = value.find("spec");
-    if (spec != value.end() && spec->is_object()) {
+    // An ExternalName Service gets no endpoints (the EndpointSlice
+    // controller's rule, as in the operator): it selects nothing.
+    const bool external_name = spec != value.end() && spec->is_object() && spec->contains("type") &&
+                               (*spec)["type"] == "ExternalName";
+    if (spec != value.end() && spec->is_object() && !external_name) {
       auto selector = spec->find("selector");
       if (selector != spec->end() && selector->is_object()) {
         for (const auto& [k, v] : selector->items()) {
@@ -317,8 +358,12 @@ class Evaluator {
     out.address = std::move(pending.address);
     auto chosen = choose_policy(pending.deployment);
     if (!chosen) {
+      // No policy can be chosen (none matches, several do, or the one named
+      // is absent): offline this is an error, so `check` exits 1 instead of
+      // passing a Deployment it did not evaluate (docs/offline.md).
       out.policy_name = "(none)";
       out.plan.findings.push_back(chosen.error());
+      out.plan.findings.back().severity = budget::Severity::Error;
       out.deployment = std::move(pending.deployment);
       emit(std::move(out));
       return;
@@ -367,6 +412,7 @@ class Evaluator {
   std::vector<NamedPolicy> policies_;
   std::vector<ServiceSelector> services_;
   std::vector<Pending> pending_;
+  std::vector<Evaluated> unsupported_;
   std::vector<std::string> notes_;
   std::set<std::string> noted_;
   std::unordered_map<std::string, std::string> seen_;  // object identity -> where first seen

@@ -145,6 +145,15 @@ const std::vector<std::string> kBudgetFields = {
     "spec.template.spec.containers.lifecycle",
     "spec.template.spec.containers.readinessProbe",
     "spec.template.spec.containers.livenessProbe",
+    // Native sidecars (restartPolicy: Always): budgeted, never given the wait.
+    "spec.template.spec.initContainers.name",
+    "spec.template.spec.initContainers.restartPolicy",
+    "spec.template.spec.initContainers.ports",
+    "spec.template.spec.initContainers.command",
+    "spec.template.spec.initContainers.args",
+    "spec.template.spec.initContainers.lifecycle",
+    "spec.template.spec.initContainers.readinessProbe",
+    "spec.template.spec.initContainers.livenessProbe",
 };
 
 }  // namespace

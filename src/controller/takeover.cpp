@@ -49,7 +49,7 @@ nlohmann::json add(std::string path, nlohmann::json value) {
 bool changes_handler(const budget::Deployment& d, const budget::Plan& plan) {
   using Action = budget::ContainerPlan::Action;
   return std::any_of(plan.containers.begin(), plan.containers.end(), [&](const auto& cp) {
-    if (cp.action == Action::Keep) return false;
+    if (cp.action == Action::Keep || cp.action == Action::Remove) return false;
     auto c = std::find_if(d.containers.begin(), d.containers.end(),
                           [&](const auto& c) { return c.name == cp.name; });
     if (c == d.containers.end() || c->pre_stop.kind == PreStopHook::Kind::None) return false;

@@ -71,7 +71,7 @@ expect "the sample ShutdownPolicy is stored" "$(k -n shop-prod get sdp default -
 
 # 3. check reads the server's own output (a List with status, managedFields, defaults filled in).
 k -n shop-prod get deployments -o yaml >"$WORK/server.yaml"
-"$GK" check -f "$WORK/server.yaml" >"$WORK/check-after.txt" 2>&1
+"$GK" check -f "$WORK/server.yaml" --policy "$SAMPLES/shutdownpolicy.yaml" >"$WORK/check-after.txt" 2>&1
 expect "check on the server's List of the planned Deployment exits 0" "$?" 0
 "$GK" plan -f "$WORK/server.yaml" -f "$SAMPLES/shutdownpolicy.yaml" >/dev/null 2>"$WORK/replan.err"
 grep -q "0 Deployment(s) changed" "$WORK/replan.err" && ok "plan on the server's copy changes nothing" ||
@@ -92,6 +92,63 @@ fi
 gen_before="$(get '{.metadata.generation}')"
 k apply --server-side --field-manager=gracekeeper -f "$WORK/planned.yaml" >/dev/null 2>&1
 expect "re-applying the same plan leaves the generation alone" "$(get '{.metadata.generation}')" "$gen_before"
+
+# 6. A native sidecar and a StatefulSet: the wait goes on the app container
+#    only, the sidecar's own sleep is added to the grace (15 + 30 + 5 + 10),
+#    a StatefulSet gets wait and grace, and the server accepts both.
+cat >"$WORK/workloads.yaml" <<'YAML'
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: orders, namespace: shop-prod, annotations: {gracekeeper.dev/enabled: "true"}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: orders}}
+  template:
+    metadata: {labels: {app: orders}}
+    spec:
+      initContainers:
+      - {name: proxy, image: proxy:1, restartPolicy: Always, lifecycle: {preStop: {sleep: {seconds: 5}}}}
+      containers:
+      - {name: orders, image: orders:1, ports: [{containerPort: 8080}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: ledger, namespace: shop-prod, annotations: {gracekeeper.dev/enabled: "true"}}
+spec:
+  serviceName: ledger
+  replicas: 2
+  selector: {matchLabels: {app: ledger}}
+  template:
+    metadata: {labels: {app: ledger}}
+    spec:
+      containers:
+      - {name: ledger, image: ledger:1, ports: [{containerPort: 8080}]}
+YAML
+"$GK" plan -f "$WORK/workloads.yaml" >"$WORK/workloads-planned.yaml" 2>/dev/null
+if k apply --server-side --field-manager=gracekeeper -f "$WORK/workloads-planned.yaml" >"$WORK/workloads.out" 2>&1; then
+  expect "native sidecar: app wait, sidecar's own hook, grace" \
+    "$(k -n shop-prod get deployment orders -o jsonpath='{.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds} {.spec.template.spec.initContainers[0].lifecycle.preStop.sleep.seconds} {.spec.template.spec.terminationGracePeriodSeconds}')" \
+    "15 5 60"
+  expect "StatefulSet: wait and grace" \
+    "$(k -n shop-prod get statefulset ledger -o jsonpath='{.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds} {.spec.template.spec.terminationGracePeriodSeconds}')" \
+    "15 55"
+else
+  not_ok "server-side apply of a native sidecar and a StatefulSet: $(cat "$WORK/workloads.out")"
+fi
+
+# 7. A wait of 0 s writes no hook at all (never `sleep 0`).
+printf '%s\n' 'apiVersion: gracekeeper.dev/v1alpha1' 'kind: ShutdownPolicy' \
+  'metadata: {name: zero, namespace: shop-prod}' \
+  'spec: {propagation: {staticSeconds: 0}, preStop: {minSeconds: 0}}' >"$WORK/zero-policy.yaml"
+sed 's/name: checkout$/name: checkout-zero/' "$SAMPLES/checkout-deployment.yaml" |
+  "$GK" plan -f - --policy "$WORK/zero-policy.yaml" 2>/dev/null >"$WORK/zero.yaml"
+if k apply --server-side --field-manager=gracekeeper -f "$WORK/zero.yaml" >"$WORK/zero.out" 2>&1; then
+  expect "zero wait: no preStop hook, grace 40" \
+    "$(k -n shop-prod get deployment checkout-zero -o jsonpath='{.spec.template.spec.containers[0].lifecycle.preStop}|{.spec.template.spec.terminationGracePeriodSeconds}')" \
+    "|40"
+else
+  not_ok "server-side apply with a zero wait: $(cat "$WORK/zero.out")"
+fi
 
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

@@ -12,7 +12,9 @@
 
 namespace gracekeeper::budget {
 
-// The annotation value: {"policy","preStop","grace","propagation","time"} as compact JSON.
+// The annotation value as compact JSON: {"policy","preStop","grace","graceOwned",
+// "propagation","containers","waits","time"}; `waits` maps each container whose
+// hook is gracekeeper's to its wait.
 std::string applied_annotation(const Plan&, const std::string& policy_name,
                                std::chrono::system_clock::time_point time);
 

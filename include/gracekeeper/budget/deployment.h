@@ -49,6 +49,10 @@ struct PreStopHook {
 
 struct Container {
   std::string name;
+  // A native sidecar: an entry of initContainers with `restartPolicy: Always`.
+  // It runs beside the app and is stopped only after the app containers have
+  // exited, so its preStop hook runs after theirs, not at the same time.
+  bool sidecar = false;
   bool has_ports = false;
   std::vector<std::string> command;
   std::vector<std::string> args;
@@ -75,11 +79,16 @@ struct AppliedRecord {
   bool grace_owned = false;  // gracekeeper raised the grace to grace_seconds
   double propagation_seconds = 0;
   std::vector<std::string> containers;  // the containers that received gracekeeper's wait
+  // The wait gracekeeper wrote, per container (`waits` in the annotation).
+  // nullopt for an annotation of the older format, which records one wait
+  // (`preStop`) for every container listed.
+  std::optional<std::map<std::string, std::int64_t>> waits;
   std::optional<std::chrono::system_clock::time_point> time;
   bool operator==(const AppliedRecord&) const = default;
 };
 
 struct Deployment {
+  std::string kind = "Deployment";  // or StatefulSet (offline only): no strategy is managed
   std::string name;
   std::string namespace_;
   std::map<std::string, std::string> labels;
@@ -89,6 +98,7 @@ struct Deployment {
   Strategy strategy;
   std::int64_t grace_seconds = kDefaultGraceSeconds;
   bool grace_set = false;  // false when the manifest relied on the 30 s default
+  // The app containers in order, then the native sidecars in order.
   std::vector<Container> containers;
   std::optional<AppliedRecord> applied;  // absent or unreadable annotation: nullopt
   bool operator==(const Deployment&) const = default;
@@ -99,6 +109,10 @@ struct Deployment {
 std::expected<Deployment, FieldErrors> project_deployment(const Json& object);
 
 bool is_deployment(const Json& object);
+
+// apps/v1 StatefulSet: planned offline for its preStop wait and grace only
+// (it replaces one pod at a time; its updateStrategy is not gracekeeper's).
+bool is_statefulset(const Json& object);
 
 // A value for "expected X, got Y" messages: `string "abc"`, `number .inf`,
 // `null`, `a mapping`, `a list`.

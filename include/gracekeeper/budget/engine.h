@@ -53,13 +53,18 @@ struct Budget {
   bool clamped = false;
   std::int64_t drain_seconds = 0;
   std::int64_t sidecar_drain_seconds = 0;
+  // The native sidecars' own preStop sleeps, added up: they run one after
+  // another, once the app containers have exited (0 without a Deployment).
+  std::int64_t sidecar_pre_stop_seconds = 0;
   std::int64_t reserve_seconds = 0;
-  std::int64_t grace_seconds = 0;  // preStop + drain + sidecars + reserve
+  // preStop + drain + sidecars (their preStop sleeps + sidecarDrainSeconds) + reserve
+  std::int64_t grace_seconds = 0;
 };
 
 struct ContainerPlan {
   std::string name;
-  enum class Action { Keep, SetSleep, SetExecSleep };
+  // Remove: gracekeeper's own hook goes when the wait falls to 0 (no `sleep 0`).
+  enum class Action { Keep, SetSleep, SetExecSleep, Remove };
   Action action = Action::Keep;
   std::int64_t pre_stop_seconds = 0;  // the wait this container will have (or is counted as having)
   bool user_hook_kept = false;

@@ -346,6 +346,271 @@ TEST(Plan, PercentMaxSurgeIsWrittenAsString) {
   EXPECT_EQ(object["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
 }
 
+// Issue 18 item 2: native sidecars (initContainers with restartPolicy: Always)
+// are read, stop after the app, and never receive the wait by default.
+Json with_sidecar() {
+  Json object = article_deployment();
+  auto& pod = object["spec"]["template"]["spec"];
+  pod["initContainers"] = Json::parse(R"([
+    {"name": "migrate", "image": "migrate:1", "command": ["sh", "-c", "migrate up"]},
+    {"name": "envoy", "image": "envoy:1", "restartPolicy": "Always",
+     "ports": [{"containerPort": 15001}],
+     "readinessProbe": {"httpGet": {"path": "/ready", "port": 15021}},
+     "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}])");
+  return object;
+}
+
+TEST(Sidecars, AreReadAfterTheAppContainersAndPlainInitContainersAreNot) {
+  const Deployment d = project(with_sidecar());
+  ASSERT_EQ(d.containers.size(), 2u);
+  EXPECT_EQ(d.containers[0].name, "checkout");
+  EXPECT_FALSE(d.containers[0].sidecar);
+  EXPECT_EQ(d.containers[1].name, "envoy");
+  EXPECT_TRUE(d.containers[1].sidecar);
+  EXPECT_EQ(d.containers[1].pre_stop.seconds, 5);
+
+  Json clash = with_sidecar();
+  clash["spec"]["template"]["spec"]["initContainers"][1]["name"] = "checkout";
+  auto error = project_deployment(clash);
+  ASSERT_FALSE(error);
+  EXPECT_EQ(error.error().front().path, "spec.template.spec.initContainers[1].name");
+}
+
+TEST(Sidecars, GetNoWaitButTheirStopIsBudgeted) {
+  PolicySpec policy;
+  policy.sidecar_drain_seconds = 3;
+  auto ctx = context_for(policy, 10);
+  Json object = with_sidecar();
+  auto result = plan(project(object), ctx);
+  ASSERT_EQ(result.containers.size(), 1u);  // the serving sidecar is not a target
+  EXPECT_EQ(result.containers[0].name, "checkout");
+  EXPECT_EQ(result.budget.sidecar_pre_stop_seconds, 5);
+  // The app's wait, its drain, then the sidecar's own preStop and drain.
+  EXPECT_EQ(result.grace_seconds, 15 + 30 + 5 + 3 + 10);
+  EXPECT_EQ(result.budget.grace_seconds, 15 + 30 + 5 + 3 + 10);
+
+  apply_plan(object, result, ctx.policy_name, kTime);
+  EXPECT_EQ(object["spec"]["template"]["spec"]["initContainers"][1]["lifecycle"]["preStop"],
+            Json::parse(R"({"sleep": {"seconds": 5}})"));  // the sidecar's hook is untouched
+  const Deployment applied = project(object);
+  auto again = plan(applied, ctx);
+  EXPECT_FALSE(again.changed());
+  EXPECT_TRUE(codes(again.findings, Severity::Error).empty());
+  // Server-side apply names only app containers: a sidecar's hook is never
+  // claimed (and so never released) by gracekeeper.
+  const Json configuration = apply_configuration(applied, result, ctx.policy_name, kTime);
+  EXPECT_FALSE(configuration["spec"]["template"]["spec"].contains("initContainers"));
+  ASSERT_EQ(configuration["spec"]["template"]["spec"]["containers"].size(), 1u);
+
+  // A grace that covers the app but not the sidecars is reported.
+  object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 55;
+  auto short_grace = plan(project(object), ctx);
+  EXPECT_TRUE(has(codes(short_grace.findings, Severity::Error), "BudgetExceeded"));
+}
+
+TEST(Sidecars, AWorkerAppStillGetsTheWaitWhenOnlyTheSidecarServes) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = with_sidecar();
+  object["spec"]["template"]["spec"]["containers"][0].erase("ports");
+  auto result = plan(project(object), ctx);
+  ASSERT_EQ(result.containers.size(), 1u);
+  EXPECT_EQ(result.containers[0].name, "checkout");
+  EXPECT_EQ(result.containers[0].action, ContainerPlan::Action::SetSleep);
+}
+
+TEST(Sidecars, NamingOneInTheContainersAnnotationIsAnError) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = with_sidecar();
+  object["metadata"]["annotations"]["gracekeeper.dev/containers"] = "checkout,envoy";
+  auto result = plan(project(object), ctx);
+  EXPECT_FALSE(result.changed());
+  ASSERT_EQ(result.invalid.size(), 1u);
+  EXPECT_NE(result.invalid[0].message.find("\"envoy\" is a native sidecar"), std::string::npos)
+      << result.invalid[0].message;
+}
+
+// Issue 18 item 4: a kept user hook shorter than propagation breaks the
+// budget: an error that says how to fix it, not a warning.
+TEST(Plan, KeptUserHookThatIsTooShortIsAViolation) {
+  PolicySpec policy;  // existing: Keep
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["containers"][0]["lifecycle"] =
+      Json::parse(R"({"preStop": {"sleep": {"seconds": 1}}})");
+  auto result = plan(project(object), ctx);
+  auto too_short = std::find_if(result.findings.begin(), result.findings.end(),
+                                [](const Finding& f) { return f.code == "PreStopTooShort"; });
+  ASSERT_NE(too_short, result.findings.end());
+  EXPECT_EQ(too_short->severity, Severity::Error);
+  EXPECT_NE(too_short->message.find("raise its sleep to 15s"), std::string::npos);
+  EXPECT_NE(too_short->message.find("preStop.existing to Replace"), std::string::npos);
+  EXPECT_TRUE(result.budget_broken);
+  EXPECT_TRUE(result.containers[0].user_hook_kept);
+  EXPECT_EQ(result.containers[0].action, ContainerPlan::Action::Keep);
+
+  // Still an error once the rest is planned: the plan cannot fix it.
+  apply_plan(object, result, ctx.policy_name, kTime);
+  auto after = plan(project(object), ctx);
+  EXPECT_TRUE(has(codes(after.findings, Severity::Error), "PreStopTooShort"));
+
+  policy.pre_stop.existing = ExistingHook::Replace;
+  auto replaced = plan(project(object), ctx);
+  EXPECT_EQ(replaced.containers[0].action, ContainerPlan::Action::SetSleep);
+}
+
+// Issue 18 item 5: ownership is recorded per container. Container `checkout`
+// keeps gracekeeper's earlier 16 s (lowering by 1 s is not worth a restart)
+// while the new container `api` gets 15 s; with one recorded value, `api`'s
+// hook no longer looked like gracekeeper's.
+TEST(Plan, HookOwnershipIsPerContainer) {
+  PolicySpec policy;  // decreaseThresholdSeconds 2
+  policy.propagation.safety_factor = 1.0;
+  auto ctx = context_for(policy, 16);
+  Json object = article_deployment();
+  apply_plan(object, plan(project(object), ctx), ctx.policy_name, kTime);  // checkout: 16
+  Json api = object["spec"]["template"]["spec"]["containers"][0];
+  api["name"] = "api";
+  api.erase("lifecycle");
+  object["spec"]["template"]["spec"]["containers"].push_back(api);
+
+  ctx.propagation_seconds = 15;
+  const Plan second = plan(project(object), ctx);
+  ASSERT_EQ(second.containers.size(), 2u);
+  EXPECT_EQ(second.containers[0].action, ContainerPlan::Action::Keep);
+  EXPECT_EQ(second.containers[0].pre_stop_seconds, 16);
+  EXPECT_EQ(second.containers[1].action, ContainerPlan::Action::SetSleep);
+  EXPECT_EQ(second.containers[1].pre_stop_seconds, 15);
+  apply_plan(object, second, ctx.policy_name, kTime);
+  const Json annotation =
+      Json::parse(object["metadata"]["annotations"]["gracekeeper.dev/applied"].get<std::string>());
+  EXPECT_EQ(annotation["waits"], Json::parse(R"({"checkout": 16, "api": 15})"));
+
+  const Deployment written = project(object);
+  EXPECT_TRUE(written.containers[0].pre_stop.owned);
+  EXPECT_TRUE(written.containers[1].pre_stop.owned);
+  const Plan third = plan(written, ctx);
+  EXPECT_FALSE(third.changed());  // no extra rollout
+  EXPECT_TRUE(third.containers[1].gracekeeper_hook);
+  EXPECT_FALSE(third.containers[1].user_hook_kept);
+  // Both hooks stay in the server-side apply: neither is released.
+  const Json configuration = apply_configuration(written, third, ctx.policy_name, kTime);
+  EXPECT_EQ(configuration["spec"]["template"]["spec"]["containers"].size(), 2u);
+}
+
+TEST(Plan, AUserWaitBesideGracekeepersIsNeverTakenForIt) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  Json sidecar = object["spec"]["template"]["spec"]["containers"][0];
+  sidecar["name"] = "admin";
+  sidecar["lifecycle"] = Json::parse(R"({"preStop": {"sleep": {"seconds": 20}}})");
+  object["spec"]["template"]["spec"]["containers"].push_back(sidecar);
+  apply_plan(object, plan(project(object), ctx), ctx.policy_name, kTime);
+  const Deployment written = project(object);
+  EXPECT_TRUE(written.containers[0].pre_stop.owned);
+  EXPECT_FALSE(written.containers[1].pre_stop.owned);  // the user's 20 s
+  EXPECT_FALSE(plan(written, ctx).changed());
+}
+
+TEST(Plan, OlderAppliedAnnotationIsStillRead) {
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["containers"][0]["lifecycle"] =
+      Json::parse(R"({"preStop": {"sleep": {"seconds": 15}}})");
+  object["metadata"]["annotations"]["gracekeeper.dev/applied"] =
+      R"({"policy":"p","preStop":15,"grace":55,"graceOwned":true,"propagation":10,)"
+      R"("containers":["checkout"],"time":"2026-11-30T00:00:00Z"})";
+  const Deployment d = project(object);
+  EXPECT_FALSE(d.applied->waits);
+  EXPECT_TRUE(d.containers[0].pre_stop.owned);
+}
+
+// Issue 18 item 9: a wait of 0 s is no hook at all, never `sleep 0`.
+TEST(Plan, AZeroWaitWritesNoHookAndRemovesGracekeepers) {
+  PolicySpec policy;
+  policy.pre_stop.min_seconds = 0;
+  auto ctx = context_for(policy, 0);
+  Json object = article_deployment();
+  auto result = plan(project(object), ctx);
+  EXPECT_EQ(result.budget.pre_stop_seconds, 0);
+  EXPECT_EQ(result.containers[0].action, ContainerPlan::Action::Keep);
+  EXPECT_FALSE(result.containers[0].gracekeeper_hook);
+  EXPECT_FALSE(has(codes(result.findings, Severity::Error), "NoPreStopWait"));
+  apply_plan(object, result, ctx.policy_name, kTime);
+  EXPECT_FALSE(object["spec"]["template"]["spec"]["containers"][0].contains("lifecycle"));
+  EXPECT_FALSE(plan(project(object), ctx).changed());
+
+  // gracekeeper's own 15 s hook goes when the wait falls to 0.
+  ctx.propagation_seconds = 10;
+  apply_plan(object, plan(project(object), ctx), ctx.policy_name, kTime);
+  ASSERT_TRUE(project(object).containers[0].pre_stop.owned);
+  ctx.propagation_seconds = 0;
+  auto removal = plan(project(object), ctx);
+  ASSERT_TRUE(removal.changed());
+  EXPECT_EQ(removal.containers[0].action, ContainerPlan::Action::Remove);
+  const Json configuration = apply_configuration(project(object), removal, ctx.policy_name, kTime);
+  EXPECT_FALSE(configuration["spec"]["template"]["spec"].contains("containers"));  // released
+  apply_plan(object, removal, ctx.policy_name, kTime);
+  EXPECT_FALSE(object["spec"]["template"]["spec"]["containers"][0].contains("lifecycle"));
+  EXPECT_FALSE(plan(project(object), ctx).changed());
+
+  // A user's hook is kept, even under Replace: there is no wait to replace it with.
+  policy.pre_stop.existing = ExistingHook::Replace;
+  object["spec"]["template"]["spec"]["containers"][0]["lifecycle"] =
+      Json::parse(R"({"preStop": {"exec": {"command": ["/drain.sh"]}}})");
+  EXPECT_EQ(plan(project(object), ctx).containers[0].action, ContainerPlan::Action::Keep);
+}
+
+// Issue 17 item 5: with maxUnavailable 0 the surge takes over the unavailable
+// budget the user had, so a rollout is no slower than it was.
+TEST(Plan, SurgeTakesOverTheUnavailableBudget) {
+  PolicySpec policy;  // rollout.maxSurge 1
+  auto ctx = context_for(policy, 10);
+  const auto strategy_for = [&](std::int64_t replicas, const char* strategy) {
+    Json object = article_deployment();
+    object["spec"]["replicas"] = replicas;
+    object["spec"]["strategy"] = Json::parse(strategy);
+    return plan(project(object), ctx).strategy;
+  };
+  // 40 replicas at 25%/25%: 10 could be unavailable, 10 surge: 10 surge now.
+  auto s = strategy_for(40, R"({"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})");
+  EXPECT_EQ(s.max_unavailable, (IntOrPercent{0, false}));
+  EXPECT_EQ(s.max_surge, (IntOrPercent{25, true}));
+  // The unavailable budget was the larger: it becomes the surge.
+  s = strategy_for(40, R"({"rollingUpdate": {"maxSurge": 2, "maxUnavailable": 8}})");
+  EXPECT_EQ(s.max_surge, (IntOrPercent{8, false}));
+  s = strategy_for(20, R"({"rollingUpdate": {"maxSurge": 0, "maxUnavailable": "50%"}})");
+  EXPECT_EQ(s.max_surge, (IntOrPercent{50, true}));
+  // Small Deployments: the policy's 1 (a tie keeps the policy's value).
+  s = strategy_for(3, R"({"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})");
+  EXPECT_EQ(s.max_surge, (IntOrPercent{1, false}));
+  // At least 1, even when every figure resolves to 0.
+  policy.rollout.max_surge = IntOrPercent{10, true};
+  s = strategy_for(2, R"({"rollingUpdate": {"maxSurge": 0, "maxUnavailable": "10%"}})");
+  EXPECT_EQ(s.max_surge, (IntOrPercent{10, true}));
+  s = strategy_for(0, R"({"rollingUpdate": {"maxSurge": 0, "maxUnavailable": "10%"}})");
+  EXPECT_EQ(s.max_surge, (IntOrPercent{1, false}));
+}
+
+TEST(Plan, StatefulSetGetsWaitAndGraceButNoStrategy) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["kind"] = "StatefulSet";
+  object["spec"]["updateStrategy"] = Json::parse(R"({"type": "RollingUpdate"})");
+  const Deployment d = project(object);
+  EXPECT_EQ(d.kind, "StatefulSet");
+  auto result = plan(d, ctx);
+  EXPECT_FALSE(result.manage_strategy);
+  EXPECT_FALSE(has(codes(result.findings, Severity::Error), "CapacityDropOnRollout"));
+  EXPECT_EQ(result.containers[0].action, ContainerPlan::Action::SetSleep);
+  EXPECT_EQ(result.grace_seconds, 55);
+  apply_plan(object, result, ctx.policy_name, kTime);
+  EXPECT_FALSE(object["spec"].contains("strategy"));
+  EXPECT_FALSE(plan(project(object), ctx).changed());
+}
+
 // Property tests: random Deployments and policies; the invariants of API.md hold for every one.
 struct Generated {
   PolicySpec policy;
@@ -386,6 +651,12 @@ Generated generate(std::mt19937_64& rng) {
     if (pick(0, 1)) c.erase("ports");
     pod["containers"].push_back(c);
   }
+  if (pick(0, 2) == 0) {  // a native sidecar, serving or not, with or without its own sleep
+    Json sidecar{{"name", "proxy"}, {"image", "proxy:1"}, {"restartPolicy", "Always"}};
+    if (pick(0, 1)) sidecar["ports"] = Json::parse(R"([{"containerPort": 15001}])");
+    if (pick(0, 1)) sidecar["lifecycle"] = {{"preStop", {{"sleep", {{"seconds", pick(0, 30)}}}}}};
+    pod["initContainers"] = Json::array({sidecar});
+  }
   for (auto& c : pod["containers"]) {
     switch (pick(0, 5)) {
       case 0:
@@ -419,8 +690,10 @@ TEST(PlanProperties, BudgetInvariantsHoldForGeneratedInputs) {
     EXPECT_GE(b.pre_stop_seconds, g.policy.pre_stop.min_seconds);
     EXPECT_LE(b.pre_stop_seconds, g.policy.pre_stop.max_seconds);
     for (const auto& cp : result.containers) {
-      EXPECT_LE(cp.pre_stop_seconds + b.drain_seconds + b.sidecar_drain_seconds + b.reserve_seconds,
+      EXPECT_LE(cp.pre_stop_seconds + b.drain_seconds + b.sidecar_pre_stop_seconds +
+                    b.sidecar_drain_seconds + b.reserve_seconds,
                 result.grace_seconds);
+      EXPECT_NE(cp.name, "proxy");  // a native sidecar never gets the wait
     }
     // A larger user grace is never lowered (our own earlier grace may be).
     if (!before.applied) {
@@ -439,9 +712,17 @@ TEST(PlanProperties, BudgetInvariantsHoldForGeneratedInputs) {
         EXPECT_EQ(old_hook.seconds, new_hook.seconds);
       }
     }
-    // After the plan, check finds no error, and planning again is a no-op.
+    // After the plan, check finds no error but a user's too-short hook that
+    // is kept (existing: Keep), and planning again is a no-op.
     const Plan second = plan(applied, ctx);
-    EXPECT_TRUE(codes(second.findings, Severity::Error).empty());
+    for (const auto& f : second.findings) {
+      if (f.severity != Severity::Error) continue;
+      const auto kept = std::find_if(result.containers.begin(), result.containers.end(),
+                                     [&](const auto& cp) { return cp.name == f.container; });
+      EXPECT_TRUE(f.code == "PreStopTooShort" && kept != result.containers.end() &&
+                  kept->user_hook_kept)
+          << f.code << " " << f.container << " " << f.message;
+    }
     EXPECT_FALSE(second.changed());
     if (HasFailure()) {
       for (const auto& f : second.findings)

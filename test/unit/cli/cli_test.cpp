@@ -16,6 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Result {
   int code = 0;
@@ -501,7 +502,116 @@ TEST_F(CliTest, NamedButAbsentPolicyLeavesTheDeploymentUnchanged) {
   EXPECT_THAT(r.err, HasSubstr("PolicyNotFound: no ShutdownPolicy named \"strict\""));
   EXPECT_THAT(r.err, HasSubstr("0 Deployment(s) changed"));
   auto checked = run({"check", "-f", file});
-  EXPECT_THAT(checked.out, HasSubstr("warning PolicyNotFound"));
+  EXPECT_EQ(checked.code, 1);  // not evaluated: never a silent pass
+  EXPECT_THAT(checked.out, HasSubstr("error PolicyNotFound"));
+}
+
+// Issue 18 item 6: `check` with no policy it can choose exits 1 naming why;
+// `plan` leaves the Deployment as it is.
+TEST_F(CliTest, CheckWithNoChoosablePolicyExitsOne) {
+  const std::string misspelt =
+      with(kArticle, "    gracekeeper.dev/enabled: \"true\"\n",
+           "    gracekeeper.dev/enabled: \"true\"\n    gracekeeper.dev/policy: defualt\n");
+  const std::string second =
+      std::string(kPolicy).replace(std::string(kPolicy).find("default"), 7, "second");
+  const std::string other_selector =
+      with(kPolicy, "spec:\n", "spec:\n  selector: {matchLabels: {tier: batch}}\n");
+  struct Case {
+    std::string name, text, code;
+  };
+  for (const auto& c :
+       {Case{"misspelt", std::string(kPolicy) + "---\n" + misspelt, "PolicyNotFound"},
+        Case{"ambiguous", std::string(kPolicy) + "---\n" + second + "---\n" + kArticle,
+             "AmbiguousPolicy"},
+        Case{"none", other_selector + "---\n" + kArticle, "NoMatchingPolicy"}}) {
+    SCOPED_TRACE(c.name);
+    const auto file = write(c.name + ".yaml", c.text);
+    auto checked = run({"check", "-f", file});
+    EXPECT_EQ(checked.code, 1) << checked.out << checked.err;
+    EXPECT_THAT(checked.out, HasSubstr("error " + c.code + ": Deployment shop-prod/checkout"));
+    EXPECT_THAT(checked.err, HasSubstr("1 error(s)"));
+    auto planned = run({"plan", "-f", file});
+    EXPECT_EQ(planned.code, 0);
+    EXPECT_EQ(planned.out, c.text);
+    EXPECT_THAT(planned.err, HasSubstr(c.code));
+    EXPECT_THAT(planned.err, HasSubstr("0 Deployment(s) changed"));
+  }
+}
+
+// Issue 18 item 12: an opted-in StatefulSet gets its wait and grace (no
+// strategy: it replaces one pod at a time); a DaemonSet is reported, not governed.
+TEST_F(CliTest, StatefulSetsArePlannedAndDaemonSetsReported) {
+  const std::string sts = with(kArticle, "kind: Deployment", "kind: StatefulSet");
+  const auto file = write("sts.yaml", sts);
+  auto checked = run({"check", "-f", file});
+  EXPECT_EQ(checked.code, 1);
+  EXPECT_THAT(checked.out, HasSubstr("error NoPreStopWait: StatefulSet shop-prod/checkout"));
+  EXPECT_THAT(checked.out, Not(HasSubstr("CapacityDropOnRollout")));
+  auto planned = run({"plan", "-f", file});
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  EXPECT_THAT(planned.err, HasSubstr("StatefulSet shop-prod/checkout (policy (defaults)):"));
+  EXPECT_THAT(planned.out, HasSubstr("seconds: 15"));
+  EXPECT_THAT(planned.out, HasSubstr("terminationGracePeriodSeconds: 55"));
+  EXPECT_THAT(planned.out, Not(HasSubstr("maxUnavailable")));
+  const auto planned_file = write("sts-planned.yaml", planned.out);
+  EXPECT_EQ(run({"check", "-f", planned_file}).code, 0);
+
+  const std::string ds = with(kArticle, "kind: Deployment", "kind: DaemonSet");
+  const auto ds_file = write("ds.yaml", ds);
+  auto reported = run({"check", "-f", ds_file, "-o", "json"});
+  EXPECT_EQ(reported.code, 0) << reported.err;
+  auto findings = nlohmann::json::parse(reported.out);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0]["code"], "UnsupportedKind");
+  EXPECT_EQ(findings[0]["severity"], "info");
+  EXPECT_EQ(findings[0]["object"]["kind"], "DaemonSet");
+  auto untouched = run({"plan", "-f", ds_file});
+  EXPECT_EQ(untouched.out, ds);
+  EXPECT_THAT(untouched.err, HasSubstr("UnsupportedKind"));
+
+  // Not opted in: neither is mentioned.
+  const std::string quiet = with(ds, "    gracekeeper.dev/enabled: \"true\"\n", "");
+  auto silent = run({"check", "-f", write("quiet.yaml", quiet)});
+  EXPECT_EQ(silent.code, 0);
+  EXPECT_EQ(silent.out, "");
+}
+
+// Issue 18 item 4: a user's short hook kept under existing: Keep is an error
+// in `check`, and `plan` says it could not fix it.
+TEST_F(CliTest, KeptUserHookThatIsTooShortFailsCheck) {
+  const std::string hook =
+      "        lifecycle:\n          preStop:\n            sleep: {seconds: 1}\n";
+  const auto file = write(
+      "short.yaml", with(kArticle, "        readinessProbe:", hook + "        readinessProbe:"));
+  auto planned = run({"plan", "-f", file});
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  EXPECT_THAT(planned.err, HasSubstr("PreStopTooShort: preStop waits 1s"));
+  EXPECT_THAT(planned.err, HasSubstr("raise its sleep to 15s"));
+  auto checked = run({"check", "-f", write("planned.yaml", planned.out)});
+  EXPECT_EQ(checked.code, 1);
+  EXPECT_THAT(checked.out, HasSubstr("error PreStopTooShort"));
+}
+
+// Issue 18 item 2: a native sidecar is read and left alone; the app gets the wait.
+TEST_F(CliTest, NativeSidecarsAreBudgetedNotGivenTheWait) {
+  const std::string sidecar =
+      "      initContainers:\n"
+      "      - name: proxy\n"
+      "        image: proxy:1\n"
+      "        restartPolicy: Always\n"
+      "        ports:\n"
+      "        - containerPort: 15001\n"
+      "        lifecycle:\n"
+      "          preStop:\n"
+      "            sleep: {seconds: 5}\n";
+  const auto file =
+      write("sidecar.yaml", with(kArticle, "      containers:\n", sidecar + "      containers:\n"));
+  auto planned = run({"plan", "-f", file});
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  EXPECT_THAT(planned.err, HasSubstr("containers[checkout].preStop: none -> sleep 15s"));
+  EXPECT_THAT(planned.err, Not(HasSubstr("containers[proxy]")));
+  EXPECT_THAT(planned.err, HasSubstr("terminationGracePeriodSeconds: 30s -> 60s"));  // + 5
+  EXPECT_EQ(run({"check", "-f", write("planned.yaml", planned.out)}).code, 0);
 }
 
 // A List inside a List: its Deployments are planned, not skipped.
