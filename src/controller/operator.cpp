@@ -88,7 +88,7 @@ class Operator {
         deployments_(client_, kube::resources::deployments, deployment_informer_options(),
                      &controller::project_deployment),
         policies_(client_, shutdown_policies, informer_options(), &controller::project_policy),
-        services_(client_, controller::services, service_informer_options(),
+        services_(client_, kube::resources::services, service_informer_options(),
                   &controller::project_service),
         deployment_queue_(io.get_executor()),
         policy_queue_(io.get_executor()),

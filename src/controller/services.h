@@ -12,8 +12,6 @@
 
 namespace gracekeeper::controller {
 
-inline const kube::Resource services{"", "v1", "services", true};
-
 // A Service that selects pods. The EndpointSlice controller gives endpoints
 // only to a Service with a selector that is not of type ExternalName, and
 // then to every pod whose labels carry all of the selector's pairs, whatever

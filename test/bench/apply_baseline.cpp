@@ -101,6 +101,20 @@ int populate(asio::io_context& io, kube::Client& client, int n, int r) {
                    made.error().format().c_str());
       return 1;
     }
+    // One Service selecting every Deployment of the namespace: pods no
+    // Service selects get no preStop wait (the peer does not look).
+    json service = {{"apiVersion", "v1"},
+                    {"kind", "Service"},
+                    {"metadata", {{"name", "bench"}, {"namespace", ns_name(k)}}},
+                    {"spec",
+                     {{"selector", {{"app.kubernetes.io/part-of", "bench-suite"}}},
+                      {"ports", {{{"port", 80}, {"targetPort", 8080}}}}}}};
+    auto s = drive(io, client.create(kube::resources::services, ns_name(k), service));
+    if (!s && s.error().reason != kube::ApiError::Reason::AlreadyExists) {
+      std::fprintf(stderr, "apply_baseline: service in %s: %s\n", ns_name(k).c_str(),
+                   s.error().format().c_str());
+      return 1;
+    }
     auto p = drive(io, client.create(shutdown_policies, ns_name(k), policy(k)));
     if (!p && p.error().reason != kube::ApiError::Reason::AlreadyExists) {
       std::fprintf(stderr, "apply_baseline: policy in %s: %s\n", ns_name(k).c_str(),

@@ -55,6 +55,7 @@ namespace resources {
 inline const Resource namespaces{"", "v1", "namespaces", false};
 inline const Resource config_maps{"", "v1", "configmaps", true};
 inline const Resource pods{"", "v1", "pods", true};
+inline const Resource services{"", "v1", "services", true};
 inline const Resource events{"", "v1", "events", true};
 inline const Resource deployments{"apps", "v1", "deployments", true};
 inline const Resource leases{"coordination.k8s.io", "v1", "leases", true};

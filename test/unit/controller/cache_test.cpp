@@ -95,6 +95,11 @@ nlohmann::json rich_deployment() {
         "metadata": {"labels": {"app.kubernetes.io/name": "web"}},
         "spec": {
           "terminationGracePeriodSeconds": 45, "serviceAccountName": "web",
+          "initContainers": [
+            {"name": "migrate", "image": "migrate:1", "command": ["/migrate"]},
+            {"name": "mesh", "image": "mesh:1", "restartPolicy": "Always",
+             "ports": [{"containerPort": 15001}], "env": [{"name": "X", "value": "y"}],
+             "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}],
           "containers": [
             {"name": "app", "image": "app:1", "command": ["/app"], "args": ["--port=8080"],
              "ports": [{"name": "http", "containerPort": 8080}],
@@ -146,6 +151,11 @@ TEST(Cache, KeepsEveryFieldTheBudgetEngineReads) {
   const nlohmann::json rich = rich_deployment();
   expect_same_projection(rich, "as it is");
   ASSERT_TRUE(budget::project_deployment(budget::Json(rich)));
+  // The native sidecar is kept, and read from the cache as one.
+  const auto cached = project_deployment(rich)->project();
+  ASSERT_TRUE(cached);
+  EXPECT_TRUE(std::ranges::any_of(cached->containers,
+                                  [](const auto& c) { return c.name == "mesh" && c.sidecar; }));
 
   std::set<std::string> paths;
   const nlohmann::json flat = rich.flatten();
@@ -196,7 +206,7 @@ TEST(Cache, KeepsLittleOfABigDeployment) {
   auto projected = d->project();
   ASSERT_TRUE(projected);
   EXPECT_EQ(projected->labels.at("team"), "payments");
-  EXPECT_EQ(projected->containers.size(), 3u);
+  EXPECT_EQ(projected->containers.size(), 4u);  // three containers and the native sidecar
   ASSERT_TRUE(projected->applied);
   EXPECT_EQ(projected->applied->grace_seconds, 45);
 }
