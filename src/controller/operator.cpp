@@ -20,6 +20,7 @@
 #include <csignal>
 #include <map>
 #include <random>
+#include <set>
 
 #include "cache.h"
 #include "deployment_reconciler.h"
@@ -31,6 +32,7 @@
 #include "policy_reconciler.h"
 #include "ports.h"
 #include "services.h"
+#include "statefulsets.h"
 
 namespace gracekeeper::controller {
 namespace {
@@ -90,6 +92,8 @@ class Operator {
         policies_(client_, shutdown_policies, informer_options(), &controller::project_policy),
         services_(client_, kube::resources::services, service_informer_options(),
                   &controller::project_service),
+        statefulsets_(client_, statefulsets, statefulset_informer_options(),
+                      &controller::project_statefulset),
         deployment_queue_(io.get_executor()),
         policy_queue_(io.get_executor()),
         events_(io.get_executor(), client_, recorder_options()),
@@ -156,6 +160,12 @@ class Operator {
     o.fields = service_fields();
     return o;
   }
+  kube::InformerOptions statefulset_informer_options() const {
+    kube::InformerOptions o = informer_options();
+    o.fields = statefulset_fields();
+    o.wanted = opted_in;  // of the others, only the metadata is built
+    return o;
+  }
   kube::EventRecorderOptions recorder_options() const {
     kube::EventRecorderOptions o;
     o.reporting_instance = identity();
@@ -187,8 +197,13 @@ class Operator {
     deployments_.add_handlers(rules_.deployment_handlers());
     policies_.add_handlers(rules_.policy_handlers());
     services_.add_handlers(rules_.service_handlers());
+    auto statefulset_changed = [this](const std::string& key) { report_statefulset(key); };
+    statefulsets_.add_handlers(
+        {statefulset_changed, statefulset_changed,
+         [this](const std::string& key) { statefulsets_reported_.erase(key); }});
     asio::co_spawn(io_, policies_.run(), asio::detached);
     asio::co_spawn(io_, services_.run(), asio::detached);
+    asio::co_spawn(io_, statefulsets_.run(), asio::detached);
     asio::co_spawn(io_, deployments_.run(), asio::detached);
     asio::co_spawn(io_, publish_metrics(), asio::detached);
     asio::co_spawn(io_, when_synced(), asio::detached);
@@ -305,6 +320,10 @@ class Operator {
         for (const auto& e : page->value("items", nlohmann::json::array())) {
           if (e.value("reportingController", "") != "gracekeeper.dev/operator") continue;
           const auto& regarding = e.value("regarding", nlohmann::json::object());
+          if (regarding.value("kind", "") == "StatefulSet") {
+            statefulsets_reported_.insert(regarding.value("namespace", "") + "/" +
+                                          regarding.value("name", ""));
+          }
           if (regarding.value("kind", "") != "Deployment") continue;
           reported.emplace(regarding.value("namespace", "") + "/" + regarding.value("name", ""),
                            e.value("reason", "") + '\x1f' + e.value("note", ""));
@@ -318,9 +337,24 @@ class Operator {
     deployment_reconciler_.ledger().seed(reported);
   }
 
+  // An opted-in StatefulSet is reported once (statefulsets.h), by the
+  // leader, after the Events reported before a restart are known.
+  void report_statefulset(const std::string& key) {
+    if (!workers_started_ || statefulsets_reported_.contains(key)) return;
+    const auto cached = statefulsets_.store().get(key);
+    if (!cached) return;
+    statefulsets_reported_.insert(key);
+    const auto [ns, name] = split_key(key);
+    kube::EventRecord e = unsupported_statefulset_event();
+    e.regarding = kube::ObjectRef{"apps/v1", "StatefulSet", ns, name, cached->uid};
+    metrics_.count_event(to_string(e.type), e.reason);
+    event_sink_->record(std::move(e));
+  }
+
   void start_workers() {
     if (workers_started_ || shutting_down_) return;
     workers_started_ = true;
+    for (const auto& key : statefulsets_.store().keys()) report_statefulset(key);
     deployment_queue_.run_workers(std::max<std::size_t>(options_.workers, 1),
                                   [this](std::string key) { return timed(true, std::move(key)); });
     policy_queue_.run_workers(kPolicyWorkers,
@@ -368,6 +402,7 @@ class Operator {
       metrics_.update_informer("deployments", deployments_.counters());
       metrics_.update_informer("shutdownpolicies", policies_.counters());
       metrics_.update_informer("services", services_.counters());
+      metrics_.update_informer("statefulsets", statefulsets_.counters());
       metrics_.set_queue_depth("deployment", deployment_queue_.core().len());
       metrics_.set_queue_depth("shutdownpolicy", policy_queue_.core().len());
       return_memory_after_a_burst();
@@ -424,6 +459,7 @@ class Operator {
     deployments_.stop();
     policies_.stop();
     services_.stop();
+    statefulsets_.stop();
     for (auto& server : http_) server->stop();
     log::info(
         "stopped",
@@ -453,6 +489,8 @@ class Operator {
   kube::Informer<CachedDeployment> deployments_;
   kube::Informer<CachedPolicy> policies_;
   kube::Informer<CachedService> services_;
+  kube::Informer<CachedStatefulSet> statefulsets_;
+  std::set<std::string> statefulsets_reported_;  // "ns/name"
   kube::AsyncWorkQueue deployment_queue_;
   kube::AsyncWorkQueue policy_queue_;
   kube::EventRecorder events_;

@@ -107,7 +107,8 @@ int populate(asio::io_context& io, kube::Client& client, int n, int r) {
                     {"kind", "Service"},
                     {"metadata", {{"name", "bench"}, {"namespace", ns_name(k)}}},
                     {"spec",
-                     {{"selector", {{"app.kubernetes.io/part-of", "bench-suite"}}},
+                     {{"clusterIP", "None"},  // headless: no address to allocate
+                      {"selector", {{"app.kubernetes.io/part-of", "bench-suite"}}},
                       {"ports", {{{"port", 80}, {"targetPort", 8080}}}}}}};
     auto s = drive(io, client.create(kube::resources::services, ns_name(k), service));
     if (!s && s.error().reason != kube::ApiError::Reason::AlreadyExists) {

@@ -118,10 +118,11 @@ defaults = {
     "spec.propagation.externalLoadBalancer.healthCheckIntervalSeconds": 10,
     "spec.propagation.externalLoadBalancer.unhealthyThreshold": 2,
     "spec.preStop": {}, "spec.preStop.minSeconds": 5, "spec.preStop.maxSeconds": 60,
-    "spec.preStop.action": "Auto", "spec.preStop.existing": "Keep",
+    "spec.preStop.action": "Auto", "spec.preStop.existing": "Keep", "spec.preStop.withoutService": "Skip",
     "spec.drainSeconds": 30, "spec.sidecarDrainSeconds": 0, "spec.reserveSeconds": 10,
     "spec.rollout": {}, "spec.rollout.manage": True, "spec.rollout.maxSurge": 1,
     "spec.changes": {}, "spec.changes.minIntervalSeconds": 3600, "spec.changes.decreaseThresholdSeconds": 2,
+    "spec.changes.maxConcurrentRollouts": "10%",
 }
 bad = [f"{p}={node(p).get('default', '<none>')!r} (want {d!r})" for p, d in defaults.items()
        if node(p).get("default", "<none>") != d or type(node(p).get("default")) is not type(d)]
@@ -442,19 +443,19 @@ policy() {  # NAME SPEC_JSON: a ShutdownPolicy object as JSON (SPEC_JSON "" = no
 expect_spec default '{
   "mode":"Enforce","selector":{},
   "propagation":{"source":"Static","staticSeconds":4,"quantile":0.99,"safetyFactor":1.5},
-  "preStop":{"minSeconds":5,"maxSeconds":60,"action":"Auto","existing":"Keep"},
+  "preStop":{"minSeconds":5,"maxSeconds":60,"action":"Auto","existing":"Keep","withoutService":"Skip"},
   "drainSeconds":30,"sidecarDrainSeconds":0,"reserveSeconds":10,
   "rollout":{"manage":true,"maxSurge":1},
-  "changes":{"minIntervalSeconds":3600,"decreaseThresholdSeconds":2}}' \
+  "changes":{"minIntervalSeconds":3600,"decreaseThresholdSeconds":2,"maxConcurrentRollouts":"10%"}}' \
   "sample policy stored with quantile 0.99 defaulted and no externalLoadBalancer"
 
 FULL_DEFAULTS='{
   "mode":"Enforce","selector":{},
   "propagation":{"source":"Static","staticSeconds":10,"quantile":0.99,"safetyFactor":1.5},
-  "preStop":{"minSeconds":5,"maxSeconds":60,"action":"Auto","existing":"Keep"},
+  "preStop":{"minSeconds":5,"maxSeconds":60,"action":"Auto","existing":"Keep","withoutService":"Skip"},
   "drainSeconds":30,"sidecarDrainSeconds":0,"reserveSeconds":10,
   "rollout":{"manage":true,"maxSurge":1},
-  "changes":{"minIntervalSeconds":3600,"decreaseThresholdSeconds":2}}'
+  "changes":{"minIntervalSeconds":3600,"decreaseThresholdSeconds":2,"maxConcurrentRollouts":"10%"}}'
 if policy crd-test-empty "" | create; then
   expect_spec crd-test-empty "$FULL_DEFAULTS" "a policy without spec gets every default of API.md"
 else not_ok "a policy without spec is accepted"; fi
@@ -549,6 +550,9 @@ expect_reject "changes.minIntervalSeconds 604801" "should be less than or equal 
 expect_reject "maxSurge 0" "maxSurge must be an integer >= 1 or a percentage from 1% to 100%, got 0" '{"rollout":{"maxSurge":0}}'
 expect_reject 'maxSurge "0%"' "maxSurge must be an integer >= 1 or a percentage from 1% to 100%, got 0%" '{"rollout":{"maxSurge":"0%"}}'
 expect_reject 'maxSurge "abc"' "maxSurge must be an integer >= 1 or a percentage from 1% to 100%, got abc" '{"rollout":{"maxSurge":"abc"}}'
+expect_reject "maxConcurrentRollouts 0" "maxConcurrentRollouts must be an integer >= 1 or a percentage from 1% to 100%, got 0" '{"changes":{"maxConcurrentRollouts":0}}'
+expect_reject 'maxConcurrentRollouts "0%"' "maxConcurrentRollouts must be an integer >= 1 or a percentage from 1% to 100%, got 0%" '{"changes":{"maxConcurrentRollouts":"0%"}}'
+expect_reject 'withoutService "Maybe"' 'Unsupported value: "Maybe"' '{"preStop":{"withoutService":"Maybe"}}'
 expect_reject 'maxSurge "101%"' "maxSurge must be an integer >= 1 or a percentage from 1% to 100%, got 101%" '{"rollout":{"maxSurge":"101%"}}'
 expect_reject "source Prometheus without queries" "source Prometheus requires at least one query" \
   '{"propagation":{"source":"Prometheus"}}'

@@ -227,6 +227,18 @@ k create service clusterip batch -n op-svc --tcp=80:8080 -o json --dry-run=clien
 wait_for 10 settings_are op-svc batch "6 46 0 1" && ok "a Service that selects the pods arrives: the wait follows" \
   || not_ok "after the Service: settings '$(settings op-svc batch)', want '6 46 0 1'"
 
+k create -f - >/dev/null <<'JSON'
+{"apiVersion":"apps/v1","kind":"StatefulSet",
+ "metadata":{"name":"db","namespace":"op-svc","annotations":{"gracekeeper.dev/enabled":"true"}},
+ "spec":{"serviceName":"db","replicas":1,"selector":{"matchLabels":{"app":"db"}},
+  "template":{"metadata":{"labels":{"app":"db"}},"spec":{"containers":[{"name":"db","image":"db:1"}]}}}}
+JSON
+sts_event() { k get events.events.k8s.io -n op-svc -o json | jq -r '[.items[] | select(.regarding.kind == "StatefulSet" and .regarding.name == "db") | .reason] | join(",")'; }
+wait_for 10 bash -c "$(declare -f k sts_event); [ \"\$(sts_event)\" = UnsupportedKind ]" \
+  && ok "an opted-in StatefulSet gets one UnsupportedKind Event" || not_ok "StatefulSet events: '$(sts_event)'"
+expect "... and is not written (no managedFields entry of gracekeeper)" \
+  "$(k get statefulset -n op-svc db -o json --show-managed-fields | jq '[.metadata.managedFields[].manager] | index("gracekeeper")')" null
+
 # ------------------------------------------------------------- re-tunes are spread
 # This control plane has no Deployment controller: the test plays it, writing
 # each Deployment's status through the status subresource. Three tuned

@@ -95,7 +95,7 @@ cannot() { local a; a=$(can_i "$@"); [ "$a" = no ] && ok "cannot $*" || not_ok "
 can get /version
 for v in get list watch patch; do can "$v" deployments.apps --all-namespaces; can "$v" deployments.apps -n shop-prod; done
 for v in get list watch; do can "$v" shutdownpolicies.gracekeeper.dev --all-namespaces; done
-for v in list watch; do can "$v" services --all-namespaces; done
+for v in list watch; do can "$v" services --all-namespaces; can "$v" statefulsets.apps --all-namespaces; done
 can update shutdownpolicies.gracekeeper.dev --subresource=status -n shop-prod
 can patch shutdownpolicies.gracekeeper.dev --subresource=status -n shop-prod
 for v in create patch; do can "$v" events.events.k8s.io -n shop-prod; done
@@ -116,7 +116,7 @@ for v in get create update patch delete; do cannot "$v" services -n shop-prod; d
 cannot create jobs.batch -n shop-prod
 cannot list jobs.batch --all-namespaces
 cannot patch replicasets.apps -n shop-prod
-cannot patch statefulsets.apps -n shop-prod
+for v in get create update patch delete; do cannot "$v" statefulsets.apps -n shop-prod; done
 cannot create events -n shop-prod            # core/v1 events: the operator writes events.k8s.io/v1 only
 cannot watch events.events.k8s.io --all-namespaces
 cannot delete events.events.k8s.io -n shop-prod
@@ -134,7 +134,7 @@ cannot '*' '*' -n "$NS"
 # the operator's namespace: the rules above plus what every authenticated user
 # has (self-reviews, cluster trust bundles); non-resource URLs left out.
 rules=$(k auth can-i --as "$SA" --list -n "$NS" --no-headers 2>/dev/null | awk '$1 !~ /^\[/ {print $1}' | LC_ALL=C sort -u | tr '\n' ' ')
-want=$(printf '%s\n' deployments.apps services shutdownpolicies.gracekeeper.dev shutdownpolicies.gracekeeper.dev/status \
+want=$(printf '%s\n' deployments.apps statefulsets.apps services shutdownpolicies.gracekeeper.dev shutdownpolicies.gracekeeper.dev/status \
   events.events.k8s.io leases.coordination.k8s.io selfsubjectreviews.authentication.k8s.io \
   selfsubjectaccessreviews.authorization.k8s.io selfsubjectrulesreviews.authorization.k8s.io \
   clustertrustbundles.certificates.k8s.io | LC_ALL=C sort -u | tr '\n' ' ')
