@@ -117,6 +117,8 @@ defaults = {
     "spec.propagation.quantile": 0.99, "spec.propagation.safetyFactor": 1.5,
     "spec.propagation.externalLoadBalancer.healthCheckIntervalSeconds": 10,
     "spec.propagation.externalLoadBalancer.unhealthyThreshold": 2,
+    "spec.propagation.observed.windowSeconds": 3600, "spec.propagation.observed.minSamples": 20,
+    "spec.propagation.observed.consumerSyncSeconds": 1,
     "spec.preStop": {}, "spec.preStop.minSeconds": 5, "spec.preStop.maxSeconds": 60,
     "spec.preStop.action": "Auto", "spec.preStop.existing": "Keep",
     "spec.drainSeconds": 30, "spec.sidecarDrainSeconds": 0, "spec.reserveSeconds": 10,
@@ -133,6 +135,8 @@ bad = [p for p, d in defaults.items() if not isinstance(d, dict)
 check(not bad, "every defaulted field's description ends with its default", ", ".join(bad))
 check("default" not in node("spec.propagation.externalLoadBalancer"),
       "externalLoadBalancer has no default (only its fields default when it is given)")
+check("default" not in node("spec.propagation.observed"),
+      "propagation.observed has no default (a stored policy stays as it was; the operator defaults it)")
 
 # --- bounds shared with the operator's validation
 bounds = {  # path: (type, minimum, maximum, exclusive)
@@ -147,6 +151,9 @@ bounds = {  # path: (type, minimum, maximum, exclusive)
     "spec.propagation.externalLoadBalancer.healthCheckIntervalSeconds": ("integer", 1, 3600, False),
     "spec.propagation.externalLoadBalancer.unhealthyThreshold": ("integer", 1, 100, False),
     "spec.changes.minIntervalSeconds": ("integer", 0, 604800, False),
+    "spec.propagation.observed.windowSeconds": ("integer", 60, 86400, False),
+    "spec.propagation.observed.minSamples": ("integer", 1, 10000, False),
+    "spec.propagation.observed.consumerSyncSeconds": ("number", 0, 3600, False),
     "spec.changes.decreaseThresholdSeconds": ("integer", 0, 3600, False),
 }
 bad = []
