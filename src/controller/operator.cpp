@@ -30,6 +30,7 @@
 #include "handlers.h"
 #include "policy_reconciler.h"
 #include "ports.h"
+#include "termination_audit.h"
 
 namespace gracekeeper::controller {
 namespace {
@@ -87,6 +88,8 @@ class Operator {
         deployments_(client_, kube::resources::deployments, deployment_informer_options(),
                      &controller::project_deployment),
         policies_(client_, shutdown_policies, informer_options(), &controller::project_policy),
+        slices_(client_, endpoint_slices, slice_informer_options(),
+                [this](const nlohmann::json& o) { return observe_slice(o); }),
         deployment_queue_(io.get_executor()),
         policy_queue_(io.get_executor()),
         events_(io.get_executor(), client_, recorder_options()),
@@ -95,7 +98,7 @@ class Operator {
         deployment_writer_(kube_deployment_writer(client_)),
         status_writer_(kube_status_writer(client_)),
         event_sink_(recorder_sink(events_)),
-        meter_(propagation_meter(prometheus_.get())),
+        meter_(propagation_meter(prometheus_.get(), &samples_)),
         rules_(deployments_.store(), policies_.store(), deployment_queue_, policy_queue_),
         deployment_reconciler_(
             {deployments_.store(), policies_.store(), propagation_, *deployment_writer_,
@@ -105,7 +108,13 @@ class Operator {
                             *status_writer_, *clock_, metrics_, deployment_reconciler_,
                             [this](const std::string& ns) { rules_.enqueue_namespace(ns); },
                             [this] { return deployments_settled(); }},
-                           {options_.propagation_refresh}) {}
+                           {options_.propagation_refresh}),
+        audit_({deployments_.store(), policies_.store(), propagation_, deployment_reconciler_,
+                samples_, terminations_, *event_sink_, metrics_,
+                [this](const std::string& policy_key) { policy_queue_.add(policy_key); },
+                [this] { return workers_started_; }}) {
+    policy_reconciler_.set_terminations(&terminations_);
+  }
 
   int run() {
     asio::signal_set signals(io_, SIGINT, SIGTERM);
@@ -148,6 +157,18 @@ class Operator {
     o.wanted = opted_in;             // of the others, only the metadata is built
     return o;
   }
+  // EndpointSlices: only the endpoints' pod names and conditions are built.
+  kube::InformerOptions slice_informer_options() const {
+    kube::InformerOptions o = informer_options();
+    o.fields = endpoint_slice_fields();
+    return o;
+  }
+  // The projection of an EndpointSlice, against the version cached now:
+  // samples of source Observed and the termination audit (termination_audit.h).
+  std::optional<CachedSlice> observe_slice(const nlohmann::json& object) {
+    const auto before = slices_.get(kube::object_key(object));
+    return audit_.observe(object, before.get(), clock_->now());
+  }
   kube::EventRecorderOptions recorder_options() const {
     kube::EventRecorderOptions o;
     o.reporting_instance = identity();
@@ -180,6 +201,7 @@ class Operator {
     policies_.add_handlers(rules_.policy_handlers());
     asio::co_spawn(io_, policies_.run(), asio::detached);
     asio::co_spawn(io_, deployments_.run(), asio::detached);
+    asio::co_spawn(io_, slices_.run(), asio::detached);
     asio::co_spawn(io_, publish_metrics(), asio::detached);
     asio::co_spawn(io_, when_synced(), asio::detached);
     // Work starts once the policies are known, while the Deployments are
@@ -353,6 +375,8 @@ class Operator {
     while (!shutting_down_) {
       metrics_.update_informer("deployments", deployments_.counters());
       metrics_.update_informer("shutdownpolicies", policies_.counters());
+      metrics_.update_informer("endpointslices", slices_.counters());
+      samples_.prune(clock_->now());
       metrics_.set_queue_depth("deployment", deployment_queue_.core().len());
       metrics_.set_queue_depth("shutdownpolicy", policy_queue_.core().len());
       return_memory_after_a_burst();
@@ -408,6 +432,7 @@ class Operator {
     }
     deployments_.stop();
     policies_.stop();
+    slices_.stop();
     for (auto& server : http_) server->stop();
     log::info(
         "stopped",
@@ -436,12 +461,15 @@ class Operator {
   kube::Client client_;
   kube::Informer<CachedDeployment> deployments_;
   kube::Informer<CachedPolicy> policies_;
+  kube::Informer<CachedSlice> slices_;
   kube::AsyncWorkQueue deployment_queue_;
   kube::AsyncWorkQueue policy_queue_;
   kube::EventRecorder events_;
   server::Metrics metrics_;
   std::unique_ptr<propagation::Prometheus> prometheus_;
   PropagationBook propagation_;
+  propagation::SampleBook samples_;
+  TerminationBook terminations_;
   std::unique_ptr<Clock> clock_;
   std::unique_ptr<DeploymentWriter> deployment_writer_;
   std::unique_ptr<StatusWriter> status_writer_;
@@ -450,6 +478,7 @@ class Operator {
   EnqueueRules rules_;
   DeploymentReconciler deployment_reconciler_;
   PolicyReconciler policy_reconciler_;
+  TerminationAudit audit_;
   std::optional<kube::LeaderElector> elector_;
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;
