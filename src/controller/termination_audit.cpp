@@ -90,20 +90,26 @@ bool TerminationAudit::cached_pod(const std::string& ns, const std::string& pod)
 
 std::optional<std::optional<std::int64_t>> TerminationAudit::remembered_wait(
     const std::string& deployment_key, const std::string& hash) const {
-  auto it = waits_.find(deployment_key);
+  auto it = waits_.find(pod_id(deployment_key));
   if (it == waits_.end()) return std::nullopt;
+  const std::uint64_t h = pod_id(hash);
   for (const RolloutWait& r : it->second) {
-    if (r.hash == hash) return r.wait;
+    if (r.hash != h) continue;
+    // Known; its wait may be of unknown length.
+    return std::optional<std::optional<std::int64_t>>(
+        r.wait < 0 ? std::nullopt : std::optional<std::int64_t>(r.wait));
   }
   return std::nullopt;
 }
 
 void TerminationAudit::remember_wait(const std::string& deployment_key, const std::string& hash,
                                      const CachedDeployment& cached) {
-  if (remembered_wait(deployment_key, hash)) return;
+  auto& rollouts = waits_[pod_id(deployment_key)];
+  const std::uint64_t h = pod_id(hash);
+  if (std::ranges::any_of(rollouts, [&](const RolloutWait& r) { return r.hash == h; })) return;
   const auto deployment = cached.project();
-  auto& rollouts = waits_[deployment_key];
-  rollouts.push_back({hash, deployment ? pod_wait(*deployment) : std::nullopt});
+  const auto wait = deployment ? pod_wait(*deployment) : std::nullopt;
+  rollouts.push_back({h, wait.value_or(-1)});
   if (rollouts.size() > kRolloutsKept) rollouts.erase(rollouts.begin());
 }
 

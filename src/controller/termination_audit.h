@@ -107,12 +107,14 @@ class TerminationAudit {
                                                              const std::string& hash) const;
 
   Dependencies deps_;
+  // 16 bytes a rollout: hashes of the pod-template-hash, the wait (-1:
+  // unknown length), keyed by a hash of the Deployment's key (pod_id).
   struct RolloutWait {
-    std::string hash;
-    std::optional<std::int64_t> wait;
+    std::uint64_t hash;
+    std::int64_t wait;
   };
-  // Per Deployment key, the last few rollouts' waits, newest last.
-  std::unordered_map<std::string, std::vector<RolloutWait>> waits_;
+  // Per Deployment, the last few rollouts' waits, newest last.
+  std::unordered_map<std::uint64_t, std::vector<RolloutWait>> waits_;
   static constexpr std::size_t kRolloutsKept = 4;
   TimePoint last_missing_log_{};
   std::uint64_t missing_unlogged_ = 0;  // endpoints since the last line

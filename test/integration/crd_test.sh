@@ -223,19 +223,24 @@ want_cols = [("MODE", ".spec.mode", "string"), ("SOURCE", ".status.propagation.s
              ("GRACE", ".status.recommended.terminationGracePeriodSeconds", "integer"),
              ("MANAGED", ".status.deployments.managed", "integer"),
              ("COMPLIANT", ".status.deployments.compliant", "integer"),
+             ("LATE", ".status.terminations.late", "integer"),
              ("READY", '.status.conditions[?(@.type=="Ready")].status', "string"),
              ("AGE", ".metadata.creationTimestamp", "date")]
 got_cols = [(c["name"].upper(), c["jsonPath"], c["type"]) for c in v.get("additionalPrinterColumns", [])]
-check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT READY AGE",
+check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT LATE READY AGE",
       f"got {got_cols}")
+wide = [c["name"].upper() for c in v.get("additionalPrinterColumns", []) if c.get("priority", 0) > 0]
+check(wide == ["LATE"], "only LATE waits for -o wide (priority 1)", f"got {wide}")
 
 st = node("status")
-check(sorted(st["properties"]) == ["conditions", "deployments", "observedGeneration", "propagation", "recommended"]
+check(sorted(st["properties"]) == ["conditions", "deployments", "observedGeneration", "propagation", "recommended",
+                                   "terminations"]
+      and sorted(node("status.terminations")["properties"]) == ["lastLateAt", "late", "observed"]
       and node("status.observedGeneration").get("format") == "int64"
       and node("status.propagation.sampledAt").get("format") == "date-time"
       and node("status.conditions").get("x-kubernetes-list-map-keys") == ["type"]
       and sorted(node("status.conditions.[]")["required"]) == ["lastTransitionTime", "message", "reason", "status", "type"],
-      "status schema: observedGeneration, propagation, recommended, deployments, conditions (metav1.Condition)")
+      "status schema: observedGeneration, propagation, recommended, deployments, terminations, conditions (metav1.Condition)")
 
 # --- a tiny validator: the samples must satisfy the schema's types, enums and bounds
 def validate(n, val, path, errs):

@@ -123,35 +123,43 @@ late_events() {
 }
 late_events_are() { [ "$(late_events)" = "$1" ]; }
 
-check "the app tuned with the fallback (preStop $(prestop))" eventually 60 bash -c "[ -n \"\$('$E' kubectl get deploy app -n lab -o jsonpath='{.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds}')\" ]"
-check "3 pods Ready and rolled out" eventually 120 ready3
-sleep 3
-# gracekeeper's first tune was a rollout of pods without any wait: those
-# terminations are audited too (and late). What follows is counted from here.
-num() { local v; v=$(status "$1"); echo "${v:-0}"; }
-BASE_OBS=$(num '{.status.terminations.observed}')
-BASE_LATE=$(num '{.status.terminations.late}')
-BASE_EVENTS=$(late_events)
-figure "audit-of-the-first-tune's-rollout $(status '{.status.terminations}') events $BASE_EVENTS"
+has_prestop() { [ -n "$(prestop)" ]; }
+check "the app is tuned with the fallback" eventually 60 has_prestop
+check "... preStop $(prestop) s, 3 pods Ready and rolled out" eventually 120 ready3
 
-# delete_one: deletes the oldest pod of the Deployment, waits for the
-# replacement to be Ready.
+# delete_one: deletes the oldest pod of the Deployment that is not being
+# deleted already, waits for the replacement to be Ready.
 delete_one() {
   local pod
-  pod=$(k get pods -n lab -l app=app --sort-by=.metadata.creationTimestamp -o jsonpath='{.items[0].metadata.name}')
+  pod=$(k get pods -n lab -l app=app -o json |
+    jq -r '[.items[] | select(.metadata.deletionTimestamp == null)] | sort_by(.metadata.creationTimestamp) | .[0].metadata.name')
   k delete pod "$pod" -n lab --wait=false >/dev/null
+  sleep 1
   eventually 60 ready3
   sleep 1
 }
 
+# A deletion's first EndpointSlice change has no trigger time (the pod's
+# Ready condition has not changed yet); the kubelet's not-ready a second
+# later has one. Until the namespace has a sample, a termination is
+# "unmeasured": gracekeeper's own first tune (a rollout of pods without a
+# wait) and the first deletion. What follows is counted from a warm book.
+delete_one
+delete_one
+num() { local v; v=$(status "$1"); echo "${v:-0}"; }
+BASE_OBS=$(num '{.status.terminations.observed}')
+BASE_LATE=$(num '{.status.terminations.late}')
+BASE_EVENTS=$(late_events)
+figure "audit-before-consumer-sync-0 $(status '{.status.terminations}') events $BASE_EVENTS; $(metrics | grep -E '^gracekeeper_terminations_total' | tr '\n' ' ')"
+
 # ------------------------------------------------------------------ consumerSyncSeconds 0
-for _ in 1 2 3 4; do delete_one; done
+for _ in 1 2 3; do delete_one; done
 check "consumerSyncSeconds 0: the Observed figure appears (source $(status '{.status.propagation.source}'))" eventually 20 source_is Observed
 FIG0=$(status '{.status.propagation.seconds}')
 figure "observed-figure-consumer-sync-0 ${FIG0}s ($(status '{.status.propagation.message}'))"
 k get sdp -n lab -o wide | sed 's/^/#   /'
 check "... under 2 s: the control plane's part only" within "${FIG0:-99}" 0 2
-check "... the deletions are audited ($(status '{.status.terminations}'))" eventually 20 observed_at_least $((BASE_OBS + 4))
+check "... the deletions are audited ($(status '{.status.terminations}'))" eventually 20 observed_at_least $((BASE_OBS + 3))
 LATE0=$(num '{.status.terminations.late}')
 figure "audit-consumer-sync-0 $(status '{.status.terminations}')"
 check "... and reported covered: gracekeeper cannot see kube-proxy's 5 s (late $BASE_LATE -> $LATE0)" test "$LATE0" = "$BASE_LATE"
@@ -170,15 +178,17 @@ check "the old rollout's pods, with the ${WAIT0}s wait, are reported late ($(sta
 check "... one Warning PropagationOutlastedPreStop for that rollout" eventually 70 late_events_are $((BASE_EVENTS + 1))
 k get events.events.k8s.io -n lab -o json | jq -r '.items[] | select(.reason == "PropagationOutlastedPreStop") | .note' | sed 's/^/#   /'
 LATE1=$(status '{.status.terminations.late}')
+OBS1=$(num '{.status.terminations.observed}')
 for _ in 1 2 3; do delete_one; done
-sleep 2
+check "three more deletions audited" eventually 20 observed_at_least $((OBS1 + 3))
 figure "audit-consumer-sync-5 $(status '{.status.terminations}')"
 check "the new rollout's pods are covered (late stays $LATE1: $(status '{.status.terminations.late}'))" \
   test "$(status '{.status.terminations.late}')" = "$LATE1"
 m=$(metrics)
 grep -E '^gracekeeper_(terminations_total|termination_slack_seconds_(sum|count)|endpoint_propagation_seconds_(sum|count)|endpoint_propagation_anomalies_total)' <<<"$m" | sed 's/^/#   /'
 covered=$(awk '/^gracekeeper_terminations_total\{.*outcome="covered"/ {print $2}' <<<"$m")
-check "gracekeeper_terminations_total covered ${covered:-0} >= 7" test "${covered%.*}" -ge 7 2>/dev/null
+want=$(($(num '{.status.terminations.observed}') - $(num '{.status.terminations.late}')))
+check "gracekeeper_terminations_total covered ${covered:-0} = status observed - late ($want)" test "${covered:-0}" = "$want"
 # kube-proxy's own view, for comparison: p99 of network programming.
 pm=$("$E" curl -s --max-time 5 "$PROXY_METRICS_URL")
 total=$(awk '/^kubeproxy_network_programming_duration_seconds_count/ {print $2}' <<<"$pm")
