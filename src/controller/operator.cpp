@@ -111,7 +111,10 @@ class Operator {
                            {options_.propagation_refresh}),
         audit_({deployments_.store(), policies_.store(), propagation_, deployment_reconciler_,
                 samples_, terminations_, *event_sink_, metrics_,
-                [this](const std::string& policy_key) { policy_queue_.add(policy_key); },
+                // A rollout's terminations in one status write, not one each.
+                [this](const std::string& policy_key) {
+                  policy_queue_.add_after(policy_key, std::chrono::seconds(2));
+                },
                 [this] { return workers_started_; }}) {
     policy_reconciler_.set_terminations(&terminations_);
   }
