@@ -21,9 +21,9 @@ bool flag(const nlohmann::json* conditions, const char* key, bool absent) {
 // The ReplicaSet controller's alphabet for hashes and random suffixes
 // (k8s.io/apimachinery/pkg/util/rand: no vowels, no 0, 1, 3).
 bool safe_encoded(std::string_view s) {
-  static constexpr std::string_view kAlphabet = "bcdfghjklmnpqrstvwxz2456789";
+  static constexpr std::string_view alphabet = "bcdfghjklmnpqrstvwxz2456789";
   return !s.empty() &&
-         std::ranges::all_of(s, [](char c) { return kAlphabet.find(c) != std::string_view::npos; });
+         std::ranges::all_of(s, [](char c) { return alphabet.find(c) != std::string_view::npos; });
 }
 
 }  // namespace

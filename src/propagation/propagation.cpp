@@ -265,7 +265,7 @@ boost::asio::awaitable<Measurement> measure(const budget::PolicySpec& spec, Prom
       m.reason = "StaticSource";
       m.message = "staticSeconds " + seconds_text(m.seconds);
       m.sampled_at = now;
-      m.last_good = std::move(last_good);
+      m.last_good = last_good;
       co_return m;
     }
     case PropagationSource::Observed:
