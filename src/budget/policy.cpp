@@ -43,6 +43,9 @@ constexpr NumberRange kQuantileRange{0, 1, /*exclusive=*/true};
 constexpr NumberRange kSafetyFactorRange{1, 10};
 constexpr IntRange kHealthCheckIntervalSecondsRange{1, 3600};
 constexpr IntRange kUnhealthyThresholdRange{1, 100};
+constexpr IntRange kWindowSecondsRange{60, 86400};
+constexpr IntRange kMinSamplesRange{1, 10000};
+constexpr NumberRange kConsumerSyncSecondsRange{0, 3600};
 constexpr IntRange kMinSecondsRange{0, 3600};
 constexpr IntRange kMaxSecondsRange{1, 3600};
 constexpr IntRange kDrainSecondsRange{0, 86400};
@@ -492,6 +495,15 @@ std::optional<ExternalLoadBalancer> parse_external_load_balancer(ObjectReader re
   return balancer;
 }
 
+ObservedSource parse_observed(ObjectReader reader) {
+  ObservedSource observed;
+  reader.read("windowSeconds", observed.window_seconds, kWindowSecondsRange);
+  reader.read("minSamples", observed.min_samples, kMinSamplesRange);
+  reader.read("consumerSyncSeconds", observed.consumer_sync_seconds, kConsumerSyncSecondsRange);
+  reader.finish();
+  return observed;
+}
+
 PolicySpec::Propagation parse_propagation(ObjectReader reader) {
   PolicySpec::Propagation propagation;
   reader.read("source", propagation.source, kSourceNames);
@@ -503,6 +515,7 @@ PolicySpec::Propagation parse_propagation(ObjectReader reader) {
   reader.read("safetyFactor", propagation.safety_factor, kSafetyFactorRange);
   propagation.external_load_balancer =
       parse_external_load_balancer(reader.object("externalLoadBalancer"));
+  propagation.observed = parse_observed(reader.object("observed"));
   reader.finish();
   // Queries are allowed with the other sources (kept ready for a switch), but the
   // Prometheus source with none would silently fall back to staticSeconds forever.

@@ -4,6 +4,7 @@
 #include "cache.h"
 #include "gracekeeper/kube/client.h"
 #include "gracekeeper/kube/events.h"
+#include "gracekeeper/propagation/observed.h"
 #include "ports.h"
 #include "takeover.h"
 
@@ -87,15 +88,23 @@ class RecorderSink final : public EventSink {
 
 class Meter final : public PropagationMeter {
  public:
-  explicit Meter(propagation::Prometheus* prometheus) : prometheus_(prometheus) {}
+  Meter(propagation::Prometheus* prometheus, const propagation::SampleBook* samples)
+      : prometheus_(prometheus), samples_(samples) {}
   asio::awaitable<propagation::Measurement> measure(
-      const budget::PolicySpec& spec, const std::optional<propagation::LastGood>& last_good,
-      TimePoint now) override {
+      const std::string& ns, const budget::PolicySpec& spec,
+      const std::optional<propagation::LastGood>& last_good, TimePoint now) override {
+    if (spec.propagation.source == budget::PropagationSource::Observed && samples_) {
+      const auto& o = spec.propagation.observed;
+      const propagation::Window window = samples_->window(
+          ns, std::chrono::seconds(o.window_seconds), spec.propagation.quantile, now);
+      co_return propagation::observed_measurement(spec, window, last_good, now);
+    }
     co_return co_await propagation::measure(spec, prometheus_, last_good, now);
   }
 
  private:
   propagation::Prometheus* prometheus_;
+  const propagation::SampleBook* samples_;
 };
 
 }  // namespace
@@ -112,8 +121,9 @@ std::unique_ptr<StatusWriter> kube_status_writer(kube::Client& c) {
 std::unique_ptr<EventSink> recorder_sink(kube::EventRecorder& r) {
   return std::make_unique<RecorderSink>(r);
 }
-std::unique_ptr<PropagationMeter> propagation_meter(propagation::Prometheus* p) {
-  return std::make_unique<Meter>(p);
+std::unique_ptr<PropagationMeter> propagation_meter(propagation::Prometheus* p,
+                                                    const propagation::SampleBook* samples) {
+  return std::make_unique<Meter>(p, samples);
 }
 
 }  // namespace gracekeeper::controller

@@ -33,6 +33,7 @@
 #include "ports.h"
 #include "services.h"
 #include "statefulsets.h"
+#include "termination_audit.h"
 
 namespace gracekeeper::controller {
 namespace {
@@ -94,6 +95,8 @@ class Operator {
                   &controller::project_service),
         statefulsets_(client_, statefulsets, statefulset_informer_options(),
                       &controller::project_statefulset),
+        slices_(client_, endpoint_slices, slice_informer_options(),
+                [this](const nlohmann::json& o) { return observe_slice(o); }),
         deployment_queue_(io.get_executor()),
         policy_queue_(io.get_executor()),
         events_(io.get_executor(), client_, recorder_options()),
@@ -102,7 +105,7 @@ class Operator {
         deployment_writer_(kube_deployment_writer(client_)),
         status_writer_(kube_status_writer(client_)),
         event_sink_(recorder_sink(events_)),
-        meter_(propagation_meter(prometheus_.get())),
+        meter_(propagation_meter(prometheus_.get(), &samples_)),
         rules_(deployments_.store(), policies_.store(), deployment_queue_, policy_queue_),
         deployment_reconciler_(
             {deployments_.store(), policies_.store(), services_.store(), propagation_,
@@ -112,7 +115,16 @@ class Operator {
                             *status_writer_, *clock_, metrics_, deployment_reconciler_,
                             [this](const std::string& ns) { rules_.enqueue_namespace(ns); },
                             [this] { return deployments_settled(); }},
-                           {options_.propagation_refresh}) {}
+                           {options_.propagation_refresh}),
+        audit_({deployments_.store(), policies_.store(), propagation_, deployment_reconciler_,
+                samples_, terminations_, *event_sink_, metrics_,
+                // A rollout's terminations in one status write, not one each.
+                [this](const std::string& policy_key) {
+                  policy_queue_.add_after(policy_key, std::chrono::seconds(2));
+                },
+                [this] { return workers_started_; }}) {
+    policy_reconciler_.set_terminations(&terminations_);
+  }
 
   int run() {
     asio::signal_set signals(io_, SIGINT, SIGTERM);
@@ -166,6 +178,18 @@ class Operator {
     o.wanted = opted_in;  // of the others, only the metadata is built
     return o;
   }
+  // EndpointSlices: only the endpoints' pod names and conditions are built.
+  kube::InformerOptions slice_informer_options() const {
+    kube::InformerOptions o = informer_options();
+    o.fields = endpoint_slice_fields();
+    return o;
+  }
+  // The projection of an EndpointSlice, against the version cached now:
+  // samples of source Observed and the termination audit (termination_audit.h).
+  std::optional<CachedSlice> observe_slice(const nlohmann::json& object) {
+    const auto before = slices_.get(kube::object_key(object));
+    return audit_.observe(object, before.get(), clock_->now());
+  }
   kube::EventRecorderOptions recorder_options() const {
     kube::EventRecorderOptions o;
     o.reporting_instance = identity();
@@ -205,6 +229,7 @@ class Operator {
     asio::co_spawn(io_, services_.run(), asio::detached);
     asio::co_spawn(io_, statefulsets_.run(), asio::detached);
     asio::co_spawn(io_, deployments_.run(), asio::detached);
+    asio::co_spawn(io_, slices_.run(), asio::detached);
     asio::co_spawn(io_, publish_metrics(), asio::detached);
     asio::co_spawn(io_, when_synced(), asio::detached);
     // Work starts once the policies and Services are known, while the
@@ -403,6 +428,8 @@ class Operator {
       metrics_.update_informer("shutdownpolicies", policies_.counters());
       metrics_.update_informer("services", services_.counters());
       metrics_.update_informer("statefulsets", statefulsets_.counters());
+      metrics_.update_informer("endpointslices", slices_.counters());
+      samples_.prune(clock_->now());
       metrics_.set_queue_depth("deployment", deployment_queue_.core().len());
       metrics_.set_queue_depth("shutdownpolicy", policy_queue_.core().len());
       return_memory_after_a_burst();
@@ -460,6 +487,7 @@ class Operator {
     policies_.stop();
     services_.stop();
     statefulsets_.stop();
+    slices_.stop();
     for (auto& server : http_) server->stop();
     log::info(
         "stopped",
@@ -491,12 +519,15 @@ class Operator {
   kube::Informer<CachedService> services_;
   kube::Informer<CachedStatefulSet> statefulsets_;
   std::set<std::string> statefulsets_reported_;  // "ns/name"
+  kube::Informer<CachedSlice> slices_;
   kube::AsyncWorkQueue deployment_queue_;
   kube::AsyncWorkQueue policy_queue_;
   kube::EventRecorder events_;
   server::Metrics metrics_;
   std::unique_ptr<propagation::Prometheus> prometheus_;
   PropagationBook propagation_;
+  propagation::SampleBook samples_;
+  TerminationBook terminations_;
   std::unique_ptr<Clock> clock_;
   std::unique_ptr<DeploymentWriter> deployment_writer_;
   std::unique_ptr<StatusWriter> status_writer_;
@@ -505,6 +536,7 @@ class Operator {
   EnqueueRules rules_;
   DeploymentReconciler deployment_reconciler_;
   PolicyReconciler policy_reconciler_;
+  TerminationAudit audit_;
   std::optional<kube::LeaderElector> elector_;
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;

@@ -36,7 +36,8 @@ boost::asio::awaitable<void> PolicyReconciler::measure(const std::string& key,
   const PolicyMeasurement* before = deps_.propagation.find(key);
   std::optional<propagation::LastGood> last_good =
       before ? before->last_good : std::optional<propagation::LastGood>();
-  const propagation::Measurement m = co_await deps_.meter.measure(*policy.spec, last_good, now);
+  const propagation::Measurement m =
+      co_await deps_.meter.measure(policy.namespace_, *policy.spec, last_good, now);
   PolicyMeasurement next;
   next.last_good = m.last_good;
   next.generation = policy.generation;
@@ -72,6 +73,7 @@ boost::asio::awaitable<ReconcileResult> PolicyReconciler::reconcile(std::string 
   if (!policy) {
     deps_.propagation.erase(key);
     deps_.metrics.forget_policy(ns, name);
+    if (terminations_) terminations_->erase(key);
     co_return Result::done();
   }
   StatusInput in;
@@ -106,6 +108,12 @@ boost::asio::awaitable<ReconcileResult> PolicyReconciler::reconcile(std::string 
   DeploymentCounts counts = count(key);
   deps_.metrics.set_deployments(ns, name, counts.managed, counts.compliant, counts.violations);
   in.deployments = std::move(counts);
+  if (terminations_) {
+    const TerminationCounts t = terminations_->totals(key, policy->status);
+    const bool written_before =
+        policy->status.is_object() && policy->status.contains("terminations");
+    if (t.observed > 0 || written_before) in.terminations = t;
+  }
   nlohmann::json status = desired_status(in, policy->status);
   auto written = co_await write_status(*policy, std::move(status), refresh);
   co_return written;

@@ -22,6 +22,7 @@
 #include "propagation_book.h"
 #include "result.h"
 #include "status.h"
+#include "termination_audit.h"
 
 namespace gracekeeper::controller {
 
@@ -51,6 +52,9 @@ class PolicyReconciler {
 
   boost::asio::awaitable<ReconcileResult> reconcile(std::string key);
 
+  // The termination audit's counts, written as status.terminations (none: not written).
+  void set_terminations(TerminationBook* book) { terminations_ = book; }
+
   // The counts of the policy's Deployments, as the store has them now.
   DeploymentCounts count(const std::string& policy_key) const;
 
@@ -61,6 +65,7 @@ class PolicyReconciler {
 
   Dependencies deps_;
   Options options_;
+  TerminationBook* terminations_ = nullptr;
 };
 
 }  // namespace gracekeeper::controller

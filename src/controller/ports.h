@@ -16,6 +16,9 @@
 #include "gracekeeper/kube/events.h"
 #include "gracekeeper/propagation/propagation.h"
 
+namespace gracekeeper::propagation {
+class SampleBook;
+}
 namespace gracekeeper::kube {
 class Client;
 class EventRecorder;
@@ -64,12 +67,14 @@ class EventSink {
   virtual void record(kube::EventRecord) = 0;
 };
 
-// Measures a policy's propagation figure (propagation::measure).
+// Measures a policy's propagation figure (propagation::measure; source
+// Observed reads the samples of the policy's namespace).
 class PropagationMeter {
  public:
   virtual ~PropagationMeter() = default;
   virtual boost::asio::awaitable<propagation::Measurement> measure(
-      const budget::PolicySpec&, const std::optional<propagation::LastGood>&, TimePoint now) = 0;
+      const std::string& policy_namespace, const budget::PolicySpec&,
+      const std::optional<propagation::LastGood>&, TimePoint now) = 0;
 };
 
 // The real implementations.
@@ -77,7 +82,9 @@ std::unique_ptr<Clock> system_clock();
 std::unique_ptr<DeploymentWriter> kube_deployment_writer(kube::Client&);
 std::unique_ptr<StatusWriter> kube_status_writer(kube::Client&);
 std::unique_ptr<EventSink> recorder_sink(kube::EventRecorder&);
-// `prometheus` may be null (no --prometheus-url).
-std::unique_ptr<PropagationMeter> propagation_meter(propagation::Prometheus* prometheus);
+// `prometheus` may be null (no --prometheus-url); `samples` may be null (no
+// EndpointSlice watch: source Observed then has no samples).
+std::unique_ptr<PropagationMeter> propagation_meter(propagation::Prometheus* prometheus,
+                                                    const propagation::SampleBook* samples);
 
 }  // namespace gracekeeper::controller

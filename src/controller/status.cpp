@@ -136,6 +136,12 @@ nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& curre
     status["deployments"] = current["deployments"];
     if (const auto* old = find_condition(current, "BudgetHolds")) conditions.push_back(*old);
   }
+  if (in.terminations) {
+    nlohmann::json t{{"observed", in.terminations->observed}, {"late", in.terminations->late}};
+    if (in.terminations->last_late_at)
+      t["lastLateAt"] = format_time(*in.terminations->last_late_at);
+    status["terminations"] = std::move(t);
+  }
   status["conditions"] = std::move(conditions);
   return status;
 }

@@ -45,6 +45,14 @@ struct PropagationState {
   std::string reason;     // MetricsAvailable's reason
 };
 
+// status.terminations: the termination audit's counts (termination_audit.h).
+struct TerminationTotals {
+  std::int64_t observed = 0;
+  std::int64_t late = 0;
+  std::optional<TimePoint> last_late_at;
+  bool operator==(const TerminationTotals&) const = default;
+};
+
 struct StatusInput {
   std::int64_t generation = 0;
   double quantile = 0.99;
@@ -52,7 +60,8 @@ struct StatusInput {
   std::optional<std::string> invalid_spec;
   std::optional<PropagationState> propagation;  // nullopt: not measured yet
   std::optional<budget::Budget> recommended;
-  std::optional<DeploymentCounts> deployments;  // nullopt: not all reconciled yet
+  std::optional<DeploymentCounts> deployments;    // nullopt: not all reconciled yet
+  std::optional<TerminationTotals> terminations;  // nullopt: none audited, none written before
   TimePoint now{};
 };
 

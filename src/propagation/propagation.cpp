@@ -10,6 +10,9 @@
 #include <exception>
 #include <nlohmann/json.hpp>
 
+#include "fallback.h"
+#include "gracekeeper/propagation/observed.h"
+
 namespace gracekeeper::propagation {
 
 namespace {
@@ -73,6 +76,10 @@ std::string str(const json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string{};
 }
 
+}  // namespace
+
+namespace detail {
+
 // "3.472s", "10s".
 std::string seconds_text(double s) {
   char buf[64];
@@ -111,7 +118,7 @@ bool usable(const std::optional<LastGood>& last_good, Clock::time_point now) {
 // `why` starts the message; `floor` (from queries that did succeed) raises it.
 Measurement fall_back(const budget::PolicySpec& spec, std::string reason, std::string why,
                       const std::optional<LastGood>& last_good, Clock::time_point now,
-                      std::optional<double> floor = std::nullopt) {
+                      std::optional<double> floor) {
   Measurement m;
   m.source = budget::to_string(spec.propagation.source);
   m.metrics_available = false;
@@ -141,6 +148,13 @@ Measurement fall_back(const budget::PolicySpec& spec, std::string reason, std::s
   m.message = why + "; " + used;
   return m;
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::fall_back;
+using detail::seconds_text;
 
 }  // namespace
 
@@ -251,12 +265,12 @@ boost::asio::awaitable<Measurement> measure(const budget::PolicySpec& spec, Prom
       m.reason = "StaticSource";
       m.message = "staticSeconds " + seconds_text(m.seconds);
       m.sampled_at = now;
-      m.last_good = std::move(last_good);
+      m.last_good = last_good;
       co_return m;
     }
     case PropagationSource::Observed:
-      co_return fall_back(spec, "ObservedNotImplemented",
-                          "the Observed propagation source is not implemented yet", last_good, now);
+      // The samples are the operator's (observed.h); here there are none.
+      co_return observed_measurement(spec, Window{}, last_good, now);
     case PropagationSource::Prometheus:
       break;
   }

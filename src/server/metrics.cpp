@@ -34,6 +34,20 @@ const Histogram::BucketBoundaries& reconcile_buckets() {
   return buckets;
 }
 
+// Endpoint propagation: sub-second on a quiet control plane, seconds under
+// load or with a slow EndpointSlice controller.
+const Histogram::BucketBoundaries& propagation_buckets() {
+  static const Histogram::BucketBoundaries buckets{0.05, 0.1, 0.25, 0.5, 1,  2,
+                                                   3,    5,   10,   20,  30, 60};
+  return buckets;
+}
+
+// Slack: negative is late.
+const Histogram::BucketBoundaries& slack_buckets() {
+  static const Histogram::BucketBoundaries buckets{-30, -10, -5, -2, -1, 0, 1, 2, 5, 10, 30, 60};
+  return buckets;
+}
+
 Labels labels(std::initializer_list<std::pair<std::string_view, std::string_view>> pairs) {
   Labels out;
   for (auto [k, v] : pairs) out.emplace(std::string{k}, std::string{v});
@@ -97,6 +111,28 @@ struct Metrics::Impl {
       prometheus::BuildCounter()
           .Name("gracekeeper_relists_total")
           .Help("Relists forced by 410 Gone (an expired resourceVersion), by resource.")
+          .Register(registry);
+  Family<Histogram>& endpoint_propagation =
+      prometheus::BuildHistogram()
+          .Name("gracekeeper_endpoint_propagation_seconds")
+          .Help("Seen EndpointSlice change minus its last-change-trigger-time, by namespace.")
+          .Register(registry);
+  Family<Counter>& propagation_anomalies =
+      prometheus::BuildCounter()
+          .Name("gracekeeper_endpoint_propagation_anomalies_total")
+          .Help(
+              "Propagation samples clamped to 0 (clock skew) or dropped (missing or garbage "
+              "trigger time), by reason.")
+          .Register(registry);
+  Family<Histogram>& termination_slack =
+      prometheus::BuildHistogram()
+          .Name("gracekeeper_termination_slack_seconds")
+          .Help("preStop wait minus the propagation it had to cover, per audited termination.")
+          .Register(registry);
+  Family<Counter>& terminations =
+      prometheus::BuildCounter()
+          .Name("gracekeeper_terminations_total")
+          .Help("Audited terminations of governed pods, by outcome (covered, late, unmeasured).")
           .Register(registry);
   Family<Gauge>& queue_depth = prometheus::BuildGauge()
                                    .Name("gracekeeper_workqueue_depth")
@@ -168,6 +204,14 @@ void Metrics::forget_policy(std::string_view ns, std::string_view policy) {
   remove_series(impl_->deployments_managed, l);
   remove_series(impl_->deployments_compliant, l);
   remove_series(impl_->deployments_violating, l);
+  if (impl_->termination_slack.Has(l)) {
+    impl_->termination_slack.Remove(&impl_->termination_slack.Add(l, slack_buckets()));
+  }
+  for (std::string_view outcome : {"covered", "late", "unmeasured"}) {
+    Labels with = l;
+    with.emplace("outcome", outcome);
+    remove_series(impl_->terminations, with);
+  }
   auto it = impl_->propagation_sources.find(std::pair{std::string{ns}, std::string{policy}});
   if (it != impl_->propagation_sources.end()) {
     l.emplace("source", it->second);
@@ -201,6 +245,27 @@ void Metrics::update_informer(std::string_view resource, const kube::InformerCou
 
 void Metrics::set_queue_depth(std::string_view controller, std::size_t depth) {
   impl_->queue_depth.Add(labels({{"controller", controller}})).Set(static_cast<double>(depth));
+}
+
+void Metrics::observe_endpoint_propagation(std::string_view ns, double seconds) {
+  impl_->endpoint_propagation.Add(labels({{"namespace", ns}}), propagation_buckets())
+      .Observe(seconds);
+}
+
+void Metrics::count_propagation_anomaly(std::string_view reason, std::uint64_t n) {
+  impl_->propagation_anomalies.Add(labels({{"reason", reason}})).Increment(static_cast<double>(n));
+}
+
+void Metrics::observe_termination_slack(std::string_view ns, std::string_view policy,
+                                        double seconds) {
+  impl_->termination_slack.Add(labels({{"namespace", ns}, {"policy", policy}}), slack_buckets())
+      .Observe(seconds);
+}
+
+void Metrics::count_termination(std::string_view ns, std::string_view policy,
+                                std::string_view outcome) {
+  impl_->terminations.Add(labels({{"namespace", ns}, {"policy", policy}, {"outcome", outcome}}))
+      .Increment();
 }
 
 void Metrics::set_leader(bool leading) {

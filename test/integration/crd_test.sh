@@ -117,6 +117,8 @@ defaults = {
     "spec.propagation.quantile": 0.99, "spec.propagation.safetyFactor": 1.5,
     "spec.propagation.externalLoadBalancer.healthCheckIntervalSeconds": 10,
     "spec.propagation.externalLoadBalancer.unhealthyThreshold": 2,
+    "spec.propagation.observed.windowSeconds": 3600, "spec.propagation.observed.minSamples": 20,
+    "spec.propagation.observed.consumerSyncSeconds": 1,
     "spec.preStop": {}, "spec.preStop.minSeconds": 5, "spec.preStop.maxSeconds": 60,
     "spec.preStop.action": "Auto", "spec.preStop.existing": "Keep", "spec.preStop.withoutService": "Skip",
     "spec.drainSeconds": 30, "spec.sidecarDrainSeconds": 0, "spec.reserveSeconds": 10,
@@ -134,6 +136,8 @@ bad = [p for p, d in defaults.items() if not isinstance(d, dict)
 check(not bad, "every defaulted field's description ends with its default", ", ".join(bad))
 check("default" not in node("spec.propagation.externalLoadBalancer"),
       "externalLoadBalancer has no default (only its fields default when it is given)")
+check("default" not in node("spec.propagation.observed"),
+      "propagation.observed has no default (a stored policy stays as it was; the operator defaults it)")
 
 # --- bounds shared with the operator's validation
 bounds = {  # path: (type, minimum, maximum, exclusive)
@@ -148,6 +152,9 @@ bounds = {  # path: (type, minimum, maximum, exclusive)
     "spec.propagation.externalLoadBalancer.healthCheckIntervalSeconds": ("integer", 1, 3600, False),
     "spec.propagation.externalLoadBalancer.unhealthyThreshold": ("integer", 1, 100, False),
     "spec.changes.minIntervalSeconds": ("integer", 0, 604800, False),
+    "spec.propagation.observed.windowSeconds": ("integer", 60, 86400, False),
+    "spec.propagation.observed.minSamples": ("integer", 1, 10000, False),
+    "spec.propagation.observed.consumerSyncSeconds": ("number", 0, 3600, False),
     "spec.changes.decreaseThresholdSeconds": ("integer", 0, 3600, False),
 }
 bad = []
@@ -217,19 +224,24 @@ want_cols = [("MODE", ".spec.mode", "string"), ("SOURCE", ".status.propagation.s
              ("GRACE", ".status.recommended.terminationGracePeriodSeconds", "integer"),
              ("MANAGED", ".status.deployments.managed", "integer"),
              ("COMPLIANT", ".status.deployments.compliant", "integer"),
+             ("LATE", ".status.terminations.late", "integer"),
              ("READY", '.status.conditions[?(@.type=="Ready")].status', "string"),
              ("AGE", ".metadata.creationTimestamp", "date")]
 got_cols = [(c["name"].upper(), c["jsonPath"], c["type"]) for c in v.get("additionalPrinterColumns", [])]
-check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT READY AGE",
+check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT LATE READY AGE",
       f"got {got_cols}")
+wide = [c["name"].upper() for c in v.get("additionalPrinterColumns", []) if c.get("priority", 0) > 0]
+check(wide == ["LATE"], "only LATE waits for -o wide (priority 1)", f"got {wide}")
 
 st = node("status")
-check(sorted(st["properties"]) == ["conditions", "deployments", "observedGeneration", "propagation", "recommended"]
+check(sorted(st["properties"]) == ["conditions", "deployments", "observedGeneration", "propagation", "recommended",
+                                   "terminations"]
+      and sorted(node("status.terminations")["properties"]) == ["lastLateAt", "late", "observed"]
       and node("status.observedGeneration").get("format") == "int64"
       and node("status.propagation.sampledAt").get("format") == "date-time"
       and node("status.conditions").get("x-kubernetes-list-map-keys") == ["type"]
       and sorted(node("status.conditions.[]")["required"]) == ["lastTransitionTime", "message", "reason", "status", "type"],
-      "status schema: observedGeneration, propagation, recommended, deployments, conditions (metav1.Condition)")
+      "status schema: observedGeneration, propagation, recommended, deployments, terminations, conditions (metav1.Condition)")
 
 # --- a tiny validator: the samples must satisfy the schema's types, enums and bounds
 def validate(n, val, path, errs):

@@ -57,6 +57,16 @@ struct ExternalLoadBalancer {
   int unhealthy_threshold = 2;
 };
 
+// Source Observed: gracekeeper's own EndpointSlice timing (API.md).
+struct ObservedSource {
+  int window_seconds = 3600;  // the samples of this long ago and newer count
+  int min_samples = 20;       // fewer in the window: fallback, MetricsAvailable=False
+  // A declared allowance for what the data plane adds after the change is
+  // visible in the API (kube-proxy's minSyncPeriod, an ingress controller's
+  // sync interval); added to the quantile of the samples.
+  double consumer_sync_seconds = 1;
+};
+
 struct PolicySpec {
   Mode mode = Mode::Enforce;
   LabelSelector selector;
@@ -68,6 +78,7 @@ struct PolicySpec {
     std::vector<PrometheusQuery> prometheus_queries;
     double safety_factor = 1.5;
     std::optional<ExternalLoadBalancer> external_load_balancer;
+    ObservedSource observed;
   } propagation;
 
   struct PreStop {

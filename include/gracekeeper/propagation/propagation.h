@@ -1,7 +1,7 @@
 // Where the operator gets the endpoint-propagation figure of a ShutdownPolicy
-// (API.md, "The budget"): staticSeconds, the Prometheus HTTP API, or (not yet)
-// observed EndpointSlice changes, with the fallback rules for when the source
-// fails.
+// (API.md, "The budget"): staticSeconds, the Prometheus HTTP API, or observed
+// EndpointSlice changes (observed.h), with the fallback rules for when the
+// source fails.
 //
 // Layers, each testable on its own:
 //  * parse_query_response: pure, decodes one /api/v1/query answer;
@@ -91,7 +91,7 @@ struct Measurement {
   std::string source{};           // "Static", "Prometheus" or "Observed" (the policy's source)
   bool metrics_available = true;  // condition MetricsAvailable (Static: true, reason StaticSource)
   // Condition reason, UpperCamelCase: QuerySucceeded, StaticSource,
-  // PrometheusNotConfigured, NoQueries, ObservedNotImplemented, or the
+  // PrometheusNotConfigured, NoQueries, SamplesSufficient, TooFewSamples, or the
   // QueryError reason of the first query that failed.
   std::string reason{};
   // Human text. On success, each query's figure by name; on failure, every
@@ -135,7 +135,8 @@ Measurement combine(const budget::PolicySpec& spec, const QueryResults& results,
 //    for the same timeout) and count as Unreachable. `prometheus` is null
 //    when the operator has no --prometheus-url: fallback, reason
 //    PrometheusNotConfigured.
-//  * Observed: not built yet: fallback, reason ObservedNotImplemented.
+//  * Observed: without the operator's samples (observed.h, which the
+//    operator's meter reads instead), none: fallback, reason TooFewSamples.
 // Fallback means the last good value (at most kLastGoodMaxAge old), else
 // staticSeconds, with metrics_available false. `spec` and `*prometheus` must
 // stay alive until the returned awaitable completes (co_await it directly).

@@ -67,6 +67,24 @@ class Metrics {
   // gracekeeper_workqueue_depth{controller} (gauge).
   void set_queue_depth(std::string_view controller, std::size_t depth);
 
+  // gracekeeper_endpoint_propagation_seconds{namespace} (histogram): one
+  // sample of source Observed, the control plane's part of propagation.
+  void observe_endpoint_propagation(std::string_view ns, double seconds);
+
+  // gracekeeper_endpoint_propagation_anomalies_total{reason} (counter):
+  // "clamped" (a negative sample: clock skew), "missing" and "garbage" (no
+  // usable trigger-time annotation: no sample).
+  void count_propagation_anomaly(std::string_view reason, std::uint64_t n);
+
+  // gracekeeper_termination_slack_seconds{namespace,policy} (histogram):
+  // preStop wait minus what propagation needed, per audited termination.
+  void observe_termination_slack(std::string_view ns, std::string_view policy, double seconds);
+
+  // gracekeeper_terminations_total{namespace,policy,outcome} (counter):
+  // outcome "covered", "late" or "unmeasured" (no sample, or a hook of
+  // unknown length).
+  void count_termination(std::string_view ns, std::string_view policy, std::string_view outcome);
+
   // gracekeeper_leader (gauge): 1 while this replica leads, else 0.
   void set_leader(bool leading);
 

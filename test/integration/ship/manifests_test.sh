@@ -100,6 +100,7 @@ can update shutdownpolicies.gracekeeper.dev --subresource=status -n shop-prod
 can patch shutdownpolicies.gracekeeper.dev --subresource=status -n shop-prod
 for v in create patch; do can "$v" events.events.k8s.io -n shop-prod; done
 can list events.events.k8s.io --all-namespaces
+for v in list watch; do can "$v" endpointslices.discovery.k8s.io --all-namespaces; can "$v" endpointslices.discovery.k8s.io -n shop-prod; done
 for v in get create update; do can "$v" leases.coordination.k8s.io -n "$NS"; done
 
 # Nothing else.
@@ -113,6 +114,8 @@ cannot delete pods -n shop-prod
 cannot get pods -n shop-prod
 cannot get configmaps -n shop-prod
 for v in get create update patch delete; do cannot "$v" services -n shop-prod; done
+for v in get create update patch delete; do cannot "$v" endpointslices.discovery.k8s.io -n shop-prod; done
+cannot list endpoints --all-namespaces         # core/v1 Endpoints: the operator reads EndpointSlices only
 cannot create jobs.batch -n shop-prod
 cannot list jobs.batch --all-namespaces
 cannot patch replicasets.apps -n shop-prod
@@ -134,7 +137,7 @@ cannot '*' '*' -n "$NS"
 # the operator's namespace: the rules above plus what every authenticated user
 # has (self-reviews, cluster trust bundles); non-resource URLs left out.
 rules=$(k auth can-i --as "$SA" --list -n "$NS" --no-headers 2>/dev/null | awk '$1 !~ /^\[/ {print $1}' | LC_ALL=C sort -u | tr '\n' ' ')
-want=$(printf '%s\n' deployments.apps statefulsets.apps services shutdownpolicies.gracekeeper.dev shutdownpolicies.gracekeeper.dev/status \
+want=$(printf '%s\n' deployments.apps statefulsets.apps services endpointslices.discovery.k8s.io shutdownpolicies.gracekeeper.dev shutdownpolicies.gracekeeper.dev/status \
   events.events.k8s.io leases.coordination.k8s.io selfsubjectreviews.authentication.k8s.io \
   selfsubjectaccessreviews.authorization.k8s.io selfsubjectrulesreviews.authorization.k8s.io \
   clustertrustbundles.certificates.k8s.io | LC_ALL=C sort -u | tr '\n' ' ')

@@ -119,7 +119,7 @@ class FakeMeter final : public PropagationMeter {
  public:
   double seconds = 4;
   int calls = 0;
-  asio::awaitable<propagation::Measurement> measure(const budget::PolicySpec&,
+  asio::awaitable<propagation::Measurement> measure(const std::string&, const budget::PolicySpec&,
                                                     const std::optional<propagation::LastGood>&,
                                                     TimePoint now) override {
     ++calls;

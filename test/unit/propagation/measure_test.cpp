@@ -131,9 +131,11 @@ TEST_F(MeasureTest, NoQueries) {
   EXPECT_TRUE(prometheus_.asked.empty());
 }
 
-TEST_F(MeasureTest, ObservedIsNotImplementedYet) {
+// Without the operator's samples (observed.h), Observed has none: the fallback.
+TEST_F(MeasureTest, ObservedWithoutSamplesFallsBack) {
   auto m = run(policy(budget::PropagationSource::Observed), &prometheus_, std::nullopt);
-  EXPECT_EQ(m.reason, "ObservedNotImplemented");
+  EXPECT_EQ(m.reason, "TooFewSamples");
+  EXPECT_TRUE(prometheus_.asked.empty());
   EXPECT_EQ(m.source, "Observed");
   EXPECT_DOUBLE_EQ(m.seconds, 10);
   EXPECT_TRUE(m.fallback);

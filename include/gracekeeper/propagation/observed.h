@@ -1,0 +1,105 @@
+// Source Observed (API.md, "The budget"): gracekeeper's own timing of
+// EndpointSlice changes, without Prometheus.
+//
+// A sample is the control plane's part of endpoint propagation for one
+// endpoint that turned not ready or terminating: when gracekeeper saw the
+// slice change, minus the slice's endpoints.kubernetes.io/last-change-trigger-time
+// (the pod change that caused it; the start kube-proxy's own
+// network-programming SLI uses). The two clocks are different machines'
+// (the controller manager's and gracekeeper's): a negative difference is
+// skew, clamped to 0 and counted.
+//
+// Everything here is pure: the caller passes the times.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <expected>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gracekeeper/budget/policy.h"
+#include "gracekeeper/propagation/propagation.h"
+
+namespace gracekeeper::propagation {
+
+using TimePoint = std::chrono::system_clock::time_point;
+
+inline constexpr const char* kTriggerTimeAnnotation =
+    "endpoints.kubernetes.io/last-change-trigger-time";
+
+// RFC 3339 as Kubernetes writes it ("2026-12-01T18:25:46Z",
+// "2026-12-01T18:25:46.123456789Z", or with a "+02:00" offset); nullopt
+// for anything else.
+std::optional<TimePoint> parse_rfc3339(std::string_view text);
+
+// One sample, or why there is none.
+struct Lag {
+  double seconds = 0;    // >= 0
+  bool clamped = false;  // the trigger time was after `seen`: clock skew
+};
+struct LagError {
+  enum class Kind { Missing, Garbage } kind = Kind::Missing;
+  std::string message;  // names the annotation and the value
+};
+// `trigger` is the annotation's value, nullptr when the slice has none.
+std::expected<Lag, LagError> lag(const std::string* trigger, TimePoint seen);
+
+// What the book knows of one namespace's window.
+struct Window {
+  std::size_t count = 0;           // samples in the window
+  std::optional<double> quantile;  // nullopt when count == 0
+};
+
+// The samples per namespace, oldest first. Each namespace keeps at most
+// kMaxSamples and nothing older than kMaxAge (the largest windowSeconds);
+// a policy reads its own window of them.
+class SampleBook {
+ public:
+  static constexpr std::size_t kMaxSamples = 4096;
+  static constexpr std::chrono::seconds kMaxAge{86400};
+
+  // `seen` must not go backwards within a namespace by much: samples are
+  // kept in arrival order and pruned from the front.
+  void add(const std::string& ns, TimePoint seen, double seconds);
+  // The nearest-rank `quantile` (0 < q < 1) of the samples of `ns` seen in
+  // (now - window, now].
+  Window window(std::string_view ns, std::chrono::seconds window, double quantile,
+                TimePoint now) const;
+  // Drops what is older than kMaxAge everywhere (and empty namespaces).
+  void prune(TimePoint now);
+  std::size_t namespaces() const { return samples_.size(); }
+
+  // Counters for metrics and logs.
+  struct Counters {
+    std::uint64_t samples = 0;
+    std::uint64_t clamped = 0;  // negative: skew between the controller manager and us
+    std::uint64_t missing = 0;  // no trigger-time annotation: dropped
+    std::uint64_t garbage = 0;  // an annotation that is not a time: dropped
+  };
+  Counters& counters() { return counters_; }
+  const Counters& counters() const { return counters_; }
+
+ private:
+  struct Sample {
+    TimePoint seen;
+    float seconds;
+  };
+  std::map<std::string, std::deque<Sample>, std::less<>> samples_;
+  Counters counters_;
+};
+
+// The Measurement of source Observed from a policy's window:
+//  * at least observed.minSamples samples: seconds = quantile +
+//    observed.consumerSyncSeconds, reason SamplesSufficient, available;
+//  * fewer: the fallback (last good value at most kLastGoodMaxAge old, else
+//    staticSeconds), reason TooFewSamples, MetricsAvailable false, and a
+//    message with the count.
+Measurement observed_measurement(const budget::PolicySpec& spec, const Window& window,
+                                 const std::optional<LastGood>& last_good, TimePoint now);
+
+}  // namespace gracekeeper::propagation

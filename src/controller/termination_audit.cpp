@@ -1,0 +1,254 @@
+#include "termination_audit.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gracekeeper/kube/informer.h"  // object_key
+#include "gracekeeper/log/log.h"
+#include "gracekeeper/propagation/observed.h"
+
+namespace gracekeeper::controller {
+namespace {
+
+std::int64_t count_member(const nlohmann::json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_number_integer()
+             ? std::max<std::int64_t>(it->get<std::int64_t>(), 0)
+             : 0;
+}
+
+TerminationCounts add(const TerminationCounts& a, const TerminationCounts& b) {
+  TerminationCounts out{a.observed + b.observed, a.late + b.late, a.last_late_at};
+  if (b.last_late_at && (!out.last_late_at || *b.last_late_at > *out.last_late_at)) {
+    out.last_late_at = b.last_late_at;
+  }
+  return out;
+}
+
+std::string seconds(double s) {
+  return fmt::format("{:.2f}s", s);
+}
+
+}  // namespace
+
+TerminationCounts read_terminations(const nlohmann::json& status) {
+  TerminationCounts out;
+  if (!status.is_object()) return out;
+  auto it = status.find("terminations");
+  if (it == status.end() || !it->is_object()) return out;
+  out.observed = count_member(*it, "observed");
+  out.late = count_member(*it, "late");
+  if (auto at = it->find("lastLateAt"); at != it->end() && at->is_string()) {
+    out.last_late_at = propagation::parse_rfc3339(at->get<std::string>());
+  }
+  return out;
+}
+
+void TerminationBook::count(const std::string& policy_key, bool late, TimePoint at) {
+  auto it = entries_.find(policy_key);
+  if (it == entries_.end()) it = entries_.emplace(policy_key, Entry{}).first;
+  ++it->second.counted.observed;
+  if (late) {
+    ++it->second.counted.late;
+    it->second.counted.last_late_at = at;
+  }
+}
+
+TerminationCounts TerminationBook::totals(const std::string& policy_key,
+                                          const nlohmann::json& status) {
+  auto it = entries_.find(policy_key);
+  if (it == entries_.end()) it = entries_.emplace(policy_key, Entry{}).first;
+  if (!it->second.base) it->second.base = read_terminations(status);
+  return add(*it->second.base, it->second.counted);
+}
+
+void TerminationBook::erase(const std::string& policy_key) {
+  if (auto it = entries_.find(policy_key); it != entries_.end()) entries_.erase(it);
+}
+
+std::optional<std::int64_t> pod_wait(const budget::Deployment& d) {
+  const bool any_ports = std::ranges::any_of(d.containers, &budget::Container::has_ports);
+  std::optional<std::int64_t> wait;
+  for (const auto& c : d.containers) {
+    if (any_ports && !c.has_ports) continue;
+    std::int64_t w = 0;
+    if (c.pre_stop.kind != budget::PreStopHook::Kind::None) {
+      if (!c.pre_stop.seconds) return std::nullopt;  // a hook of unknown length
+      w = *c.pre_stop.seconds;
+    }
+    wait = std::min(wait.value_or(w), w);
+  }
+  return wait;
+}
+
+bool TerminationAudit::cached_pod(const std::string& ns, const std::string& pod) const {
+  const auto owner = pod_owner(pod);
+  return owner && deps_.deployments.get(ns + "/" + owner->deployment) != nullptr;
+}
+
+std::optional<std::optional<std::int64_t>> TerminationAudit::remembered_wait(
+    const std::string& deployment_key, const std::string& hash) const {
+  auto it = waits_.find(pod_id(deployment_key));
+  if (it == waits_.end()) return std::nullopt;
+  const std::uint64_t h = pod_id(hash);
+  for (const RolloutWait& r : it->second) {
+    if (r.hash != h) continue;
+    // Known; its wait may be of unknown length.
+    return std::optional<std::optional<std::int64_t>>(
+        r.wait < 0 ? std::nullopt : std::optional<std::int64_t>(r.wait));
+  }
+  return std::nullopt;
+}
+
+void TerminationAudit::remember_wait(const std::string& deployment_key, const std::string& hash,
+                                     const CachedDeployment& cached) {
+  auto& rollouts = waits_[pod_id(deployment_key)];
+  const std::uint64_t h = pod_id(hash);
+  if (std::ranges::any_of(rollouts, [&](const RolloutWait& r) { return r.hash == h; })) return;
+  const auto deployment = cached.project();
+  const auto wait = deployment ? pod_wait(*deployment) : std::nullopt;
+  rollouts.push_back({h, wait.value_or(-1)});
+  if (rollouts.size() > kRolloutsKept) rollouts.erase(rollouts.begin());
+}
+
+// A missing trigger time is common (a deletion's first change has none): one
+// info line a minute with the count. A garbage one is a bug somewhere: a
+// warning each time.
+void TerminationAudit::report_drop(const std::string& slice, std::size_t endpoints,
+                                   const propagation::LagError& error, TimePoint now) {
+  if (error.kind == propagation::LagError::Kind::Garbage) {
+    log::warn("EndpointSlice change with a garbage trigger time: no propagation sample",
+              {{"endpointSlice", slice},
+               {"endpoints", std::to_string(endpoints)},
+               {"error", error.message}});
+    return;
+  }
+  missing_unlogged_ += endpoints;
+  if (now - last_missing_log_ < std::chrono::minutes(1)) return;
+  log::info("EndpointSlice changes without a trigger time: no propagation sample",
+            {{"endpointSlice", slice},
+             {"endpoints", std::to_string(missing_unlogged_)},
+             {"error", error.message}});
+  last_missing_log_ = now;
+  missing_unlogged_ = 0;
+}
+
+std::optional<CachedSlice> TerminationAudit::observe(const nlohmann::json& object,
+                                                     const CachedSlice* before, TimePoint seen) {
+  SliceChange change = read_slice(object);
+  std::erase_if(change.endpoints,
+                [&](const SeenEndpoint& e) { return !cached_pod(change.ns, e.pod); });
+  for (const SeenEndpoint& e : change.endpoints) {
+    if (e.terminating) continue;  // a rollout is remembered from its serving pods
+    const auto owner = pod_owner(e.pod);
+    const std::string key = change.ns + "/" + owner->deployment;
+    if (auto cached = deps_.deployments.get(key)) remember_wait(key, owner->hash, *cached);
+  }
+  const std::vector<Turned> now_out = turned(before, change.endpoints);
+  if (!now_out.empty()) {
+    auto& counters = deps_.samples.counters();
+    std::optional<double> lag;
+    auto measured = propagation::lag(change.trigger ? &*change.trigger : nullptr, seen);
+    if (measured) {
+      lag = measured->seconds;
+      if (measured->clamped) {
+        counters.clamped += now_out.size();
+        deps_.metrics.count_propagation_anomaly("clamped", now_out.size());
+      }
+      for (std::size_t i = 0; i < now_out.size(); ++i) {
+        deps_.samples.add(change.ns, seen, *lag);
+        deps_.metrics.observe_endpoint_propagation(change.ns, *lag);
+      }
+    } else {
+      const bool missing = measured.error().kind == propagation::LagError::Kind::Missing;
+      (missing ? counters.missing : counters.garbage) += now_out.size();
+      deps_.metrics.count_propagation_anomaly(missing ? "missing" : "garbage", now_out.size());
+      report_drop(kube::object_key(object), now_out.size(), measured.error(), seen);
+    }
+    for (const Turned& t : now_out) {
+      if (!t.began_terminating) continue;
+      if (auto owner = pod_owner(t.pod)) audit(change.ns, t.pod, *owner, lag, seen);
+    }
+  }
+  if (change.endpoints.empty()) return std::nullopt;
+  return cache_slice(change.endpoints);
+}
+
+void TerminationAudit::audit(const std::string& ns, const std::string& pod, const PodOwner& owner,
+                             std::optional<double> lag, TimePoint seen) {
+  if (deps_.active && !deps_.active()) return;
+  const std::string key = ns + "/" + owner.deployment;
+  const auto cached = deps_.deployments.get(key);
+  if (!cached) return;
+  const DeploymentDecision decision = deps_.deployment_controller.decide(key, *cached);
+  if (decision.policy_key.empty()) return;  // not governed: nothing to audit against
+  const auto policy = deps_.policies.get(decision.policy_key);
+  if (!policy || !policy->spec) return;
+  const auto& spec = policy->spec->propagation;
+  std::optional<std::int64_t> wait;
+  if (auto remembered = remembered_wait(key, owner.hash)) {
+    wait = *remembered;
+  } else {  // first seen terminating (e.g. since a restart): the template's now
+    const auto deployment = cached->project();
+    if (deployment) wait = pod_wait(*deployment);
+  }
+
+  // What the data plane needs: the observed lag plus the declared consumer
+  // allowance, and with Prometheus the current per-consumer figure.
+  std::optional<double> needed;
+  std::string why;
+  std::string seen_as = "propagation seen";
+  if (!lag) {
+    // A deletion's first change usually has no trigger time (the pod's Ready
+    // condition has not changed yet): the namespace's samples stand for it.
+    const auto w = deps_.samples.window(ns, std::chrono::seconds(spec.observed.window_seconds),
+                                        spec.quantile, seen);
+    lag = w.quantile;
+    seen_as =
+        fmt::format("the namespace's observed quantile {} of {} sample(s)", spec.quantile, w.count);
+  }
+  if (lag) {
+    needed = *lag + spec.observed.consumer_sync_seconds;
+    why = fmt::format("{} {} + consumerSyncSeconds {}", seen_as, seconds(*lag),
+                      seconds(spec.observed.consumer_sync_seconds));
+  }
+  const PropagationState* figure = deps_.propagation.state(decision.policy_key);
+  if (spec.source == budget::PropagationSource::Prometheus && figure && figure->available &&
+      figure->seconds > needed.value_or(-1)) {
+    needed = figure->seconds;
+    why = fmt::format("the Prometheus figure {}", seconds(figure->seconds));
+  }
+  const auto [policy_ns, policy_name] = split_key(decision.policy_key);
+  if (!wait || !needed) {
+    deps_.metrics.count_termination(ns, policy_name, "unmeasured");
+    return;
+  }
+  const double slack = static_cast<double>(*wait) - *needed;
+  const bool late = slack < 0;
+  deps_.metrics.observe_termination_slack(ns, policy_name, slack);
+  deps_.metrics.count_termination(ns, policy_name, late ? "late" : "covered");
+  deps_.terminations.count(decision.policy_key, late, seen);
+  deps_.policy_changed(decision.policy_key);
+  if (!late) return;
+  log::warn("propagation outlasted the preStop wait",
+            {{"pod", ns + "/" + pod}, {"deployment", key}, {"slack", seconds(slack)}});
+  auto [it, first] = warned_.try_emplace(key, owner.hash);
+  if (!first && it->second == owner.hash) return;  // this rollout was reported
+  it->second = owner.hash;
+  kube::EventRecord e;
+  e.regarding = kube::ObjectRef{"apps/v1", "Deployment", ns, owner.deployment, cached->uid};
+  e.type = kube::EventType::Warning;
+  e.reason = "PropagationOutlastedPreStop";
+  e.action = "Audit";
+  e.note = fmt::format(
+      "pod {} (ReplicaSet hash {}) turned terminating with a preStop wait of {}s, shorter than "
+      "{} by {}: it may have stopped serving while still routed (policy {}); reported once "
+      "per rollout",
+      pod, owner.hash, *wait, why, seconds(-slack), policy_name);
+  deps_.metrics.count_event(kube::to_string(e.type), e.reason);
+  deps_.events.record(std::move(e));
+}
+
+}  // namespace gracekeeper::controller

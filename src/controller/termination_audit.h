@@ -1,0 +1,125 @@
+// The termination audit and the samples of source Observed (API.md), from
+// the operator's own watch of EndpointSlices.
+//
+// The EndpointSlice informer's projection runs here, with the cached
+// version of the slice it replaces: each endpoint that stopped being routed
+// gives a propagation sample (propagation::SampleBook), and each one of a
+// governed Deployment's pod that turned terminating is audited:
+//
+//   slack = the pod's preStop wait - max(sample + observed.consumerSyncSeconds,
+//                                        the policy's figure if its source is Prometheus)
+//
+// where the sample is this change's, or, when it has no trigger time (a
+// deletion's first change usually has none), the policy's quantile of the
+// namespace's samples.
+//
+// A negative slack means the pod may have stopped serving while still
+// routed: one Warning PropagationOutlastedPreStop per rollout (ReplicaSet
+// hash) of the Deployment, and a count in the policy's status.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cache.h"
+#include "deployment_reconciler.h"
+#include "endpoints.h"
+#include "gracekeeper/kube/store.h"
+#include "gracekeeper/propagation/observed.h"
+#include "gracekeeper/server/metrics.h"
+#include "ports.h"
+#include "propagation_book.h"
+
+namespace gracekeeper::controller {
+
+// status.terminations (status.h).
+using TerminationCounts = TerminationTotals;
+
+// status.terminations as the server has it (zeros when absent or unreadable).
+TerminationCounts read_terminations(const nlohmann::json& status);
+
+// The audit's counts per policy ("ns/name"). What this process counted is
+// added to what the policy's status held when the policy reconciler first
+// read it, so a restart goes on from the last written status.
+class TerminationBook {
+ public:
+  void count(const std::string& policy_key, bool late, TimePoint at);
+  // The totals to write; `status` is the server's, read once per policy.
+  TerminationCounts totals(const std::string& policy_key, const nlohmann::json& status);
+  void erase(const std::string& policy_key);
+
+ private:
+  struct Entry {
+    std::optional<TerminationCounts> base;
+    TerminationCounts counted;
+  };
+  std::map<std::string, Entry, std::less<>> entries_;
+};
+
+// The preStop wait of a Deployment's pods as its template has it: the
+// shortest known wait of the containers that serve (declare a port; all
+// when none does); nullopt when one of them has a hook of unknown length.
+std::optional<std::int64_t> pod_wait(const budget::Deployment&);
+
+class TerminationAudit {
+ public:
+  struct Dependencies {
+    kube::Store<CachedDeployment> deployments;
+    kube::Store<CachedPolicy> policies;
+    const PropagationBook& propagation;
+    const DeploymentReconciler& deployment_controller;  // decide(): the governing policy
+    propagation::SampleBook& samples;
+    TerminationBook& terminations;
+    EventSink& events;
+    server::Metrics& metrics;
+    // A policy's termination counts changed: its status must follow.
+    std::function<void(const std::string& policy_key)> policy_changed;
+    // Whether this replica does the work (leads): a standby takes samples
+    // but neither counts nor reports.
+    std::function<bool()> active;
+  };
+  explicit TerminationAudit(Dependencies deps) : deps_(std::move(deps)) {}
+
+  // The EndpointSlice informer's projection: records what turned since
+  // `before` (the cached version, null when none) as seen at `seen`, and
+  // returns what to cache: the endpoints of cached Deployments' pods, or
+  // nullopt when there is none.
+  std::optional<CachedSlice> observe(const nlohmann::json& object, const CachedSlice* before,
+                                     TimePoint seen);
+
+ private:
+  void audit(const std::string& ns, const std::string& pod, const PodOwner& owner,
+             std::optional<double> lag, TimePoint seen);
+  bool cached_pod(const std::string& ns, const std::string& pod) const;
+  void report_drop(const std::string& slice, std::size_t endpoints,
+                   const propagation::LagError& error, TimePoint now);
+  // The wait of a rollout's pods is the template's when its first endpoint
+  // appears: by the time a pod of an old rollout terminates, the template
+  // may have changed (a new wait is what starts a rollout).
+  void remember_wait(const std::string& deployment_key, const std::string& hash,
+                     const CachedDeployment&);
+  std::optional<std::optional<std::int64_t>> remembered_wait(const std::string& deployment_key,
+                                                             const std::string& hash) const;
+
+  Dependencies deps_;
+  // 16 bytes a rollout: hashes of the pod-template-hash, the wait (-1:
+  // unknown length), keyed by a hash of the Deployment's key (pod_id).
+  struct RolloutWait {
+    std::uint64_t hash;
+    std::int64_t wait;
+  };
+  // Per Deployment, the last few rollouts' waits, newest last.
+  std::unordered_map<std::uint64_t, std::vector<RolloutWait>> waits_;
+  static constexpr std::size_t kRolloutsKept = 4;
+  TimePoint last_missing_log_{};
+  std::uint64_t missing_unlogged_ = 0;  // endpoints since the last line
+  // The ReplicaSet hash of the last Warning per Deployment key: once per rollout.
+  std::unordered_map<std::string, std::string> warned_;
+};
+
+}  // namespace gracekeeper::controller

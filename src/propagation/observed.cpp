@@ -1,0 +1,173 @@
+#include "gracekeeper/propagation/observed.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <vector>
+
+#include "fallback.h"
+
+namespace gracekeeper::propagation {
+namespace {
+
+using namespace std::chrono;
+
+// Reads exactly `n` digits at `pos`.
+bool digits(std::string_view text, std::size_t& pos, std::size_t n, int& out) {
+  if (pos + n > text.size()) return false;
+  out = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const char c = text[pos + i];
+    if (c < '0' || c > '9') return false;
+    out = out * 10 + (c - '0');
+  }
+  pos += n;
+  return true;
+}
+
+bool expect(std::string_view text, std::size_t& pos, char c) {
+  if (pos >= text.size() || text[pos] != c) return false;
+  ++pos;
+  return true;
+}
+
+}  // namespace
+
+std::optional<TimePoint> parse_rfc3339(std::string_view text) {
+  std::size_t pos = 0;
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+  if (!digits(text, pos, 4, year) || !expect(text, pos, '-') || !digits(text, pos, 2, month) ||
+      !expect(text, pos, '-') || !digits(text, pos, 2, day)) {
+    return std::nullopt;
+  }
+  if (pos >= text.size() || (text[pos] != 'T' && text[pos] != 't')) return std::nullopt;
+  ++pos;
+  if (!digits(text, pos, 2, hour) || !expect(text, pos, ':') || !digits(text, pos, 2, minute) ||
+      !expect(text, pos, ':') || !digits(text, pos, 2, second)) {
+    return std::nullopt;
+  }
+  nanoseconds fraction{0};
+  if (pos < text.size() && text[pos] == '.') {
+    ++pos;
+    std::int64_t ns = 0;
+    int count = 0;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+      if (count < 9) ns = ns * 10 + (text[pos] - '0');
+      ++count;
+      ++pos;
+    }
+    if (count == 0) return std::nullopt;
+    for (int i = count; i < 9; ++i) ns *= 10;
+    fraction = nanoseconds(ns);
+  }
+  minutes offset{0};
+  if (pos < text.size() && (text[pos] == 'Z' || text[pos] == 'z')) {
+    ++pos;
+  } else if (pos < text.size() && (text[pos] == '+' || text[pos] == '-')) {
+    const int sign = text[pos] == '-' ? -1 : 1;
+    ++pos;
+    int oh = 0, om = 0;
+    if (!digits(text, pos, 2, oh) || !expect(text, pos, ':') || !digits(text, pos, 2, om) ||
+        oh > 23 || om > 59) {
+      return std::nullopt;
+    }
+    offset = minutes(sign * (oh * 60 + om));
+  } else {
+    return std::nullopt;
+  }
+  if (pos != text.size()) return std::nullopt;
+  const year_month_day date{std::chrono::year(year),
+                            std::chrono::month(static_cast<unsigned>(month)),
+                            std::chrono::day(static_cast<unsigned>(day))};
+  // 60 would be a leap second; Kubernetes never writes one.
+  if (!date.ok() || hour > 23 || minute > 59 || second > 59) return std::nullopt;
+  const auto t = sys_days(date) + hours(hour) + minutes(minute) + seconds(second) - offset;
+  return time_point_cast<TimePoint::duration>(t + fraction);
+}
+
+std::expected<Lag, LagError> lag(const std::string* trigger, TimePoint seen) {
+  if (trigger == nullptr) {
+    return std::unexpected(LagError{LagError::Kind::Missing,
+                                    std::string("no ") + kTriggerTimeAnnotation + " annotation"});
+  }
+  const std::optional<TimePoint> t = parse_rfc3339(*trigger);
+  if (!t) {
+    return std::unexpected(
+        LagError{LagError::Kind::Garbage,
+                 fmt::format("{} is not an RFC 3339 time: \"{}\"", kTriggerTimeAnnotation,
+                             std::string_view(*trigger).substr(0, 64))});
+  }
+  const double seconds = duration<double>(seen - *t).count();
+  if (seconds < 0) return Lag{0, true};
+  return Lag{seconds, false};
+}
+
+void SampleBook::add(const std::string& ns, TimePoint seen, double seconds) {
+  auto it = samples_.find(ns);
+  if (it == samples_.end()) it = samples_.emplace(ns, std::deque<Sample>{}).first;
+  auto& q = it->second;
+  q.push_back({seen, static_cast<float>(seconds)});
+  while (q.size() > kMaxSamples) q.pop_front();
+  while (!q.empty() && seen - q.front().seen > kMaxAge) q.pop_front();
+  ++counters_.samples;
+}
+
+Window SampleBook::window(std::string_view ns, std::chrono::seconds window, double quantile,
+                          TimePoint now) const {
+  Window out;
+  auto it = samples_.find(ns);
+  if (it == samples_.end()) return out;
+  std::vector<float> values;
+  for (const Sample& s : it->second) {
+    if (now - s.seen < window && s.seen <= now) values.push_back(s.seconds);
+  }
+  out.count = values.size();
+  if (values.empty()) return out;
+  // Nearest rank: the smallest sample with at least `quantile` of them at or below it.
+  const auto n = values.size();
+  std::size_t rank = static_cast<std::size_t>(std::ceil(quantile * static_cast<double>(n)));
+  rank = std::clamp<std::size_t>(rank, 1, n);
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(rank - 1),
+                   values.end());
+  out.quantile = values[rank - 1];
+  return out;
+}
+
+void SampleBook::prune(TimePoint now) {
+  for (auto it = samples_.begin(); it != samples_.end();) {
+    auto& q = it->second;
+    while (!q.empty() && now - q.front().seen > kMaxAge) q.pop_front();
+    it = q.empty() ? samples_.erase(it) : std::next(it);
+  }
+}
+
+Measurement observed_measurement(const budget::PolicySpec& spec, const Window& window,
+                                 const std::optional<LastGood>& last_good, TimePoint now) {
+  const auto& o = spec.propagation.observed;
+  const std::string span = fmt::format("{}s", o.window_seconds);
+  if (window.count < static_cast<std::size_t>(o.min_samples) || !window.quantile) {
+    return detail::fall_back(
+        spec, "TooFewSamples",
+        fmt::format("{} sample(s) of EndpointSlice propagation in the last {}, minSamples is {}",
+                    window.count, span, o.min_samples),
+        last_good, now);
+  }
+  Measurement m;
+  // Milliseconds are plenty, and spare the status float noise (samples are floats).
+  m.seconds = std::round((*window.quantile + o.consumer_sync_seconds) * 1000) / 1000;
+  m.source = budget::to_string(spec.propagation.source);
+  m.metrics_available = true;
+  m.reason = "SamplesSufficient";
+  m.message = fmt::format(
+      "quantile {} of {} EndpointSlice sample(s) in the last {}: {} + consumerSyncSeconds {}",
+      spec.propagation.quantile, window.count, span, detail::seconds_text(*window.quantile),
+      detail::seconds_text(o.consumer_sync_seconds));
+  m.sampled_at = now;
+  m.fallback = false;
+  m.last_good = LastGood{.seconds = m.seconds, .sampled_at = now};
+  return m;
+}
+
+}  // namespace gracekeeper::propagation

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# `gracekeeper run` with a `source: Observed` ShutdownPolicy against the real
+# API server: the test plays the EndpointSlice controller. It writes an
+# EndpointSlice (kubectl, a managed-by label of its own, no Service, so the
+# real controller leaves it alone) whose endpoints are pods of the governed
+# Deployment `web`, and turns them terminating with a
+# endpoints.kubernetes.io/last-change-trigger-time it chooses, so each
+# sample's size is known: lag = when gracekeeper sees the update - trigger.
+#
+# usage: test/integration/operator/observed_test.sh GRACEKEEPER_BINARY CLUSTER_DIR
+#
+# Budget (factor 1.5, min 5): staticSeconds 4 -> preStop 6 until minSamples
+# (3) samples are in; lags 1, 2 and 9 s (plus the ~0.1 s kubectl and the
+# watch take) then give p99 = 9.1, + consumerSyncSeconds 1 = 10.1 (preStop
+# ceil(15.15) = 16). The audit compares each termination with the wait its
+# rollout's pods had when they were first seen (6):
+#   lag 1 s: 6 - (1 + 1) = 4   covered
+#   lag 2 s: 6 - (2 + 1) = 3   covered
+#   lag 9 s: 6 - (9 + 1) = -4  late -> Warning PropagationOutlastedPreStop
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+GK="${1:?usage: observed_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
+CLUSTER="${2:?usage: observed_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
+WORK="$(mktemp -d)"
+. "$ROOT/test/integration/operator/lib.sh"
+SUFFIX=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+NS="op-obs-$SUFFIX"
+
+cleanup() {
+  [ -n "${OP_PID:-}" ] && { kill -KILL "$OP_PID" 2>/dev/null; wait "$OP_PID" 2>/dev/null; }
+  k delete deployments,shutdownpolicies,endpointslices --all -n "$NS" --wait=false >/dev/null 2>&1
+  k delete namespace "$NS" --wait=false >/dev/null 2>&1
+  if [ "$FAILED" -gt 0 ]; then
+    for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "# --- $f (last 30 lines)"; tail -30 "$f" | note; }; done
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+policy() {  # policy CONSUMER-SYNC-SECONDS
+  k apply -f - >/dev/null <<YAML
+apiVersion: gracekeeper.dev/v1alpha1
+kind: ShutdownPolicy
+metadata: {name: default, namespace: $NS}
+spec:
+  changes: {minIntervalSeconds: 0}
+  propagation:
+    source: Observed
+    staticSeconds: 4
+    observed: {minSamples: 3, windowSeconds: 600, consumerSyncSeconds: $1}
+YAML
+}
+
+# The pods of `web` as the ReplicaSet controller names them (hash and suffix
+# from its alphabet); no pod object is needed, the audit reads the names.
+HASH=7d9f8b6c5
+PODS=(web-$HASH-x2x4z web-$HASH-bcdfg web-$HASH-v5v6w web-$HASH-q7r8s)
+# slice TRIGGER STATE...: the EndpointSlice with one endpoint per pod, STATE
+# r (ready) or t (terminating); TRIGGER "" for no annotation.
+slice() {
+  local trigger=$1 i=0 eps="" state
+  shift
+  for state in "$@"; do
+    local ready=true terminating=false
+    [ "$state" = t ] && ready=false terminating=true
+    eps+="${eps:+,}{\"addresses\":[\"198.18.0.$((i + 10))\"],\"conditions\":{\"ready\":$ready,\"serving\":$ready,\"terminating\":$terminating},\"targetRef\":{\"kind\":\"Pod\",\"namespace\":\"$NS\",\"name\":\"${PODS[$i]}\"}}"
+    i=$((i + 1))
+  done
+  local annotations='{}'
+  [ -n "$trigger" ] && annotations="{\"endpoints.kubernetes.io/last-change-trigger-time\":\"$trigger\"}"
+  k apply --server-side --force-conflicts --field-manager gk-test -f - >/dev/null <<JSON
+{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
+ "metadata":{"name":"web-test","namespace":"$NS","annotations":$annotations,
+   "labels":{"kubernetes.io/service-name":"web","endpointslice.kubernetes.io/managed-by":"gracekeeper-test"}},
+ "addressType":"IPv4","ports":[{"name":"http","port":8080,"protocol":"TCP"}],
+ "endpoints":[$eps]}
+JSON
+}
+ago() { date -u -d "@$(awk -v s="$1" -v now="$(date +%s.%N)" 'BEGIN { printf "%.3f", now - s }')" +%Y-%m-%dT%H:%M:%S.%3NZ; }
+metric() { curl -sf "http://127.0.0.1:$OP_PORT/metrics" | grep -F "$1" | awk '{print $NF}' | head -1; }
+metric_is() { [ "$(metric "$1")" = "$2" ]; }
+status() { jp sdp "$NS" default "$1"; }
+condition() { jp sdp "$NS" default "{.status.conditions[?(@.type==\"$1\")].$2}"; }
+near() { awk -v a="$1" -v b="$2" -v t="${3:-0.5}" 'BEGIN { exit !(a != "" && a - b <= t && b - a <= t) }'; }
+prop_near() { near "$(status '{.status.propagation.seconds}')" "$1" "${2:-0.5}"; }
+observed_is() { [ "$(status '{.status.terminations.observed}')" = "$1" ]; }
+late_events() {
+  k get events.events.k8s.io -n "$NS" -o json |
+    jq '[.items[] | select(.reason == "PropagationOutlastedPreStop" and .regarding.name == "web")] | length'
+}
+late_events_are() { [ "$(late_events)" = "$1" ]; }
+log_has() { grep -qF "$1" "$OP_LOG"; }
+
+k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
+k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
+k create namespace "$NS" >/dev/null
+policy 1
+deployment "$NS" web "$OPTED"
+start_operator op --propagation-refresh 1 || { not_ok "the operator did not become ready"; finish; }
+
+wait_for 20 settings_are "$NS" web "6 46 0 1" \
+  && ok "web tuned with the fallback staticSeconds 4: $(settings "$NS" web)" \
+  || not_ok "web tuned with the fallback: $(settings "$NS" web)"
+reason_is() { [ "$(condition MetricsAvailable reason)" = "$1" ]; }
+wait_for 10 reason_is TooFewSamples \
+  && ok "too few samples: MetricsAvailable=$(condition MetricsAvailable status), $(condition MetricsAvailable message)" \
+  || not_ok "too few samples: MetricsAvailable $(condition MetricsAvailable status) $(condition MetricsAvailable reason)"
+expect "... source Static while falling back" "$(status '{.status.propagation.source}')" Static
+
+# ------------------------------------------------------------- samples and audit
+slice "" r r r r
+sleep 1  # cached before the first change
+slice "$(ago 1)" t r r r
+wait_for 10 observed_is 1 && ok "a terminating endpoint, 1 s after its trigger time: audited" \
+  || not_ok "first termination audited: terminations $(status '{.status.terminations}')"
+slice "$(ago 2)" t t r r
+slice "$(ago 9)" t t t r
+wait_for 10 observed_is 3 && ok "three terminations audited: $(status '{.status.terminations}')" \
+  || not_ok "three terminations: $(status '{.status.terminations}')"
+expect "... one late (lag 9 s + 1 s > preStop 6 s)" "$(status '{.status.terminations.late}')" 1
+[ -n "$(status '{.status.terminations.lastLateAt}')" ] && ok "... lastLateAt $(status '{.status.terminations.lastLateAt}')" \
+  || not_ok "lastLateAt missing"
+wait_for 10 prop_near 10 \
+  && ok "the Observed figure: p99 of 1, 2, 9 s + consumerSyncSeconds 1 = $(status '{.status.propagation.seconds}')" \
+  || not_ok "the Observed figure: $(status '{.status.propagation}')"
+expect "... source Observed" "$(status '{.status.propagation.source}')" Observed
+expect "... MetricsAvailable True, reason" "$(condition MetricsAvailable reason)" SamplesSufficient
+out=$(k get sdp -n "$NS" -o wide 2>&1)
+row=$(awk 'NR == 2' <<<"$out" | tr -s ' ')
+if [ "$(cut -d' ' -f3 <<<"$row")" = Observed ] && near "$(cut -d' ' -f4 <<<"$row")" 10 && \
+   [ "$(head -1 <<<"$out" | tr -s ' ' | cut -d' ' -f9)" = LATE ] && [ "$(cut -d' ' -f9 <<<"$row")" = 1 ]; then
+  ok "kubectl get sdp -o wide: $row"
+else not_ok "kubectl get sdp -o wide"; note <<<"$out"; fi
+wait_for 20 settings_are "$NS" web "16 56 0 1" && ok "web follows the Observed figure: $(settings "$NS" web)" \
+  || not_ok "web follows the figure: $(settings "$NS" web)"
+wait_for 70 late_events_are 1 && ok "one Warning PropagationOutlastedPreStop on web" \
+  || not_ok "PropagationOutlastedPreStop events: $(late_events)"
+note <<<"$(k get events.events.k8s.io -n "$NS" -o json | jq -r '.items[] | select(.reason == "PropagationOutlastedPreStop") | .note')"
+wait_for 5 metric_is 'gracekeeper_terminations_total{namespace="'"$NS"'",outcome="late",policy="default"}' 1 \
+  && ok "gracekeeper_terminations_total late 1" || not_ok "terminations_total late: $(metric 'outcome="late"')"
+expect "gracekeeper_terminations_total covered" "$(metric 'gracekeeper_terminations_total{namespace="'"$NS"'",outcome="covered"')" 2
+expect "gracekeeper_endpoint_propagation_seconds_count" "$(metric 'gracekeeper_endpoint_propagation_seconds_count{namespace="'"$NS"'"}')" 3
+
+# ------------------------------------------------------------- bad input
+slice "" t t t t
+wait_for 5 log_has "without a trigger time" && ok "no trigger time: a log line" || not_ok "no log line for a missing trigger time"
+wait_for 5 metric_is 'gracekeeper_endpoint_propagation_anomalies_total{reason="missing"}' 1 \
+  && ok "... counted as a missing drop" || not_ok "missing drop: $(metric 'reason="missing"')"
+slice "" r r r r
+sleep 0.5
+slice "last tuesday" t r r r
+wait_for 5 metric_is 'gracekeeper_endpoint_propagation_anomalies_total{reason="garbage"}' 1 \
+  && ok "a garbage trigger time: counted as a garbage drop" || not_ok "garbage drop: $(metric 'reason="garbage"')"
+grep -F "last tuesday" "$OP_LOG" | grep -qF "RFC 3339" && ok "... the log line names the value" || not_ok "log line for garbage"
+slice "$(ago -5)" t t r r  # the controller manager's clock 5 s ahead
+wait_for 5 metric_is 'gracekeeper_endpoint_propagation_anomalies_total{reason="clamped"}' 1 \
+  && ok "a trigger time in the future (skew): clamped to 0 and counted" || not_ok "clamped: $(metric 'reason="clamped"')"
+kill -0 "$OP_PID" 2>/dev/null && ok "the operator is still running" || not_ok "the operator died"
+
+# ------------------------------------------------------------- consumerSyncSeconds
+policy 5
+wait_for 10 prop_near 14 \
+  && ok "consumerSyncSeconds 5: figure $(status '{.status.propagation.seconds}') (p99 9 + 5)" \
+  || not_ok "consumerSyncSeconds 5: $(status '{.status.propagation}')"
+
+stop_operator
+expect "SIGTERM: exit status" "$OP_EXIT" 0
+finish

@@ -1,0 +1,197 @@
+// Source Observed: the sample arithmetic (seen - trigger time, clamped at 0),
+// bad trigger-time annotations, the window and the quantile, and too few
+// samples.
+#include "gracekeeper/propagation/observed.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace gracekeeper::propagation {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using Clock = std::chrono::system_clock;
+
+// 2026-12-01T18:00:00Z
+const TimePoint kNow = std::chrono::sys_days(std::chrono::year{2026} / 12 / 1) + 18h;
+
+budget::PolicySpec observed_policy(int min_samples = 3, double consumer_sync = 1) {
+  budget::PolicySpec spec;
+  spec.propagation.source = budget::PropagationSource::Observed;
+  spec.propagation.static_seconds = 10;
+  spec.propagation.quantile = 0.9;
+  spec.propagation.observed.window_seconds = 600;
+  spec.propagation.observed.min_samples = min_samples;
+  spec.propagation.observed.consumer_sync_seconds = consumer_sync;
+  return spec;
+}
+
+TEST(ParseRfc3339, TheFormsKubernetesWrites) {
+  EXPECT_EQ(parse_rfc3339("2026-12-01T18:00:00Z"), kNow);
+  EXPECT_EQ(parse_rfc3339("2026-12-01T18:00:00.25Z"), kNow + 250ms);
+  EXPECT_EQ(parse_rfc3339("2026-12-01T18:00:00.123456789Z"), kNow + 123456789ns);
+  EXPECT_EQ(parse_rfc3339("2026-12-01T19:30:00+01:30"), kNow);
+  EXPECT_EQ(parse_rfc3339("2026-12-01T17:00:00-01:00"), kNow);
+}
+
+TEST(ParseRfc3339, GarbageIsRefusedNotGuessed) {
+  for (const char* bad : {"", "now", "2026-12-01", "2026-12-01T18:00:00", "2026-12-01 18:00:00Z",
+                          "2026-13-01T18:00:00Z", "2026-02-30T18:00:00Z", "2026-12-01T24:00:00Z",
+                          "2026-12-01T18:00:00.Z", "2026-12-01T18:00:00Zjunk", "1764612000",
+                          "2026-12-01T18:00:00+0100", "-026-12-01T18:00:00Z"}) {
+    EXPECT_FALSE(parse_rfc3339(bad)) << bad;
+  }
+}
+
+TEST(Lag, SeenMinusTriggerTime) {
+  const std::string trigger = "2026-12-01T18:00:00.5Z";
+  auto l = lag(&trigger, kNow + 1750ms);
+  ASSERT_TRUE(l);
+  EXPECT_DOUBLE_EQ(l->seconds, 1.25);
+  EXPECT_FALSE(l->clamped);
+}
+
+TEST(Lag, ATriggerAfterSeenIsSkewClampedToZero) {
+  // The controller manager's clock is ahead of gracekeeper's.
+  const std::string trigger = "2026-12-01T18:00:03Z";
+  auto l = lag(&trigger, kNow + 1s);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->seconds, 0);
+  EXPECT_TRUE(l->clamped);
+}
+
+TEST(Lag, MissingAndGarbageAnnotationsAreErrorsThatSayWhat) {
+  auto missing = lag(nullptr, kNow);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().kind, LagError::Kind::Missing);
+  EXPECT_THAT(missing.error().message, HasSubstr(kTriggerTimeAnnotation));
+
+  const std::string garbage = "yesterday-ish";
+  auto bad = lag(&garbage, kNow);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().kind, LagError::Kind::Garbage);
+  EXPECT_THAT(bad.error().message, HasSubstr("\"yesterday-ish\""));
+  EXPECT_THAT(bad.error().message, HasSubstr(kTriggerTimeAnnotation));
+
+  const std::string huge(100000, '9');  // cut in the message, never a crash
+  auto cut = lag(&huge, kNow);
+  ASSERT_FALSE(cut);
+  EXPECT_LT(cut.error().message.size(), 200u);
+}
+
+TEST(SampleBook, NearestRankQuantileOverTheWindow) {
+  SampleBook book;
+  // 1..10 s, one per second, all within the window.
+  for (int i = 1; i <= 10; ++i) book.add("shop", kNow - std::chrono::seconds(20 - i), i);
+  Window w = book.window("shop", 600s, 0.9, kNow);
+  EXPECT_EQ(w.count, 10u);
+  ASSERT_TRUE(w.quantile);
+  EXPECT_FLOAT_EQ(*w.quantile, 9);  // ceil(0.9 * 10) = 9th of 10
+  w = book.window("shop", 600s, 0.99, kNow);
+  EXPECT_FLOAT_EQ(*w.quantile, 10);
+  w = book.window("shop", 600s, 0.5, kNow);
+  EXPECT_FLOAT_EQ(*w.quantile, 5);
+  w = book.window("shop", 600s, 0.01, kNow);
+  EXPECT_FLOAT_EQ(*w.quantile, 1);
+}
+
+TEST(SampleBook, OnlyTheWindowCountsAndNamespacesAreApart) {
+  SampleBook book;
+  book.add("shop", kNow - 700s, 30);  // outside a 600 s window
+  book.add("shop", kNow - 100s, 2);
+  book.add("shop", kNow - 50s, 3);
+  book.add("other", kNow - 10s, 50);
+  Window w = book.window("shop", 600s, 0.99, kNow);
+  EXPECT_EQ(w.count, 2u);
+  EXPECT_FLOAT_EQ(*w.quantile, 3);
+  w = book.window("shop", 800s, 0.99, kNow);
+  EXPECT_EQ(w.count, 3u);
+  EXPECT_FLOAT_EQ(*w.quantile, 30);
+  EXPECT_EQ(book.window("nowhere", 600s, 0.99, kNow).count, 0u);
+  EXPECT_FALSE(book.window("nowhere", 600s, 0.99, kNow).quantile);
+}
+
+TEST(SampleBook, BoundedInCountAndAge) {
+  SampleBook book;
+  for (std::size_t i = 0; i < SampleBook::kMaxSamples + 100; ++i) {
+    book.add("shop", kNow - 1000s + std::chrono::milliseconds(i), 1);
+  }
+  EXPECT_EQ(book.window("shop", 86400s, 0.5, kNow).count, SampleBook::kMaxSamples);
+  book.prune(kNow + SampleBook::kMaxAge);
+  EXPECT_EQ(book.namespaces(), 0u);
+}
+
+TEST(ObservedMeasurement, QuantilePlusConsumerSync) {
+  auto spec = observed_policy(/*min_samples=*/3, /*consumer_sync=*/1.5);
+  Window w{.count = 5, .quantile = 0.75};
+  auto m = observed_measurement(spec, w, std::nullopt, kNow);
+  EXPECT_DOUBLE_EQ(m.seconds, 2.25);
+  EXPECT_EQ(m.source, "Observed");
+  EXPECT_TRUE(m.metrics_available);
+  EXPECT_FALSE(m.fallback);
+  EXPECT_EQ(m.reason, "SamplesSufficient");
+  ASSERT_TRUE(m.last_good);
+  EXPECT_DOUBLE_EQ(m.last_good->seconds, 2.25);
+  EXPECT_THAT(m.message, HasSubstr("5 EndpointSlice sample(s)"));
+  EXPECT_THAT(m.message, HasSubstr("consumerSyncSeconds 1.5s"));
+}
+
+TEST(ObservedMeasurement, TooFewSamplesFallsBackAndSaysHowMany) {
+  auto spec = observed_policy(/*min_samples=*/20);
+  Window w{.count = 7, .quantile = 0.4};
+  auto m = observed_measurement(spec, w, std::nullopt, kNow);
+  EXPECT_FALSE(m.metrics_available);
+  EXPECT_TRUE(m.fallback);
+  EXPECT_EQ(m.reason, "TooFewSamples");
+  EXPECT_DOUBLE_EQ(m.seconds, 10);  // staticSeconds
+  EXPECT_THAT(m.message, HasSubstr("7 sample(s)"));
+  EXPECT_THAT(m.message, HasSubstr("minSamples is 20"));
+  EXPECT_THAT(m.message, HasSubstr("staticSeconds"));
+
+  // A recent good value is kept instead.
+  LastGood good{.seconds = 3.5, .sampled_at = kNow - 5min};
+  m = observed_measurement(spec, w, good, kNow);
+  EXPECT_DOUBLE_EQ(m.seconds, 3.5);
+  EXPECT_FALSE(m.metrics_available);
+  EXPECT_THAT(m.message, HasSubstr("last good value 3.5s"));
+}
+
+TEST(ObservedMeasurement, NoSamplesAtAll) {
+  auto m = observed_measurement(observed_policy(1), Window{}, std::nullopt, kNow);
+  EXPECT_FALSE(m.metrics_available);
+  EXPECT_EQ(m.reason, "TooFewSamples");
+  EXPECT_THAT(m.message, HasSubstr("0 sample(s)"));
+}
+
+TEST(ObservedPolicy, DefaultsAndBoundsOfPropagationObserved) {
+  auto spec = budget::parse_policy_spec(budget::Json::object());
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->propagation.observed.window_seconds, 3600);
+  EXPECT_EQ(spec->propagation.observed.min_samples, 20);
+  EXPECT_EQ(spec->propagation.observed.consumer_sync_seconds, 1);
+
+  spec = budget::parse_policy_spec(budget::Json::parse(
+      R"({"propagation": {"source": "Observed", "observed":
+          {"windowSeconds": 600, "minSamples": 3, "consumerSyncSeconds": 5}}})"));
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->propagation.observed.window_seconds, 600);
+  EXPECT_EQ(spec->propagation.observed.min_samples, 3);
+  EXPECT_EQ(spec->propagation.observed.consumer_sync_seconds, 5);
+
+  auto bad = budget::parse_policy_spec(budget::Json::parse(
+      R"({"propagation": {"observed": {"windowSeconds": 10, "minSamples": 0,
+          "consumerSyncSeconds": -1, "typo": 1}}})"));
+  ASSERT_FALSE(bad);
+  std::string all;
+  for (const auto& e : bad.error()) all += e.format() + "\n";
+  EXPECT_THAT(all, HasSubstr("spec.propagation.observed.windowSeconds"));
+  EXPECT_THAT(all, HasSubstr("spec.propagation.observed.minSamples"));
+  EXPECT_THAT(all, HasSubstr("spec.propagation.observed.consumerSyncSeconds"));
+  EXPECT_THAT(all, HasSubstr("spec.propagation.observed.typo: unknown field"));
+}
+
+}  // namespace
+}  // namespace gracekeeper::propagation
