@@ -100,7 +100,10 @@ class Operator {
         deployment_reconciler_(
             {deployments_.store(), policies_.store(), propagation_, *deployment_writer_,
              *event_sink_, *clock_, metrics_,
-             [this](const std::string& policy_key) { policy_queue_.add(policy_key); }}),
+             [this](const std::string& policy_key) { policy_queue_.add(policy_key); },
+             [this](const std::string& key, std::chrono::nanoseconds after) {
+               deployment_queue_.add_after(key, after);
+             }}),
         policy_reconciler_({policies_.store(), deployments_.store(), propagation_, *meter_,
                             *status_writer_, *clock_, metrics_, deployment_reconciler_,
                             [this](const std::string& ns) { rules_.enqueue_namespace(ns); },

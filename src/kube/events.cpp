@@ -456,6 +456,9 @@ asio::awaitable<void> EventRecorder::write_loop(std::string key) {
     }
     if (result) {
       cache_.write_succeeded(*w);
+      if (const auto* written = cache_.find(key); written && outcome_) {
+        outcome_(written->record(), true);
+      }
       continue;
     }
     ++stats_.failed;
@@ -465,7 +468,10 @@ asio::awaitable<void> EventRecorder::write_loop(std::string key) {
               {{"event", ns + "/" + w->name}, {"error", result.error().format()}});
     // Drops the entry, or (NotFound on a patch) makes the next write a
     // create; either way next_write decides whether anything is left to do.
+    const auto* failed = cache_.find(key);
+    EventRecord record = failed ? failed->record() : EventRecord{};
     cache_.write_failed(*w, result.error().reason == ApiError::Reason::NotFound);
+    if (failed && !cache_.find(key) && outcome_) outcome_(record, false);  // dropped
   }
 }
 
