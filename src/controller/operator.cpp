@@ -172,7 +172,10 @@ class Operator {
     auto version = co_await client_.server_version();
     if (!version) throw std::runtime_error("API server version: " + version.error().format());
     budget::Capabilities capabilities;
-    capabilities.native_sleep = has_native_sleep(*version);
+    // A kubelet older than 1.30 ignores the sleep action: the operator is
+    // told the oldest one (nodes are not read).
+    capabilities.native_sleep = has_native_sleep(*version) && (options_.min_kubelet_minor < 0 ||
+                                                               options_.min_kubelet_minor >= 30);
     deployment_reconciler_.set_capabilities(capabilities);
     log::info("connected", {{"server", config_.server},
                             {"version", version->git_version},
