@@ -70,7 +70,7 @@ const BlockedWrite* DeploymentReconciler::blocked(const std::string& key) const 
 void DeploymentReconciler::event_outcome(const kube::EventRecord& e, bool written) {
   if (e.regarding.kind != "Deployment") return;
   const std::string key = e.regarding.namespace_ + "/" + e.regarding.name;
-  const auto retry = ledger_.outcome(key, e.reason, e.note, written);
+  const auto retry = ledger_.outcome(key, e, written);
   if (!retry) return;
   log::info("event not written, will record it again",
             {{"deployment", key}, {"reason", e.reason}, {"after", std::to_string(retry->count())}});
@@ -161,7 +161,7 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
       ledger_.mark(key, after);
       kube::EventRecord tuned = tuned_event(*decision.write, decision.policy_name);
       tuned.regarding = ref;
-      ledger_.once(key, tuned);  // kept until written
+      ledger_.once(key, tuned);  // recorded again until written
       deps_.metrics.count_event(to_string(tuned.type), tuned.reason);
       deps_.events.record(std::move(tuned));
       co_return Result::done();

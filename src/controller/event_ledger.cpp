@@ -18,9 +18,10 @@ std::vector<kube::EventRecord> EventLedger::unreported(const std::string& key,
   auto found = reported_.find(key);
   Entry fresh;
   Entry& entry = found == reported_.end() ? fresh : found->second;
-  if (entry.once && entry.once_status == Status::Failed) {
-    out.push_back(*entry.once);
-    entry.once_status = Status::InFlight;
+  if (entry.once && entry.once->status == Status::Failed && entry.once_failed) {
+    out.push_back(std::move(*entry.once_failed));
+    entry.once_failed.reset();
+    entry.once->status = Status::InFlight;
   }
   std::vector<Seen> now;
   for (auto& e : events) {
@@ -59,21 +60,21 @@ void EventLedger::mark(const std::string& key, const std::vector<kube::EventReco
 
 void EventLedger::once(const std::string& key, const kube::EventRecord& event) {
   Entry& entry = reported_[key];
-  entry.once = std::make_unique<kube::EventRecord>(event);
-  entry.once_status = Status::InFlight;
+  entry.once = Seen{hash(event.reason, event.note), Status::InFlight};
+  entry.once_failed.reset();
 }
 
 std::optional<std::chrono::seconds> EventLedger::outcome(const std::string& key,
-                                                         std::string_view reason,
-                                                         std::string_view note, bool written) {
+                                                         const kube::EventRecord& event,
+                                                         bool written) {
   auto found = reported_.find(key);
   if (found == reported_.end()) return std::nullopt;
   Entry& entry = found->second;
-  const std::size_t h = hash(reason, note);
+  const std::size_t h = hash(event.reason, event.note);
   Status* status = nullptr;
   bool is_once = false;
-  if (entry.once && hash(entry.once->reason, entry.once->note) == h) {
-    status = &entry.once_status;
+  if (entry.once && entry.once->hash == h) {
+    status = &entry.once->status;
     is_once = true;
   } else if (auto seen =
                  std::ranges::find_if(entry.state, [h](const Seen& s) { return s.hash == h; });
@@ -93,6 +94,7 @@ std::optional<std::chrono::seconds> EventLedger::outcome(const std::string& key,
     return std::nullopt;
   }
   *status = Status::Failed;
+  if (is_once) entry.once_failed = std::make_unique<kube::EventRecord>(event);
   if (entry.failures < 31) ++entry.failures;
   const auto delay = kRetryFirst * (std::int64_t{1} << std::min<int>(entry.failures - 1, 16));
   return std::min<std::chrono::seconds>(delay, kRetryMax);
@@ -113,7 +115,7 @@ std::size_t EventLedger::failed() const {
   for (const auto& [key, entry] : reported_) {
     n += static_cast<std::size_t>(std::ranges::count_if(
         entry.state, [](const Seen& s) { return s.status == Status::Failed; }));
-    if (entry.once && entry.once_status == Status::Failed) ++n;
+    if (entry.once && entry.once->status == Status::Failed) ++n;
   }
   return n;
 }

@@ -41,14 +41,14 @@ class EventLedger {
   // Records `events` as reported for `key`'s state (e.g. folded into Tuned).
   void mark(const std::string& key, const std::vector<kube::EventRecord>& events);
   // A one-time Event (Tuned) in flight for `key`, replacing an older one:
-  // kept, and recorded again by unreported(), until it is written.
+  // recorded again by unreported() after a failed write, until written.
   void once(const std::string& key, const kube::EventRecord& event);
   // How the write of one of `key`'s Events ended. After a failure, the
   // delay after which `key` should be reconciled to record it again
   // (doubling from kRetryFirst to kRetryMax with each failure in a row);
   // nullopt otherwise, or when the Event no longer applies.
-  std::optional<std::chrono::seconds> outcome(const std::string& key, std::string_view reason,
-                                              std::string_view note, bool written);
+  std::optional<std::chrono::seconds> outcome(const std::string& key,
+                                              const kube::EventRecord& event, bool written);
   void forget(const std::string& key) { reported_.erase(key); }
   // Deployment key -> "reason\x1fnote".
   void seed(const std::multimap<std::string, std::string>& reported);
@@ -69,8 +69,10 @@ class EventLedger {
   };
   struct Entry {
     std::vector<Seen> state;
-    std::unique_ptr<kube::EventRecord> once;  // a Tuned Event not written yet
-    Status once_status = Status::InFlight;
+    // A Tuned Event not written yet: its hash while in flight (a cold start
+    // has one per Deployment), the whole record only once its write failed.
+    std::optional<Seen> once;
+    std::unique_ptr<kube::EventRecord> once_failed;
     std::uint8_t failures = 0;  // failed writes in a row: the backoff
   };
   std::unordered_map<std::string, Entry> reported_;

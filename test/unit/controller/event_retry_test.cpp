@@ -122,11 +122,11 @@ TEST_F(EventRetryTest, RefusedForAnHourWhatWaitsIsBounded) {
 
 TEST(EventLedger, OutcomesOfUnknownOrSettledEventsAreIgnored) {
   EventLedger ledger;
-  EXPECT_FALSE(ledger.outcome("shop/web", "X", "y", false));
   kube::EventRecord e{{}, kube::EventType::Warning, "BudgetClamped", "Check", "clamped"};
+  EXPECT_FALSE(ledger.outcome("shop/web", e, false));
   ASSERT_EQ(ledger.unreported("shop/web", {e}).size(), 1u);
-  EXPECT_FALSE(ledger.outcome("shop/web", "BudgetClamped", "clamped", true));
-  EXPECT_FALSE(ledger.outcome("shop/web", "BudgetClamped", "clamped", false));  // settled
+  EXPECT_FALSE(ledger.outcome("shop/web", e, true));
+  EXPECT_FALSE(ledger.outcome("shop/web", e, false));  // settled
   EXPECT_TRUE(ledger.unreported("shop/web", {e}).empty());
   EXPECT_EQ(ledger.failed(), 0u);
 }
