@@ -217,11 +217,12 @@ void put_string(char*& out, std::string_view text) {
   put_bytes(out, text.data(), size);
 }
 
+// T may be a pointer (the interned note): its own bytes are what is stored.
 template <class T>
 T get(const char*& in) {
   T value;
-  std::memcpy(&value, in, sizeof value);
-  in += sizeof value;
+  std::memcpy(&value, in, sizeof value);  // NOLINT(bugprone-sizeof-expression)
+  in += sizeof value;                     // NOLINT(bugprone-sizeof-expression)
   return value;
 }
 
