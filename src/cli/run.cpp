@@ -43,6 +43,9 @@ constexpr const char* kRunUsage =
     "      --prometheus-bearer-token-file F  bearer token, re-read on every query\n"
     "      --propagation-refresh S           how often policies' sources are read (default 60)\n"
     "      --workers N                       concurrent Deployment reconciles (default 4)\n"
+    "      --min-kubelet-version V           the oldest kubelet in the cluster (e.g. 1.29), when\n"
+    "                                        older than the API server: below 1.30, preStop\n"
+    "                                        action Auto writes exec sleep, not native sleep\n"
     "      --log-format json|text            default json\n"
     "      --log-level debug|info|warn|error default info\n"
     "  -h, --help                            this help\n";
@@ -88,6 +91,25 @@ std::expected<void, std::string> set_workers(controller::OperatorOptions& o, std
   return {};
 }
 
+// "1.29", "v1.29" or "v1.29.3": the minor version.
+std::expected<void, std::string> set_min_kubelet(controller::OperatorOptions& o,
+                                                 std::string_view flag, std::string_view value) {
+  std::string_view text = value;
+  if (text.starts_with("v")) text.remove_prefix(1);
+  int minor = -1;
+  if (text.starts_with("1.")) {
+    text.remove_prefix(2);
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), minor);
+    if (ec != std::errc() || (end != text.data() + text.size() && *end != '.')) minor = -1;
+  }
+  if (minor < 0 || minor > 1000) {
+    return std::unexpected(
+        fmt::format("flag {}: expected a version like 1.29, got \"{}\"", flag, value));
+  }
+  o.min_kubelet_minor = minor;
+  return {};
+}
+
 std::expected<void, std::string> set_log_format(controller::OperatorOptions& o, std::string_view,
                                                 std::string_view value) {
   if (value != "json" && value != "text") {
@@ -109,7 +131,7 @@ std::expected<void, std::string> set_log_level(controller::OperatorOptions& o, s
 }
 
 using O = controller::OperatorOptions;
-constexpr std::array<std::pair<std::string_view, Setter>, 17> kValueFlags{{
+constexpr std::array<std::pair<std::string_view, Setter>, 18> kValueFlags{{
     {"--kubeconfig", &set_text<&O::kubeconfig>},
     {"--context", &set_text<&O::context>},
     {"--namespace", &set_text<&O::watch_namespace>},
@@ -125,6 +147,7 @@ constexpr std::array<std::pair<std::string_view, Setter>, 17> kValueFlags{{
     {"--prometheus-bearer-token-file", &set_text<&O::prometheus_token_file>},
     {"--propagation-refresh", &set_seconds<&O::propagation_refresh, 86400>},
     {"--workers", &set_workers},
+    {"--min-kubelet-version", &set_min_kubelet},
     {"--log-format", &set_log_format},
     {"--log-level", &set_log_level},
 }};

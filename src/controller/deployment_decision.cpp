@@ -127,6 +127,83 @@ kube::EventRecord finding_event(const budget::Finding& f) {
           std::move(note)};
 }
 
+namespace {
+
+// One element of a managedFields fieldsV1 key as a conflict path writes it:
+// "f:spec" -> ".spec", "k:{\"name\":\"app\"}" -> "[name=\"app\"]",
+// "v:\"x\"" -> "[=\"x\"]", "i:0" -> "[0]"; "" for anything else.
+std::string path_element(const std::string& key) {
+  if (key.size() < 2 || key[1] != ':') return {};
+  const std::string_view rest = std::string_view(key).substr(2);
+  switch (key[0]) {
+    case 'f':
+      return "." + std::string(rest);
+    case 'i':
+      return "[" + std::string(rest) + "]";
+    case 'v': {
+      auto value = nlohmann::json::parse(rest, nullptr, /*allow_exceptions=*/false);
+      return value.is_discarded() ? std::string() : "[=" + value.dump() + "]";
+    }
+    case 'k': {
+      // Key order matters: the conflict path keeps the key's own order.
+      auto fields = nlohmann::ordered_json::parse(rest, nullptr, /*allow_exceptions=*/false);
+      if (!fields.is_object()) return {};
+      std::string out = "[";
+      for (auto it = fields.begin(); it != fields.end(); ++it) {
+        if (out.size() > 1) out += ",";
+        out += it.key() + "=" + it.value().dump();
+      }
+      return out + "]";
+    }
+    default:
+      return {};
+  }
+}
+
+bool owns_under(const nlohmann::json& set, const std::string& prefix, std::string_view field) {
+  if (!set.is_object()) return false;
+  for (auto it = set.begin(); it != set.end(); ++it) {
+    if (it.key() == ".") continue;
+    const std::string element = path_element(it.key());
+    if (element.empty()) continue;
+    const std::string path = prefix + element;
+    // The field itself, or a field under it.
+    if (path == field || (path.size() > field.size() && path.starts_with(field) &&
+                          (path[field.size()] == '.' || path[field.size()] == '['))) {
+      return true;
+    }
+    // An ancestor of the field: look inside.
+    if (field.starts_with(path) && field.size() > path.size() &&
+        (field[path.size()] == '.' || field[path.size()] == '[') &&
+        owns_under(it.value(), path, field)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool applier_owns(const nlohmann::json& managed_fields, std::string_view manager,
+                  std::string_view field) {
+  if (!managed_fields.is_array()) return false;
+  auto text = [](const nlohmann::json& entry, const char* name) -> std::string_view {
+    auto it = entry.find(name);
+    return it != entry.end() && it->is_string() ? it->get_ref<const std::string&>()
+                                                : std::string_view();
+  };
+  for (const auto& entry : managed_fields) {
+    if (!entry.is_object() || text(entry, "manager") != manager ||
+        text(entry, "operation") != "Apply") {
+      continue;
+    }
+    if (auto set = entry.find("fieldsV1"); set != entry.end() && owns_under(*set, "", field)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 kube::EventRecord tuned_event(const PlannedWrite& w, const std::string& policy_name) {
   std::string note =
       w.changes + fmt::format(" (policy {}, propagation {}s)", policy_name, w.propagation_seconds);
@@ -195,6 +272,7 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
     if (b && b->uid == facts.uid && b->generation == facts.generation &&
         b->plan_hash == w.plan_hash) {
       out.events.push_back(b->event);  // the same change failed the same way: not again
+      out.blocked = true;
     } else {
       out.write = std::move(w);
     }

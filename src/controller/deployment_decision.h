@@ -21,13 +21,22 @@
 
 namespace gracekeeper::controller {
 
+// A field another applier owns, which a write conflicted on (the cause of
+// a server-side apply conflict).
+struct ConflictingField {
+  std::string manager;  // "flux"
+  std::string field;    // ".spec.template.spec.terminationGracePeriodSeconds"
+};
+
 // A write the server refused (a field conflict with another applier, or 422
-// Invalid): not repeated until the Deployment or the plan changes.
+// Invalid): not repeated until the Deployment or the plan changes, or (a
+// conflict) the appliers no longer own the fields (applier_owns).
 struct BlockedWrite {
   std::string uid;
   std::int64_t generation = 0;
   std::size_t plan_hash = 0;
-  kube::EventRecord event;  // the Warning that says why (regarding unset)
+  kube::EventRecord event;                  // the Warning that says why (regarding unset)
+  std::vector<ConflictingField> conflicts;  // empty unless a FieldConflict
 };
 
 struct DeploymentFacts {
@@ -71,6 +80,7 @@ struct DeploymentDecision {
   bool wait_for_policy = false;  // the governing policy is not measured yet
   // Re-tunes of this policy that may roll out at once (>= 1).
   std::int64_t max_rollouts = 1;
+  bool blocked = false;  // the write is the one facts.blocked refused
   DeploymentState state;
   std::optional<PlannedWrite> write;
   // The Events of the current state (regarding unset), reported once each.
@@ -82,6 +92,12 @@ struct DeploymentDecision {
 DeploymentDecision decide_deployment(const DeploymentFacts&);
 
 kube::EventRecord finding_event(const budget::Finding&);
+// Whether `manager`'s server-side apply entry (operation Apply) in a
+// Deployment's metadata.managedFields owns `field`, a path as a conflict
+// names it (".spec.template.spec.containers[name=\"app\"].lifecycle.preStop"),
+// or a field under it.
+bool applier_owns(const nlohmann::json& managed_fields, std::string_view manager,
+                  std::string_view field);
 // The Tuned Event of a successful write: the changes, the policy and figure,
 // and the findings of the written Deployment; a Warning when one of them is.
 kube::EventRecord tuned_event(const PlannedWrite&, const std::string& policy_name);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 #include "gracekeeper/log/log.h"
@@ -54,9 +55,55 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
   return {key.substr(0, slash), key.substr(slash + 1)};
 }
 
+DeploymentReconciler::DeploymentReconciler(Dependencies deps) : deps_(std::move(deps)) {
+  deps_.events.on_outcome(
+      [this](const kube::EventRecord& e, bool written) { event_outcome(e, written); });
+}
+
 const BlockedWrite* DeploymentReconciler::blocked(const std::string& key) const {
   auto it = blocked_.find(key);
-  return it == blocked_.end() ? nullptr : &it->second;
+  return it == blocked_.end() ? nullptr : &it->second.write;
+}
+
+// An Event counts as reported once written; one that failed is recorded
+// again by a later reconcile of its Deployment, after a backoff.
+void DeploymentReconciler::event_outcome(const kube::EventRecord& e, bool written) {
+  if (e.regarding.kind != "Deployment") return;
+  const std::string key = e.regarding.namespace_ + "/" + e.regarding.name;
+  const auto retry = ledger_.outcome(key, e, written);
+  if (!retry) return;
+  log::info("event not written, will record it again",
+            {{"deployment", key}, {"reason", e.reason}, {"after", std::to_string(retry->count())}});
+  if (deps_.requeue) deps_.requeue(key, *retry);
+}
+
+// A write refused for a conflict with other appliers is tried again once
+// none of them owns a field it conflicted on any more: an applier can give
+// a field up (apply a configuration without it) without any value, and so
+// the generation, changing. Looked at once per new snapshot of the
+// Deployment, with one GET: the informer keeps the managers, not their
+// fields.
+boost::asio::awaitable<bool> DeploymentReconciler::conflict_released(
+    const std::string& key, const std::shared_ptr<const CachedDeployment>& cached) {
+  auto it = blocked_.find(key);
+  if (it == blocked_.end() || it->second.write.conflicts.empty()) co_return false;
+  if (it->second.checked.lock() == cached) co_return false;  // looked at this state already
+  it->second.checked = cached;
+  const std::vector<ConflictingField> conflicts = it->second.write.conflicts;
+  const bool still_applies = std::ranges::any_of(conflicts, [&](const ConflictingField& c) {
+    return std::ranges::find(cached->appliers, c.manager) != cached->appliers.end();
+  });
+  if (!still_applies) co_return true;  // those managers apply nothing any more
+  const auto [ns, name] = split_key(key);
+  auto fields = co_await deps_.writer.managed_fields(ns, name);
+  if (!fields) {
+    log::warn("cannot read the managers of a blocked write",
+              {{"deployment", key}, {"error", fields.error().format()}});
+    co_return false;  // looked at again with the next change
+  }
+  co_return std::ranges::none_of(conflicts, [&](const ConflictingField& c) {
+    return applier_owns(*fields, c.manager, c.field);
+  });
 }
 
 DeploymentDecision DeploymentReconciler::decide(const std::string& key,
@@ -130,6 +177,11 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
   const auto [ns, name] = split_key(key);
   const kube::ObjectRef ref = deployment_ref(ns, name, cached->uid);
   if (decision.wait_for_policy) co_return Result::done();
+  if (decision.blocked && co_await conflict_released(key, cached)) {
+    log::info("conflicting fields released, trying again", {{"deployment", key}});
+    blocked_.erase(key);
+    decision = decide(key, *cached);
+  }
 
   if (decision.write && decision.write->retune) {
     const std::int64_t busy = rollouts_in_flight(key, decision.policy_key);
@@ -162,12 +214,15 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
       ledger_.mark(key, after);
       kube::EventRecord tuned = tuned_event(*decision.write, decision.policy_name);
       tuned.regarding = ref;
+      ledger_.once(key, tuned);  // recorded again until written
       deps_.metrics.count_event(to_string(tuned.type), tuned.reason);
       deps_.events.record(std::move(tuned));
       co_return Result::done();
     }
-    blocked_.insert_or_assign(key, BlockedWrite{cached->uid, cached->generation,
-                                                decision.write->plan_hash, *outcome->refused});
+    blocked_.insert_or_assign(
+        key, Blocked{BlockedWrite{cached->uid, cached->generation, decision.write->plan_hash,
+                                  *outcome->refused, std::move(outcome->conflicts)},
+                     cached});
     deps_.policy_changed(decision.policy_key);
     decision.events.insert(decision.events.begin(), std::move(*outcome->refused));
   }
@@ -209,6 +264,11 @@ DeploymentReconciler::write(const std::string& ns, const std::string& name, cons
     if (!may_force(result.error(), appliers, owners)) {
       log::warn("field conflict", {{"deployment", key}, {"owners", owners}});
       WriteOutcome refused;
+      for (const auto& cause : result.error().causes) {
+        if (auto m = conflicting_manager(cause); std::ranges::find(appliers, m) != appliers.end()) {
+          refused.conflicts.push_back({std::move(m), cause.field});
+        }
+      }
       refused.refused = kube::EventRecord{
           {},
           kube::EventType::Warning,

@@ -4,15 +4,18 @@
 // state once, and come back when a held-back change becomes due.
 //
 // It keeps three things between reconciles, all about its own writes: the
-// Events it reported per Deployment (EventLedger), the writes the server
-// refused (BlockedWrite, by uid, generation and plan), and the re-tunes it
-// wrote whose new generation the store does not show yet. Which rollouts
-// are in flight (changes.maxConcurrentRollouts) comes from the store. Everything else comes
-// from the stores on each reconcile.
+// Events it reported per Deployment (EventLedger, told by the EventSink how
+// each write ended), the writes the server refused (BlockedWrite, by uid,
+// generation and plan; for a field conflict, until the other applier gives
+// the fields up), and the re-tunes it wrote whose new generation the store
+// does not show yet. Which rollouts are in flight
+// (changes.maxConcurrentRollouts) comes from the store, like everything else.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -41,8 +44,13 @@ class DeploymentReconciler {
     // A policy's counts changed without any object changing (a write was
     // refused, or is no longer): its status must follow.
     std::function<void(const std::string& policy_key)> policy_changed;
+    // Reconcile `key` again after a delay: an Event of its state failed to
+    // be written, and is recorded again then.
+    std::function<void(const std::string& key, std::chrono::nanoseconds after)> requeue{};
   };
-  explicit DeploymentReconciler(Dependencies deps) : deps_(std::move(deps)) {}
+  explicit DeploymentReconciler(Dependencies deps);
+  DeploymentReconciler(const DeploymentReconciler&) = delete;
+  DeploymentReconciler& operator=(const DeploymentReconciler&) = delete;
   void set_capabilities(budget::Capabilities c) { capabilities_ = c; }
 
   boost::asio::awaitable<ReconcileResult> reconcile(std::string key);
@@ -58,7 +66,17 @@ class DeploymentReconciler {
   struct WriteOutcome {
     bool applied = false;
     std::optional<kube::EventRecord> refused;  // why the server refused it for good
+    std::vector<ConflictingField> conflicts;   // the appliers' fields it conflicted on
   };
+  // A refused write, and the snapshot of the Deployment last checked for
+  // whether its conflicting fields are still another applier's.
+  struct Blocked {
+    BlockedWrite write;
+    std::weak_ptr<const CachedDeployment> checked;
+  };
+  boost::asio::awaitable<bool> conflict_released(const std::string& key,
+                                                 const std::shared_ptr<const CachedDeployment>&);
+  void event_outcome(const kube::EventRecord&, bool written);
   boost::asio::awaitable<std::expected<WriteOutcome, std::string>> write(
       const std::string& ns, const std::string& name, const PlannedWrite&,
       const std::vector<std::string>& appliers);
@@ -72,7 +90,7 @@ class DeploymentReconciler {
   Dependencies deps_;
   budget::Capabilities capabilities_{};
   EventLedger ledger_;
-  std::unordered_map<std::string, BlockedWrite> blocked_;
+  std::unordered_map<std::string, Blocked> blocked_;
   // Re-tunes written (or being written) -> the generation they were written
   // over: in flight until the store shows a newer one (rollouts_in_flight).
   std::unordered_map<std::string, std::int64_t> rolling_;

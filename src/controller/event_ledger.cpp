@@ -14,42 +14,110 @@ std::size_t EventLedger::hash(std::string_view reason, std::string_view note) {
 
 std::vector<kube::EventRecord> EventLedger::unreported(const std::string& key,
                                                        std::vector<kube::EventRecord> events) {
-  std::vector<std::size_t> now;
   std::vector<kube::EventRecord> out;
   auto found = reported_.find(key);
+  Entry fresh;
+  Entry& entry = found == reported_.end() ? fresh : found->second;
+  if (entry.once && entry.once->status == Status::Failed && entry.once_failed) {
+    out.push_back(std::move(*entry.once_failed));
+    entry.once_failed.reset();
+    entry.once->status = Status::InFlight;
+  }
+  std::vector<Seen> now;
   for (auto& e : events) {
     const std::size_t h = hash(e.reason, e.note);
-    if (std::ranges::find(now, h) != now.end()) continue;  // twice in one state
-    now.push_back(h);
-    const bool before =
-        found != reported_.end() && std::ranges::find(found->second, h) != found->second.end();
-    if (!before) out.push_back(std::move(e));
+    if (std::ranges::any_of(now, [h](const Seen& s) { return s.hash == h; })) {
+      continue;  // twice in one state
+    }
+    auto before = std::ranges::find_if(entry.state, [h](const Seen& s) { return s.hash == h; });
+    if (before != entry.state.end() && before->status != Status::Failed) {
+      now.push_back(*before);
+      continue;
+    }
+    now.push_back({h, Status::InFlight});
+    out.push_back(std::move(e));
   }
-  if (now.empty()) {
+  entry.state = std::move(now);
+  if (entry.state.empty() && !entry.once) {
     if (found != reported_.end()) reported_.erase(found);
-  } else {
-    reported_.insert_or_assign(key, std::move(now));
+  } else if (found == reported_.end()) {
+    reported_.emplace(key, std::move(fresh));
   }
   return out;
 }
 
 void EventLedger::mark(const std::string& key, const std::vector<kube::EventRecord>& events) {
-  std::vector<std::size_t> hashes;
-  for (const auto& e : events) hashes.push_back(hash(e.reason, e.note));
-  if (hashes.empty()) {
-    reported_.erase(key);
-  } else {
-    reported_.insert_or_assign(key, std::move(hashes));
+  std::vector<Seen> state;
+  for (const auto& e : events) state.push_back({hash(e.reason, e.note), Status::Reported});
+  auto found = reported_.find(key);
+  if (found == reported_.end()) {
+    if (!state.empty()) reported_[key].state = std::move(state);
+    return;
   }
+  found->second.state = std::move(state);
+  if (found->second.state.empty() && !found->second.once) reported_.erase(found);
+}
+
+void EventLedger::once(const std::string& key, const kube::EventRecord& event) {
+  Entry& entry = reported_[key];
+  entry.once = Seen{hash(event.reason, event.note), Status::InFlight};
+  entry.once_failed.reset();
+}
+
+std::optional<std::chrono::seconds> EventLedger::outcome(const std::string& key,
+                                                         const kube::EventRecord& event,
+                                                         bool written) {
+  auto found = reported_.find(key);
+  if (found == reported_.end()) return std::nullopt;
+  Entry& entry = found->second;
+  const std::size_t h = hash(event.reason, event.note);
+  Status* status = nullptr;
+  bool is_once = false;
+  if (entry.once && entry.once->hash == h) {
+    status = &entry.once->status;
+    is_once = true;
+  } else if (auto seen =
+                 std::ranges::find_if(entry.state, [h](const Seen& s) { return s.hash == h; });
+             seen != entry.state.end()) {
+    status = &seen->status;
+  }
+  // Not (or no longer) one of this key's Events, or already settled.
+  if (!status || *status != Status::InFlight) return std::nullopt;
+  if (written) {
+    entry.failures = 0;
+    if (!is_once) {
+      *status = Status::Reported;
+      return std::nullopt;
+    }
+    entry.once.reset();
+    if (entry.state.empty()) reported_.erase(found);
+    return std::nullopt;
+  }
+  *status = Status::Failed;
+  if (is_once) entry.once_failed = std::make_unique<kube::EventRecord>(event);
+  if (entry.failures < 31) ++entry.failures;
+  const auto delay = kRetryFirst * (std::int64_t{1} << std::min<int>(entry.failures - 1, 16));
+  return std::min<std::chrono::seconds>(delay, kRetryMax);
 }
 
 void EventLedger::seed(const std::multimap<std::string, std::string>& reported) {
   for (const auto& [key, event] : reported) {
     const auto sep = event.find('\x1f');
     const std::string_view e(event);
-    reported_[key].push_back(sep == std::string::npos ? hash(e, "")
-                                                      : hash(e.substr(0, sep), e.substr(sep + 1)));
+    reported_[key].state.push_back(
+        {sep == std::string::npos ? hash(e, "") : hash(e.substr(0, sep), e.substr(sep + 1)),
+         Status::Reported});
   }
+}
+
+std::size_t EventLedger::failed() const {
+  std::size_t n = 0;
+  for (const auto& [key, entry] : reported_) {
+    n += static_cast<std::size_t>(std::ranges::count_if(
+        entry.state, [](const Seen& s) { return s.status == Status::Failed; }));
+    if (entry.once && entry.once->status == Status::Failed) ++n;
+  }
+  return n;
 }
 
 }  // namespace gracekeeper::controller

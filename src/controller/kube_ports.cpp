@@ -47,6 +47,17 @@ class KubeDeploymentWriter final : public DeploymentWriter {
     co_return Written{};
   }
 
+  asio::awaitable<std::expected<nlohmann::json, kube::ApiError>> managed_fields(
+      const std::string& ns, const std::string& name) override {
+    auto current = co_await client_.get(kube::resources::deployments, ns, name, std::string());
+    if (!current) co_return std::unexpected(std::move(current.error()));
+    const auto metadata = current->find("metadata");
+    if (metadata == current->end() || !metadata->is_object()) co_return nlohmann::json::array();
+    auto fields = metadata->find("managedFields");
+    if (fields == metadata->end()) co_return nlohmann::json::array();
+    co_return std::move(*fields);
+  }
+
  private:
   kube::Client& client_;
 };
@@ -81,6 +92,7 @@ class RecorderSink final : public EventSink {
  public:
   explicit RecorderSink(kube::EventRecorder& recorder) : recorder_(recorder) {}
   void record(kube::EventRecord e) override { recorder_.record(std::move(e)); }
+  void on_outcome(Outcome outcome) override { recorder_.on_outcome(std::move(outcome)); }
 
  private:
   kube::EventRecorder& recorder_;

@@ -110,7 +110,10 @@ class Operator {
         deployment_reconciler_(
             {deployments_.store(), policies_.store(), services_.store(), propagation_,
              *deployment_writer_, *event_sink_, *clock_, metrics_,
-             [this](const std::string& policy_key) { policy_queue_.add(policy_key); }}),
+             [this](const std::string& policy_key) { policy_queue_.add(policy_key); },
+             [this](const std::string& key, std::chrono::nanoseconds after) {
+               deployment_queue_.add_after(key, after);
+             }}),
         policy_reconciler_({policies_.store(), deployments_.store(), propagation_, *meter_,
                             *status_writer_, *clock_, metrics_, deployment_reconciler_,
                             [this](const std::string& ns) { rules_.enqueue_namespace(ns); },
@@ -211,7 +214,10 @@ class Operator {
     auto version = co_await client_.server_version();
     if (!version) throw std::runtime_error("API server version: " + version.error().format());
     budget::Capabilities capabilities;
-    capabilities.native_sleep = has_native_sleep(*version);
+    // A kubelet older than 1.30 ignores the sleep action: the operator is
+    // told the oldest one (nodes are not read).
+    capabilities.native_sleep = has_native_sleep(*version) && (options_.min_kubelet_minor < 0 ||
+                                                               options_.min_kubelet_minor >= 30);
     deployment_reconciler_.set_capabilities(capabilities);
     log::info("connected", {{"server", config_.server},
                             {"version", version->git_version},

@@ -7,6 +7,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <expected>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -49,6 +50,11 @@ class DeploymentWriter {
   virtual boost::asio::awaitable<Written> replace_hooks(const std::string& ns,
                                                         const std::string& name,
                                                         const nlohmann::json& configuration) = 0;
+  // The Deployment's metadata.managedFields as the server has them now (one
+  // GET; the informer keeps only the managers): whether the fields of a
+  // refused write are still another applier's.
+  virtual boost::asio::awaitable<std::expected<nlohmann::json, kube::ApiError>> managed_fields(
+      const std::string& ns, const std::string& name) = 0;
 };
 
 // Writes a ShutdownPolicy's status (PUT .../status at the cached
@@ -61,10 +67,15 @@ class StatusWriter {
                                                        nlohmann::json status) = 0;
 };
 
+// Records Events; they are written later. How each write ended is told to
+// the one Outcome set (the Deployment reconciler's ledger): written, or
+// failed and dropped (nothing retries it but the caller).
 class EventSink {
  public:
+  using Outcome = std::function<void(const kube::EventRecord&, bool written)>;
   virtual ~EventSink() = default;
   virtual void record(kube::EventRecord) = 0;
+  virtual void on_outcome(Outcome) = 0;
 };
 
 // Measures a policy's propagation figure (propagation::measure; source

@@ -217,11 +217,12 @@ void put_string(char*& out, std::string_view text) {
   put_bytes(out, text.data(), size);
 }
 
+// T may be a pointer (the interned note): its own bytes are what is stored.
 template <class T>
 T get(const char*& in) {
   T value;
-  std::memcpy(&value, in, sizeof value);
-  in += sizeof value;
+  std::memcpy(&value, in, sizeof value);  // NOLINT(bugprone-sizeof-expression)
+  in += sizeof value;                     // NOLINT(bugprone-sizeof-expression)
   return value;
 }
 
@@ -456,6 +457,9 @@ asio::awaitable<void> EventRecorder::write_loop(std::string key) {
     }
     if (result) {
       cache_.write_succeeded(*w);
+      if (const auto* written = cache_.find(key); written && outcome_) {
+        outcome_(written->record(), true);
+      }
       continue;
     }
     ++stats_.failed;
@@ -465,7 +469,10 @@ asio::awaitable<void> EventRecorder::write_loop(std::string key) {
               {{"event", ns + "/" + w->name}, {"error", result.error().format()}});
     // Drops the entry, or (NotFound on a patch) makes the next write a
     // create; either way next_write decides whether anything is left to do.
+    const auto* failed = cache_.find(key);
+    EventRecord record = failed ? failed->record() : EventRecord{};
     cache_.write_failed(*w, result.error().reason == ApiError::Reason::NotFound);
+    if (failed && !cache_.find(key) && outcome_) outcome_(record, false);  // dropped
   }
 }
 

@@ -39,6 +39,10 @@ struct OperatorOptions {
   std::chrono::seconds propagation_refresh{60};  // how often a policy's source is asked
   std::string watch_namespace{};                 // "" = all namespaces
   std::chrono::seconds shutdown_timeout{8};      // in-flight work gets this long after SIGTERM
+  // The oldest kubelet's minor version (--min-kubelet-version 1.29), -1 when
+  // not given: the native sleep action needs the API server and the
+  // kubelets at 1.30 or later. Nodes are not read (no RBAC on nodes).
+  int min_kubelet_minor = -1;
 };
 
 // Runs until SIGTERM/SIGINT; returns the process exit code (0 after a clean

@@ -6,7 +6,10 @@
 // instead of creating another object.
 //
 // Recording is fire-and-forget: record() never blocks, never throws, and
-// failures are logged to stderr and counted (EventRecorder::stats()).
+// failures are logged to stderr and counted (EventRecorder::stats()). How
+// each write ended is told to on_outcome's callback, so that the caller can
+// count an Event as reported once the server has it, and record it again
+// when its write failed: the recorder itself does not retry.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -208,6 +211,13 @@ class EventRecorder {
   void record(ObjectRef regarding, EventType type, std::string reason, std::string action,
               std::string note);
 
+  // Called after each write of a series, with its record: written (the
+  // server has every occurrence so far), or failed (the series is dropped;
+  // a series patch that finds its Event gone is not a failure: the Event is
+  // created again). Not called for occurrences still waiting.
+  using Outcome = std::function<void(const EventRecord&, bool written)>;
+  void on_outcome(Outcome outcome) { outcome_ = std::move(outcome); }
+
   Stats stats() const { return stats_; }
   // Writes waiting or running.
   std::size_t in_flight() const { return writers_ + held_.size(); }
@@ -224,6 +234,7 @@ class EventRecorder {
   Client& client_;
   EventRecorderOptions options_;
   EventSeriesCache cache_;
+  Outcome outcome_{};
   Stats stats_{};
   void start_writers();
   std::size_t writer_limit() const;  // writers allowed now

@@ -16,7 +16,9 @@ WORK="$(mktemp -d)"
 
 cleanup() {
   for pid in ${OP_PID:-} ${RACER_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
-  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll --wait=false >/dev/null 2>&1
+  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec --wait=false >/dev/null 2>&1
+  k delete clusterrolebinding gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
+  k delete clusterrole gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
   if [ "$FAILED" -gt 0 ]; then
     for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
   fi
@@ -51,7 +53,7 @@ event_note() {
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
-for ns in op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll; do k create namespace "$ns" >/dev/null && serve "$ns"; done
+for ns in op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec; do k create namespace "$ns" >/dev/null && serve "$ns"; done
 
 # ------------------------------------------------------------- the basics
 # Without a node no rollout ever completes, so re-tunes are not spread here
@@ -434,6 +436,131 @@ stop_operator
 ms=$STOP_MS
 [ "$ms" -lt 10000 ] && ok "SIGTERM as leader: exited in ${ms} ms" || not_ok "SIGTERM as leader took ${ms} ms"
 expect "the Lease was released" "$(jp lease default gk-test-leader '{.spec.holderIdentity}')" ""
+OP_PID=""
+
+# ------------------------------------------------------------- a field conflict the other applier resolves
+# flux gives the conflicting fields up by applying its manifest without them.
+# Their values stay (the defaults are the same), so the generation does not
+# change; gracekeeper sees flux's managedFields change and tries again.
+gitops_manifest() {  # gitops_manifest WITH_BUDGET_FIELDS(true|false)
+  jq -n --argjson with "$1" '{"apiVersion":"apps/v1","kind":"Deployment",
+    "metadata":{"name":"gitops","namespace":"op-release","labels":{"app":"gitops"},
+      "annotations":{"gracekeeper.dev/enabled":"true"}},
+    "spec":({"replicas":3,"selector":{"matchLabels":{"app":"gitops"}},
+      "template":{"metadata":{"labels":{"app":"gitops"}},
+        "spec":({"containers":[{"name":"app","image":"app:1","ports":[{"containerPort":8080}],
+          "readinessProbe":{"httpGet":{"path":"/ready","port":8080}}}]}
+          + if $with then {"terminationGracePeriodSeconds":30} else {} end)}}
+      + if $with then {"strategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"25%","maxSurge":"25%"}}} else {} end)}'
+}
+policy op-release default
+start_operator op-release || not_ok "operator ready (op-release)"
+gitops_manifest true | k apply --server-side --field-manager=flux -f - >/dev/null
+wait_for 10 has_event op-release gitops FieldConflict && ok "op-release: flux's fields give a FieldConflict" \
+  || not_ok "op-release: no FieldConflict: $(event_reasons op-release gitops)"
+generation=$(jp deployment op-release gitops '{.metadata.generation}')
+since=$(now_rfc3339)
+# (The generation flux's own write left: gracekeeper can write within milliseconds.)
+released=$(gitops_manifest false | k apply --server-side --field-manager=flux -f - -o jsonpath='{.metadata.generation}')
+expect "flux releases grace and strategy: the generation is unchanged" "$released" "$generation"
+wait_for 10 settings_are op-release gitops "6 46 0 1" \
+  && ok "the released fields are tuned with no generation change of the user's" \
+  || not_ok "op-release gitops after the release: '$(settings op-release gitops)'"
+reads=$(gk_requests_since "$since" | grep -c '^get deployments/ gitops 200$' || true)
+[ "$reads" -ge 1 ] && ok "... after reading who owns the fields ($reads GET)" || not_ok "no GET of op-release/gitops"
+stop_operator
+
+# ------------------------------------------------------------- events the server refuses
+# The operator runs as a ServiceAccount that may not create Events: the
+# Tuned Event is refused, counted as not reported, and recorded again with
+# backoff (2 s, 4 s, ...). Once the right is granted, it is written, once,
+# with no change to the Deployment.
+# Not when the whole suite runs as the chart's ServiceAccount (ship test):
+# that run checks that every request is that account's and none is refused.
+events_refused_case() {
+k apply -f - >/dev/null <<'YAML'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: gk-test-no-events}
+rules:
+  - {apiGroups: [apps], resources: [deployments], verbs: [get, list, watch, patch]}
+  - {apiGroups: [gracekeeper.dev], resources: [shutdownpolicies], verbs: [get, list, watch]}
+  - {apiGroups: [gracekeeper.dev], resources: [shutdownpolicies/status], verbs: [update, patch]}
+  - {apiGroups: [events.k8s.io], resources: [events], verbs: [list]}
+  - {apiGroups: [""], resources: [services], verbs: [list, watch]}
+  - {apiGroups: [apps], resources: [statefulsets], verbs: [list, watch]}
+  - {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: gk-test-events-writer}
+rules:
+  - {apiGroups: [events.k8s.io], resources: [events], verbs: [create, patch]}
+YAML
+k create clusterrolebinding gk-test-no-events --clusterrole=gk-test-no-events --serviceaccount=op-events:gk-events >/dev/null
+if TOKEN=$("$ROOT/test/cluster/token" "$CLUSTER" op-events gk-events --duration=1h) && [ -n "$TOKEN" ]; then
+  umask 077
+  cat >"$WORK/events.kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters:
+  - name: test
+    cluster:
+      server: $(k config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')
+      certificate-authority-data: $(k config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+users: [{name: gk-events, user: {token: $TOKEN}}]
+contexts: [{name: gk-events, context: {cluster: test, user: gk-events}}]
+current-context: gk-events
+YAML
+  umask 022
+else
+  not_ok "minting a token for op-events:gk-events"
+fi
+policy op-events default
+GK_OPERATOR_KUBECONFIG="$WORK/events.kubeconfig" start_operator op-events || not_ok "operator ready (op-events)"
+since=$(now_rfc3339)
+deployment op-events web "$OPTED"
+wait_for 10 settings_are op-events web "6 46 0 1" && ok "op-events: tuned" || not_ok "op-events web: '$(settings op-events web)'"
+refused_creates() { gk_requests_since "$since" | grep -c '^create events/ - 403$' || true; }
+wait_for 20 bash -c "[ \$(jq -r --arg since '$since' 'select(.stage == \"ResponseComplete\" and .verb == \"create\" and
+    .objectRef.resource == \"events\" and .objectRef.namespace == \"op-events\" and .stageTimestamp > \$since and
+    .responseStatus.code == 403) | .verb' '$CLUSTER/audit.log' | grep -c .) -ge 3 ]" \
+  && ok "a refused Event is recorded again ($(refused_creates) refused creates)" \
+  || not_ok "refused Event creates: $(refused_creates)"
+grep -q '"msg":"event not written, will record it again"' "$OP_LOG" && ok "... and the operator says it will" \
+  || not_ok "no 'event not written' log line"
+generation=$(jp deployment op-events web '{.metadata.generation}')
+k create clusterrolebinding gk-test-events-writer --clusterrole=gk-test-events-writer --serviceaccount=op-events:gk-events >/dev/null
+wait_for 30 has_event op-events web Tuned && ok "once Events may be created, the Tuned Event is written" \
+  || not_ok "no Tuned Event after the grant: $(event_reasons op-events web)"
+sleep 3
+expect "... once" "$(k get events.events.k8s.io -n op-events -o json | jq '[.items[] | select(.regarding.name == "web" and .reason == "Tuned")] | length')" "1"
+expect "... with no change to the Deployment" "$(jp deployment op-events web '{.metadata.generation}')" "$generation"
+stop_operator
+}
+if [ -z "${GK_OPERATOR_KUBECONFIG:-}" ]; then events_refused_case
+else echo "# skipped: events the server refuses (the operator runs as the ServiceAccount)"; fi
+
+# ------------------------------------------------------------- exec sleep when a kubelet is older than 1.30
+# --min-kubelet-version 1.29: the API server has the native sleep action, a
+# kubelet does not. New hooks are exec sleep; an exec sleep gracekeeper
+# wrote is left as it is.
+policy op-exec default
+sed 's/"op-basic"/"op-exec"/' "$WORK/old.json" >"$WORK/old-exec.json"
+SOURCE_DATE_EPOCH=1790000000 "$GK" plan -f "$WORK/old-exec.json" --kubernetes-version 1.29 \
+  --propagation-seconds 4 2>/dev/null | k create -f - >/dev/null
+since=$(now_rfc3339)
+start_operator op-exec --min-kubelet-version 1.29 || not_ok "operator ready (op-exec)"
+expect "the operator logs native sleep off" "$(jq -r 'select(.msg == "connected") | .nativeSleep' "$OP_LOG")" "false"
+deployment op-exec web "$OPTED"
+wait_for 10 bash -c "[ \"\$(kubectl get deployment -n op-exec web -o jsonpath='{.spec.template.spec.terminationGracePeriodSeconds}')\" = 46 ]" \
+  && ok "op-exec: tuned" || not_ok "op-exec web: $(settings op-exec web)"
+expect "the hook written is exec sleep" "$(jp deployment op-exec web '{.spec.template.spec.containers[0].lifecycle.preStop}')" '{"exec":{"command":["sleep","6"]}}'
+sleep 3
+expect "an exec sleep gracekeeper wrote is not rewritten" "$(gk_writes_since "$since" | grep -c ' old-exec ' || true)" "0"
+expect "... and still exec sleep" "$(jp deployment op-exec old-exec '{.spec.template.spec.containers[0].lifecycle.preStop}')" '{"exec":{"command":["sleep","6"]}}'
+expect "... with no ExecSleepNeedsBinary Event" "$(has_event op-exec old-exec ExecSleepNeedsBinary && echo yes || echo no)" "no"
+stop_operator
 OP_PID=""
 
 finish

@@ -87,6 +87,10 @@ class FakeWriter final : public DeploymentWriter {
                                  const json& configuration, bool force) override;
   asio::awaitable<Written> replace_hooks(const std::string& ns, const std::string& name,
                                          const json& configuration) override;
+  // The stored object's managedFields; counted.
+  int reads = 0;
+  asio::awaitable<std::expected<json, kube::ApiError>> managed_fields(
+      const std::string& ns, const std::string& name) override;
 
  private:
   asio::awaitable<Written> answer(Call call);
@@ -104,10 +108,20 @@ class FakeStatusWriter final : public StatusWriter {
   World& world_;
 };
 
+// Each Event is written at once, unless `failures` says the next writes
+// fail: the outcome is told before record() returns.
 class FakeEvents final : public EventSink {
  public:
   std::vector<kube::EventRecord> recorded;
-  void record(kube::EventRecord e) override { recorded.push_back(std::move(e)); }
+  int failures = 0;  // the next writes that fail
+  void record(kube::EventRecord e) override {
+    recorded.push_back(e);
+    const bool written = failures <= 0;
+    if (!written) --failures;
+    if (outcome) outcome(e, written);
+  }
+  void on_outcome(Outcome o) override { outcome = std::move(o); }
+  Outcome outcome;
   std::vector<std::string> reasons() const {
     std::vector<std::string> out;
     for (const auto& e : recorded) out.push_back(e.reason);
@@ -139,9 +153,12 @@ class World {
       : deployments(deployment_core),
         policies(policy_core),
         services(service_core),
-        deployment_controller(
-            {deployments, policies, services, book, writer, events, clock, metrics,
-             [this](const std::string& key) { policies_changed.push_back(key); }}),
+        deployment_controller({deployments, policies, services, book, writer, events, clock,
+                               metrics,
+                               [this](const std::string& key) { policies_changed.push_back(key); },
+                               [this](const std::string& key, std::chrono::nanoseconds after) {
+                                 requeued.emplace_back(key, after);
+                               }}),
         policy_controller({policies, deployments, book, meter, status_writer, clock, metrics,
                            deployment_controller,
                            [this](const std::string& ns) { namespaces_changed.push_back(ns); },
@@ -212,6 +229,7 @@ class World {
   bool settled = true;
   std::vector<std::string> policies_changed;
   std::vector<std::string> namespaces_changed;
+  std::vector<std::pair<std::string, std::chrono::nanoseconds>> requeued;
   DeploymentReconciler deployment_controller;
   PolicyReconciler policy_controller;
 };
@@ -245,6 +263,12 @@ inline asio::awaitable<DeploymentWriter::Written> FakeWriter::replace_hooks(
   Call call{ns + "/" + name, configuration, true, true};
   auto written = co_await answer(std::move(call));
   co_return written;
+}
+
+inline asio::awaitable<std::expected<json, kube::ApiError>> FakeWriter::managed_fields(
+    const std::string& ns, const std::string& name) {
+  ++reads;
+  co_return world_.objects.at(ns + "/" + name)["metadata"].value("managedFields", json::array());
 }
 
 inline asio::awaitable<StatusWriter::Written> FakeStatusWriter::write_status(
