@@ -45,6 +45,40 @@ std::expected<const CachedPolicy*, budget::Finding> governing(const budget::Depl
   return valid[*chosen];
 }
 
+// The fields gracekeeper.dev/applied says gracekeeper wrote that hold
+// another value now (see DeploymentDecision::set_back).
+void find_set_back(const budget::Deployment& d, const budget::PolicySpec& policy,
+                   DeploymentDecision& out) {
+  if (!d.applied) return;
+  const budget::AppliedRecord& a = *d.applied;
+  if (a.grace_owned && d.grace_seconds != a.grace_seconds) {
+    out.set_back_paths.push_back(".spec.template.spec.terminationGracePeriodSeconds");
+    out.set_back.push_back(
+        fmt::format("terminationGracePeriodSeconds: {}s -> {}s", a.grace_seconds, d.grace_seconds));
+  }
+  if (policy.rollout.manage && d.kind == "Deployment" &&
+      d.strategy.type == budget::Strategy::Type::RollingUpdate &&
+      !d.strategy.max_unavailable.is_zero()) {
+    out.set_back_paths.push_back(".spec.strategy.rollingUpdate.maxUnavailable");
+    out.set_back.push_back(
+        fmt::format("maxUnavailable: 0 -> {}", d.strategy.max_unavailable.to_string()));
+  }
+  if (!a.waits) return;
+  for (const auto& [name, seconds] : *a.waits) {
+    const auto c =
+        std::ranges::find_if(d.containers, [&](const auto& c) { return c.name == name; });
+    if (c == d.containers.end() || (c->pre_stop.seconds && *c->pre_stop.seconds == seconds) ||
+        (seconds == 0 && c->pre_stop.kind == budget::PreStopHook::Kind::None)) {
+      continue;
+    }
+    out.set_back_paths.push_back(".spec.template.spec.containers[name=\"" + name +
+                                 "\"].lifecycle.preStop");
+    out.set_back.push_back(
+        fmt::format("containers[{}].preStop: sleep {}s -> {}", name, seconds,
+                    c->pre_stop.seconds ? fmt::format("sleep {}s", *c->pre_stop.seconds) : "none"));
+  }
+}
+
 // changes.maxConcurrentRollouts resolved against the governed Deployments
 // the policy's status counts (rounded up, at least 1).
 std::int64_t max_rollouts(const CachedPolicy& policy) {
@@ -204,6 +238,24 @@ bool applier_owns(const nlohmann::json& managed_fields, std::string_view manager
   return false;
 }
 
+std::vector<std::string> owners_of(const nlohmann::json& managed_fields, std::string_view field) {
+  std::vector<std::string> out;
+  if (!managed_fields.is_array()) return out;
+  for (const auto& entry : managed_fields) {
+    if (!entry.is_object()) continue;
+    const auto manager = entry.find("manager");
+    const auto set = entry.find("fieldsV1");
+    if (manager == entry.end() || !manager->is_string() || *manager == kFieldManager ||
+        set == entry.end() || !owns_under(*set, "", field)) {
+      continue;
+    }
+    out.push_back(manager->get<std::string>());
+  }
+  std::ranges::sort(out);
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 kube::EventRecord tuned_event(const PlannedWrite& w, const std::string& policy_name) {
   std::string note =
       w.changes + fmt::format(" (policy {}, propagation {}s)", policy_name, w.propagation_seconds);
@@ -239,6 +291,8 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
   out.policy_name = (*policy)->name;
   out.policy_key = d.namespace_ + "/" + out.policy_name;
   out.max_rollouts = max_rollouts(**policy);
+  out.min_interval = std::chrono::seconds((*policy)->spec->changes.min_interval_seconds);
+  if (d.applied && d.applied->policy == out.policy_name) find_set_back(d, *(*policy)->spec, out);
   const PropagationState* propagation = facts.propagation->state(out.policy_key);
   if (!propagation) {
     out.wait_for_policy = true;  // its first measurement enqueues the namespace again

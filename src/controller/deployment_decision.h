@@ -78,6 +78,12 @@ struct DeploymentDecision {
   // sorted. Each of them reports the conflict in its status.
   std::vector<std::string> contenders;
   bool wait_for_policy = false;  // the governing policy is not measured yet
+  // Fields gracekeeper wrote (per gracekeeper.dev/applied) that hold
+  // another value now: someone set them back. Paths as a conflict names
+  // them, and "field: gracekeeper's -> now" for messages.
+  std::vector<std::string> set_back_paths;
+  std::vector<std::string> set_back;
+  std::chrono::seconds min_interval{0};  // the policy's changes.minIntervalSeconds
   // Re-tunes of this policy that may roll out at once (>= 1).
   std::int64_t max_rollouts = 1;
   bool blocked = false;  // the write is the one facts.blocked refused
@@ -98,6 +104,9 @@ kube::EventRecord finding_event(const budget::Finding&);
 // or a field under it.
 bool applier_owns(const nlohmann::json& managed_fields, std::string_view manager,
                   std::string_view field);
+// The managers (any operation) whose managedFields entry owns `field` or a
+// field under it, sorted, gracekeeper's own left out.
+std::vector<std::string> owners_of(const nlohmann::json& managed_fields, std::string_view field);
 // The Tuned Event of a successful write: the changes, the policy and figure,
 // and the findings of the written Deployment; a Warning when one of them is.
 kube::EventRecord tuned_event(const PlannedWrite&, const std::string& policy_name);

@@ -160,7 +160,53 @@ std::int64_t DeploymentReconciler::rollouts_in_flight(const std::string& key,
   return n;
 }
 
+// Someone set owned fields back (a deploy re-applying its manifest, a
+// GitOps self-heal): counted once per generation. The second time within
+// the policy's minIntervalSeconds, gracekeeper stops re-tuning the
+// Deployment instead of starting a rollout on every sync, and says who and
+// what: the FieldFight Warning. It tunes again once the fields stop being
+// set back (nothing to write), or after the interval.
+boost::asio::awaitable<std::optional<kube::EventRecord>> DeploymentReconciler::field_fight(
+    const std::string& key, const CachedDeployment& cached, const DeploymentDecision& decision) {
+  const TimePoint now = deps_.clock.now();
+  SetBacks& s = set_backs_[key];
+  if (s.generation != cached.generation) {
+    s.generation = cached.generation;
+    s.times.push_back(now);
+  }
+  std::erase_if(s.times, [&](TimePoint t) { return now - t > decision.min_interval; });
+  if (s.times.size() < 2) co_return std::nullopt;
+
+  const auto [ns, name] = split_key(key);
+  std::vector<std::string> managers;
+  auto fields = co_await deps_.writer.managed_fields(ns, name);
+  if (fields) {
+    for (const auto& path : decision.set_back_paths) {
+      for (auto& m : owners_of(*fields, path)) {
+        if (std::ranges::find(managers, m) == managers.end()) managers.push_back(std::move(m));
+      }
+    }
+  }
+  std::string who;
+  for (const auto& m : managers) who += (who.empty() ? "\"" : ", \"") + m + "\"";
+  if (who.empty()) who = "another writer";
+  std::string what;
+  for (const auto& f : decision.set_back) what += (what.empty() ? "" : ", ") + f;
+  log::warn("field fight", {{"deployment", key}, {"managers", who}, {"fields", what}});
+  co_return kube::EventRecord{
+      {},
+      kube::EventType::Warning,
+      "FieldFight",
+      "Tune",
+      fmt::format("{} set gracekeeper's fields back twice within {}s ({}); gracekeeper stops "
+                  "re-tuning this Deployment rather than restart its pods on every deploy. "
+                  "Fix: drop these fields from the manifest that {} applies, or set them to the "
+                  "budget ({}); gracekeeper tunes again once they stop being set back",
+                  who, decision.min_interval.count(), what, who, decision.write->changes)};
+}
+
 void DeploymentReconciler::forget(const std::string& key) {
+  set_backs_.erase(key);
   ledger_.forget(key);
   blocked_.erase(key);
   rolling_.erase(key);
@@ -183,6 +229,14 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
     decision = decide(key, *cached);
   }
 
+  if (!decision.write) set_backs_.erase(key);  // nothing to undo: no fight (any more)
+  if (decision.write && !decision.set_back.empty()) {
+    if (auto fight = co_await field_fight(key, *cached, decision)) {
+      decision.events.insert(decision.events.begin(), std::move(*fight));
+      report(key, ref, std::move(decision.events));
+      co_return Result::done();
+    }
+  }
   if (decision.write && decision.write->retune) {
     const std::int64_t busy = rollouts_in_flight(key, decision.policy_key);
     if (busy >= decision.max_rollouts) {

@@ -83,6 +83,9 @@ class DeploymentReconciler {
   void report(const std::string& key, const kube::ObjectRef&, std::vector<kube::EventRecord>);
   void forget(const std::string& key);
   bool behind_service(const budget::Deployment&) const;
+  boost::asio::awaitable<std::optional<kube::EventRecord>> field_fight(const std::string& key,
+                                                                       const CachedDeployment&,
+                                                                       const DeploymentDecision&);
   std::int64_t rollouts_in_flight(const std::string& key, const std::string& policy_key);
   // How soon a held-back re-tune looks for a free rollout slot again.
   static constexpr std::chrono::seconds kRolloutPoll{5};
@@ -91,6 +94,13 @@ class DeploymentReconciler {
   budget::Capabilities capabilities_{};
   EventLedger ledger_;
   std::unordered_map<std::string, Blocked> blocked_;
+  // Deployments whose owned fields someone set back: when (once per
+  // generation), within the policy's minIntervalSeconds. Twice is a fight.
+  struct SetBacks {
+    std::vector<TimePoint> times;
+    std::int64_t generation = 0;
+  };
+  std::unordered_map<std::string, SetBacks> set_backs_;
   // Re-tunes written (or being written) -> the generation they were written
   // over: in flight until the store shows a newer one (rollouts_in_flight).
   std::unordered_map<std::string, std::int64_t> rolling_;

@@ -95,7 +95,7 @@ log_has() { grep -qF "$1" "$OP_LOG"; }
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
-k create namespace "$NS" >/dev/null
+k create namespace "$NS" >/dev/null && serve "$NS"
 policy 1
 deployment "$NS" web "$OPTED"
 start_operator op --propagation-refresh 1 || { not_ok "the operator did not become ready"; finish; }

@@ -447,7 +447,7 @@ gitops_manifest() {  # gitops_manifest WITH_BUDGET_FIELDS(true|false)
     "metadata":{"name":"gitops","namespace":"op-release","labels":{"app":"gitops"},
       "annotations":{"gracekeeper.dev/enabled":"true"}},
     "spec":({"replicas":3,"selector":{"matchLabels":{"app":"gitops"}},
-      "template":{"metadata":{"labels":{"app":"gitops"}},
+      "template":{"metadata":{"labels":{"app":"gitops","served":"yes"}},
         "spec":({"containers":[{"name":"app","image":"app:1","ports":[{"containerPort":8080}],
           "readinessProbe":{"httpGet":{"path":"/ready","port":8080}}}]}
           + if $with then {"terminationGracePeriodSeconds":30} else {} end)}}

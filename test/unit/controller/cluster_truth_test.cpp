@@ -209,5 +209,74 @@ TEST_F(ClusterTruthTest, ARisenFigureReTunesAtMostMaxConcurrentRolloutsAtATime) 
   }
 }
 
+// A deploy that writes the manifest's own values back, as `kubectl apply`
+// or `helm upgrade` does with an Update: grace 30, 25%/25%, and the manager
+// that now owns the grace.
+void set_back(World& world, const std::string& key) {
+  json object = world.objects.at(key);
+  object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 30;
+  object["spec"]["strategy"] = {
+      {"type", "RollingUpdate"},
+      {"rollingUpdate", {{"maxSurge", "25%"}, {"maxUnavailable", "25%"}}}};
+  object["metadata"]["generation"] = object["metadata"].value("generation", 1) + 1;
+  object["metadata"]["managedFields"] = {
+      {{"manager", "helm"},
+       {"operation", "Update"},
+       {"fieldsV1",
+        {{"f:spec",
+          {{"f:template",
+            {{"f:spec", {{"f:terminationGracePeriodSeconds", json::object()}}}}}}}}}}};
+  world.put_deployment(object);
+}
+
+TEST_F(ClusterTruthTest, FieldsSetBackTwiceAreAFieldFightNotARolloutLoop) {
+  world.put_deployment(deployment("web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_EQ(world.writer.calls.size(), 1u);
+
+  set_back(world, "shop/web");  // the first time: repaired
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_EQ(world.writer.calls.size(), 2u);
+  EXPECT_THAT(world.events.reasons(), ::testing::Not(Contains("FieldFight")));
+
+  world.clock.advance(std::chrono::seconds(20));
+  set_back(world, "shop/web");  // again within minIntervalSeconds: a fight
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 2u);  // no third rollout
+  ASSERT_THAT(world.events.reasons(), Contains("FieldFight"));
+  const auto& fight = *std::ranges::find_if(world.events.recorded,
+                                            [](const auto& e) { return e.reason == "FieldFight"; });
+  EXPECT_EQ(fight.type, kube::EventType::Warning);
+  EXPECT_THAT(fight.note, HasSubstr("\"helm\" set gracekeeper's fields back twice within 3600s"));
+  EXPECT_THAT(fight.note, HasSubstr("terminationGracePeriodSeconds: 46s -> 30s"));
+  EXPECT_THAT(fight.note, HasSubstr("maxUnavailable: 0 -> 25%"));
+
+  // More syncs of the same manifest: nothing written, nothing said again.
+  for (int i = 0; i < 5; ++i) {
+    world.clock.advance(std::chrono::seconds(20));
+    ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  }
+  EXPECT_EQ(world.writer.calls.size(), 2u);
+  EXPECT_EQ(std::ranges::count(world.events.reasons(), std::string("FieldFight")), 1);
+
+  // Once the interval has passed with no new set-back, the budget is repaired again.
+  world.clock.advance(std::chrono::seconds(3600));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 3u);
+}
+
+TEST_F(ClusterTruthTest, AFigureThatRisesIsNotASetBack) {
+  world.put_deployment(deployment("web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  for (double seconds : {8.0, 12.0, 16.0}) {
+    world.meter.seconds = seconds;
+    world.clock.advance(std::chrono::seconds(61));
+    ASSERT_TRUE(world.reconcile_policy("shop/default"));
+    ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  }
+  EXPECT_EQ(world.writer.calls.size(), 4u);
+  EXPECT_THAT(world.events.reasons(), ::testing::Not(Contains("FieldFight")));
+}
+
 }  // namespace
 }  // namespace gracekeeper::controller::testing
