@@ -164,8 +164,8 @@ std::int64_t DeploymentReconciler::rollouts_in_flight(const std::string& key,
 // GitOps self-heal): counted once per generation. The second time within
 // the policy's minIntervalSeconds, gracekeeper stops re-tuning the
 // Deployment instead of starting a rollout on every sync, and says who and
-// what: the FieldFight Warning. It tunes again once the fields stop being
-// set back (nothing to write), or after the interval.
+// what: the FieldFight Warning. It tunes again once no set-back is left
+// within the interval. (Kept in memory: a restart forgets the count.)
 boost::asio::awaitable<std::optional<kube::EventRecord>> DeploymentReconciler::field_fight(
     const std::string& key, const CachedDeployment& cached, const DeploymentDecision& decision) {
   const TimePoint now = deps_.clock.now();
@@ -175,7 +175,10 @@ boost::asio::awaitable<std::optional<kube::EventRecord>> DeploymentReconciler::f
     s.times.push_back(now);
   }
   std::erase_if(s.times, [&](TimePoint t) { return now - t > decision.min_interval; });
-  if (s.times.size() < 2) co_return std::nullopt;
+  if (s.times.size() < 2) {
+    if (s.times.empty()) set_backs_.erase(key);
+    co_return std::nullopt;
+  }
 
   const auto [ns, name] = split_key(key);
   std::vector<std::string> managers;
@@ -229,7 +232,6 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
     decision = decide(key, *cached);
   }
 
-  if (!decision.write) set_backs_.erase(key);  // nothing to undo: no fight (any more)
   if (decision.write && !decision.set_back.empty()) {
     if (auto fight = co_await field_fight(key, *cached, decision)) {
       decision.events.insert(decision.events.begin(), std::move(*fight));

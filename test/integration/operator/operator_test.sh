@@ -16,7 +16,7 @@ WORK="$(mktemp -d)"
 
 cleanup() {
   for pid in ${OP_PID:-} ${RACER_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
-  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec --wait=false >/dev/null 2>&1
+  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight --wait=false >/dev/null 2>&1
   k delete clusterrolebinding gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
   k delete clusterrole gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
   if [ "$FAILED" -gt 0 ]; then
@@ -53,7 +53,7 @@ event_note() {
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
-for ns in op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec; do k create namespace "$ns" >/dev/null && serve "$ns"; done
+for ns in op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight; do k create namespace "$ns" >/dev/null && serve "$ns"; done
 
 # ------------------------------------------------------------- the basics
 # Without a node no rollout ever completes, so re-tunes are not spread here
@@ -277,6 +277,27 @@ rolled_out "$second" '[{"type":"Progressing","status":"False","reason":"Progress
 k patch deployment -n op-roll "$second" --subresource=status --type merge -p '{"status":{"updatedReplicas":1,"availableReplicas":2}}' >/dev/null
 wait_for 10 bash -c "$(declare -f k settings settings_are retuned_list retuned); [ \"\$(retuned)\" -ge 3 ]" \
   && ok "a rollout past its progress deadline frees its slot too: all three re-tuned" || not_ok "after $second gave up: $(retuned) re-tuned"
+
+# ------------------------------------------------------------- a deploy that sets the fields back: FieldFight
+# `kubectl apply` (client-side) of a manifest that names grace 30 and
+# 25%/25%: each re-apply writes them back. Once is repaired; the second time
+# within minIntervalSeconds is a FieldFight, and further syncs start nothing.
+policy op-fight default
+CREATE=apply deployment op-fight web "$OPTED"
+wait_for 10 settings_are op-fight web "6 46 0 1" && ok "op-fight: tuned" || not_ok "op-fight: '$(settings op-fight web)'"
+CREATE=apply deployment op-fight web "$OPTED"   # the deploy sets the fields back
+wait_for 10 settings_are op-fight web "6 46 0 1" && ok "op-fight: the first set-back is repaired" \
+  || not_ok "op-fight after one set-back: '$(settings op-fight web)'"
+CREATE=apply deployment op-fight web "$OPTED"   # and again
+wait_for 10 has_event op-fight web FieldFight && ok "the second set-back is a FieldFight Warning" \
+  || not_ok "no FieldFight: $(event_reasons op-fight web)"
+event_note op-fight web FieldFight | grep -q '"kubectl-client-side-apply" set gracekeeper.s fields back twice' \
+  && ok "... naming the manager (kubectl-client-side-apply)" || not_ok "FieldFight note: $(event_note op-fight web FieldFight)"
+generation=$(jp deployment op-fight web '{.metadata.generation}')
+for i in 1 2 3; do CREATE=apply deployment op-fight web "$OPTED"; sleep 1; done
+sleep 2
+expect "three more syncs of the same manifest start no rollout (generation)" "$(jp deployment op-fight web '{.metadata.generation}')" "$generation"
+expect "... and the manifest's values stay (the hook it does not name stays too)" "$(settings op-fight web)" "6 30 25% 25%"
 
 # ------------------------------------------------------------- field conflicts and existing: Replace
 # A Deployment whose fields belong to another *applier* (a GitOps controller

@@ -237,6 +237,7 @@ TEST_F(ClusterTruthTest, FieldsSetBackTwiceAreAFieldFightNotARolloutLoop) {
   set_back(world, "shop/web");  // the first time: repaired
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
   ASSERT_EQ(world.writer.calls.size(), 2u);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));  // the watch brings the repair back
   EXPECT_THAT(world.events.reasons(), ::testing::Not(Contains("FieldFight")));
 
   world.clock.advance(std::chrono::seconds(20));
