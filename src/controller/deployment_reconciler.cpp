@@ -208,6 +208,16 @@ boost::asio::awaitable<std::optional<kube::EventRecord>> DeploymentReconciler::f
                   who, decision.min_interval.count(), what, who, decision.write->changes)};
 }
 
+void DeploymentReconciler::seed_fights(const std::map<std::string, TimePoint>& fights) {
+  for (const auto& [key, at] : fights) {
+    // Counted as set back twice then, and at the Deployment's current
+    // generation: only a new set-back counts again.
+    SetBacks& s = set_backs_[key];
+    s.times = {at, at};
+    if (const auto cached = deps_.deployments.get(key)) s.generation = cached->generation;
+  }
+}
+
 void DeploymentReconciler::forget(const std::string& key) {
   set_backs_.erase(key);
   ledger_.forget(key);

@@ -60,6 +60,9 @@ class DeploymentReconciler {
   DeploymentDecision decide(const std::string& key, const CachedDeployment&) const;
 
   EventLedger& ledger() { return ledger_; }
+  // The FieldFights this operator reported before a restart, by the time of
+  // their last Event: each stays a fight until the policy's interval passed.
+  void seed_fights(const std::map<std::string, TimePoint>& fights);
   const BlockedWrite* blocked(const std::string& key) const;
 
  private:

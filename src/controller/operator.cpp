@@ -27,6 +27,7 @@
 #include "gracekeeper/kube/config.h"
 #include "gracekeeper/kube/leader_election.h"
 #include "gracekeeper/log/log.h"
+#include "gracekeeper/propagation/observed.h"
 #include "gracekeeper/server/http_server.h"
 #include "handlers.h"
 #include "policy_reconciler.h"
@@ -340,6 +341,7 @@ class Operator {
     kube::ListOptions o;
     o.limit = 500;
     std::multimap<std::string, std::string> reported;
+    std::map<std::string, TimePoint> fights;
     do {
       auto page = co_await client_.list(kube::events_v1, options_.watch_namespace, o);
       if (!page) {
@@ -356,6 +358,15 @@ class Operator {
                                           regarding.value("name", ""));
           }
           if (regarding.value("kind", "") != "Deployment") continue;
+          if (e.value("reason", "") == "FieldFight") {
+            // Still fighting after a restart: until the interval has passed.
+            const auto series = e.value("series", nlohmann::json::object());
+            const std::string last = series.value("lastObservedTime", e.value("eventTime", ""));
+            if (auto at = propagation::parse_rfc3339(last)) {
+              fights.emplace(regarding.value("namespace", "") + "/" + regarding.value("name", ""),
+                             *at);
+            }
+          }
           reported.emplace(regarding.value("namespace", "") + "/" + regarding.value("name", ""),
                            e.value("reason", "") + '\x1f' + e.value("note", ""));
         }
@@ -366,6 +377,7 @@ class Operator {
       }
     } while (!o.continue_token.empty());
     deployment_reconciler_.ledger().seed(reported);
+    deployment_reconciler_.seed_fights(fights);
   }
 
   // An opted-in StatefulSet is reported once (statefulsets.h), by the
