@@ -124,7 +124,13 @@ class Revert {
                             list.error().format());
         co_return 1;
       }
+      // Only the tuned ones are read again and written; a List's items carry no kind.
       for (const auto& item : list->value("items", nlohmann::json::array())) {
+        budget::Json object(item);
+        object["apiVersion"] = "apps/v1";
+        object["kind"] = "Deployment";
+        auto plan = plan_revert(object);
+        if (plan && !plan->tuned) continue;
         const auto metadata = item.value("metadata", nlohmann::json::object());
         if (auto name = metadata.value("name", std::string()); !name.empty()) {
           names.push_back(std::move(name));
