@@ -41,6 +41,25 @@ Json* find_container(Json& containers, const std::string& name) {
   return nullptr;
 }
 
+// `user`: the user's own values, in the form the Deployment has them. Kept
+// short, as it is on every tuned Deployment and in the operator's cache.
+Json user_values_json(const UserValues& user) {
+  Json out = Json::object();
+  if (user.grace_seconds) out["grace"] = *user.grace_seconds;
+  if (user.strategy) {
+    out["maxSurge"] = int_or_percent_json(user.strategy->max_surge);
+    out["maxUnavailable"] = int_or_percent_json(user.strategy->max_unavailable);
+  }
+  if (!user.pre_stop.empty()) {
+    Json hooks = Json::object();
+    for (const auto& [name, hook] : user.pre_stop) {
+      hooks[name] = hook ? Json::parse(*hook, nullptr, /*allow_exceptions=*/false) : Json();
+    }
+    out["preStop"] = std::move(hooks);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string applied_annotation(const Plan& plan, const std::string& policy_name,
@@ -66,6 +85,7 @@ std::string applied_annotation(const Plan& plan, const std::string& policy_name,
               {"waits", std::move(waits)},
               {"time", fmt::format("{:%Y-%m-%dT%H:%M:%SZ}",
                                    std::chrono::floor<std::chrono::seconds>(time))}};
+  if (plan.user) record["user"] = user_values_json(*plan.user);
   return record.dump();
 }
 

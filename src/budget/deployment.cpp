@@ -245,7 +245,10 @@ PreStopHook read_pre_stop(Reader& reader, const Json& container, const std::stri
   if (lifecycle == nullptr) return hook;
   const std::string hook_path = path + ".lifecycle.preStop";
   const Json* pre_stop = reader.object(*lifecycle, "preStop", hook_path);
+  // An empty `lifecycle: {}` is recorded as such, so that revert gives it back.
+  if (pre_stop == nullptr && lifecycle->empty()) hook.json = "{}";
   if (pre_stop == nullptr) return hook;
+  if (!pre_stop->empty()) hook.json = pre_stop->dump();
   if (const Json* sleep = reader.object(*pre_stop, "sleep", hook_path + ".sleep")) {
     hook.kind = PreStopHook::Kind::Sleep;
     hook.seconds = reader.integer(*sleep, "seconds", hook_path + ".sleep.seconds", 0,
@@ -306,6 +309,35 @@ std::optional<std::chrono::system_clock::time_point> parse_time(const std::strin
   return sys_days{date} + hours{hour} + minutes{minute} + seconds{second};
 }
 
+// `user` in the applied annotation. A part that does not read is left
+// unrecorded: revert then leaves that field as it is, never guesses.
+UserValues parse_user_values(const Json& value) {
+  UserValues user;
+  if (auto it = value.find("grace");
+      it != value.end() && it->is_number_integer() && it->get<std::int64_t>() >= 0) {
+    user.grace_seconds = it->get<std::int64_t>();
+  }
+  if (value.contains("maxSurge") && value.contains("maxUnavailable")) {
+    FieldErrors errors;
+    Reader reader(errors);
+    auto surge = reader.int_or_percent(value, "maxSurge", "maxSurge");
+    auto unavailable = reader.int_or_percent(value, "maxUnavailable", "maxUnavailable");
+    if (surge && unavailable && errors.empty()) {
+      user.strategy = Strategy{Strategy::Type::RollingUpdate, *surge, *unavailable};
+    }
+  }
+  if (auto it = value.find("preStop"); it != value.end() && it->is_object()) {
+    for (const auto& [name, hook] : it->items()) {
+      if (hook.is_null()) {
+        user.pre_stop.emplace(name, std::nullopt);
+      } else if (hook.is_object()) {  // {}: no hook, in an empty `lifecycle: {}`
+        user.pre_stop.emplace(name, hook.dump());
+      }
+    }
+  }
+  return user;
+}
+
 // The applied annotation is ours; an unreadable one is treated as absent
 // (then nothing counts as owned, which only makes gracekeeper more careful).
 std::optional<AppliedRecord> parse_applied(const std::string& text) {
@@ -346,6 +378,9 @@ std::optional<AppliedRecord> parse_applied(const std::string& text) {
   }
   if (auto it = value.find("time"); it != value.end() && it->is_string()) {
     record.time = parse_time(it->get<std::string>());
+  }
+  if (auto it = value.find("user"); it != value.end() && it->is_object()) {
+    record.user = parse_user_values(*it);
   }
   return record;
 }

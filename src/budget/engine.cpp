@@ -222,6 +222,7 @@ class Planner {
     plan_grace();
     plan_strategy();
     apply_churn_control();
+    record_user_values();
     return std::move(plan_);
   }
 
@@ -436,8 +437,9 @@ class Planner {
       } else {
         cp.action = set_action;
         cp.gracekeeper_hook = true;
-        plan_.changes.push_back({fmt::format("containers[{}].preStop", c.name), describe(hook),
-                                 describe(PreStopHook{desired_kind, b.pre_stop_seconds, true})});
+        plan_.changes.push_back(
+            {fmt::format("containers[{}].preStop", c.name), describe(hook),
+             describe(PreStopHook{desired_kind, b.pre_stop_seconds, true, {}})});
       }
       plan_.containers.push_back(std::move(cp));
     }
@@ -452,12 +454,14 @@ class Planner {
     const bool ours = d_.applied && d_.applied->grace_owned &&
                       d_.applied->grace_seconds == d_.grace_seconds && d_.grace_set;
     const std::int64_t threshold = policy_.changes.decrease_threshold_seconds;
+    // Never below the grace the user had before gracekeeper raised it.
+    const std::int64_t lowest = std::max(required, recorded_user_grace());
 
     std::int64_t desired = d_.grace_seconds;
     if (d_.grace_seconds < required) {
       desired = required;
-    } else if (ours && d_.grace_seconds - required >= std::max<std::int64_t>(threshold, 1)) {
-      desired = required;  // our own earlier value, now larger than needed
+    } else if (ours && d_.grace_seconds - lowest >= std::max<std::int64_t>(threshold, 1)) {
+      desired = lowest;  // our own earlier value, now larger than needed
     }
     if (desired != d_.grace_seconds || (!d_.grace_set && !plan_.changes.empty())) {
       plan_.changes.push_back({"terminationGracePeriodSeconds",
@@ -503,6 +507,40 @@ class Planner {
     Strategy desired{Strategy::Type::RollingUpdate, desired_surge(), IntOrPercent{0, false}};
     plan_.changes.push_back({"strategy", describe(s), describe(desired)});
     plan_.strategy = desired;
+  }
+
+  std::int64_t recorded_user_grace() const {
+    if (!d_.applied || !d_.applied->user) return 0;
+    return d_.applied->user->grace_seconds.value_or(0);
+  }
+
+  bool changes(std::string_view field) const {
+    return std::ranges::any_of(plan_.changes, [&](const Change& c) { return c.field == field; });
+  }
+
+  // The user's own values, each recorded the first time a plan changes its
+  // field and carried on unchanged after that: what `revert` restores. A
+  // value that is already gracekeeper's (owned, under no record) is not the
+  // user's and is not recorded; nor is anything under an older annotation
+  // that lacks the record, whose current values may all be gracekeeper's.
+  void record_user_values() {
+    if (d_.applied && !d_.applied->user) return;
+    UserValues user = d_.applied ? *d_.applied->user : UserValues{};
+    const bool grace_ours = d_.applied && d_.applied->grace_owned &&
+                            d_.applied->grace_seconds == d_.grace_seconds && d_.grace_set;
+    if (changes("terminationGracePeriodSeconds") && !user.grace_seconds && !grace_ours) {
+      user.grace_seconds = d_.grace_seconds;
+    }
+    if (changes("strategy") && !user.strategy) user.strategy = d_.strategy;
+    for (const ContainerPlan& cp : plan_.containers) {
+      if (cp.action == ContainerPlan::Action::Keep || user.pre_stop.contains(cp.name)) continue;
+      auto it = std::ranges::find(d_.containers, cp.name, &Container::name);
+      if (it == d_.containers.end() || it->pre_stop.owned) continue;
+      const std::string& hook = it->pre_stop.json;
+      user.pre_stop.emplace(cp.name,
+                            hook.empty() ? std::nullopt : std::optional<std::string>(hook));
+    }
+    plan_.user = std::move(user);
   }
 
   // At most one template change per minIntervalSeconds, unless the budget is broken.

@@ -16,6 +16,7 @@
 #include "gracekeeper/manifest/edit.h"
 #include "gracekeeper/manifest/writer.h"
 #include "offline.h"
+#include "revert.h"
 
 #ifndef GRACEKEEPER_VERSION
 #define GRACEKEEPER_VERSION "0.0.0-dev"
@@ -36,6 +37,7 @@ constexpr const char* kUsage =
     "  plan      print manifests with the termination budget applied\n"
     "  check     report termination-budget findings in manifests (exit 1 on errors)\n"
     "  run       run the operator in a cluster\n"
+    "  revert    put tuned Deployments back as their users had them\n"
     "  version   print the version\n"
     "\n"
     "Run 'gracekeeper COMMAND --help' for a command's flags.\n";
@@ -410,6 +412,7 @@ int dispatch(std::span<const std::string_view> args, Streams io) {
     return kExitOk;
   }
   if (command == "run") return run_command(rest, io.out, io.err);
+  if (command == "revert") return revert_command(rest, io.out, io.err);
   io.err << "gracekeeper: unknown command \"" << escaped(command) << "\"\n\n" << kUsage;
   return kExitUsage;
 }

@@ -13,8 +13,10 @@
 namespace gracekeeper::budget {
 
 // The annotation value as compact JSON: {"policy","preStop","grace","graceOwned",
-// "propagation","containers","waits","time"}; `waits` maps each container whose
-// hook is gracekeeper's to its wait.
+// "propagation","containers","waits","time","user"}; `waits` maps each container whose
+// hook is gracekeeper's to its wait; `user` holds the user's own values
+// (plan.user: grace, maxSurge, maxUnavailable, preStop per container, null
+// for none), left out when plan.user is nullopt.
 std::string applied_annotation(const Plan&, const std::string& policy_name,
                                std::chrono::system_clock::time_point time);
 

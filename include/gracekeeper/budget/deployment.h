@@ -44,6 +44,10 @@ struct PreStopHook {
   // Written by gracekeeper (per the applied annotation offline, per managedFields
   // in the cluster). Only an owned hook is ever updated under `existing: Keep`.
   bool owned = false;
+  // The handler as written, compact JSON: what gracekeeper records as the
+  // user's own hook before replacing it. Without a hook: empty, or "{}" in
+  // an empty `lifecycle: {}`.
+  std::string json;
   bool operator==(const PreStopHook&) const = default;
 };
 
@@ -71,6 +75,20 @@ struct Strategy {
   bool operator==(const Strategy&) const = default;
 };
 
+// The user's own values of the fields gracekeeper changed (`user` in the
+// applied annotation), each recorded the first time gracekeeper changed that
+// field and kept from then on: what `gracekeeper revert` restores, and the
+// floor of the grace. A field gracekeeper never changed is not recorded.
+struct UserValues {
+  std::optional<std::int64_t> grace_seconds;
+  std::optional<Strategy> strategy;  // always a RollingUpdate (Recreate is never converted)
+  // Per container: its preStop handler as compact JSON; nullopt for none,
+  // "{}" for none in an empty `lifecycle: {}`.
+  std::map<std::string, std::optional<std::string>> pre_stop;
+  bool empty() const { return !grace_seconds && !strategy && pre_stop.empty(); }
+  bool operator==(const UserValues&) const = default;
+};
+
 // What gracekeeper recorded in `gracekeeper.dev/applied` the last time it changed this Deployment.
 struct AppliedRecord {
   std::string policy;
@@ -84,6 +102,10 @@ struct AppliedRecord {
   // (`preStop`) for every container listed.
   std::optional<std::map<std::string, std::int64_t>> waits;
   std::optional<std::chrono::system_clock::time_point> time;
+  // nullopt for an annotation written before the user's values were recorded:
+  // they are unknown, and stay unrecorded (gracekeeper's own values must
+  // never pass for the user's).
+  std::optional<UserValues> user;
   bool operator==(const AppliedRecord&) const = default;
 };
 

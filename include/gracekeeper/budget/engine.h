@@ -95,6 +95,10 @@ struct Plan {
   // until `due_at`: the reconciler comes back then, with no other event.
   bool deferred = false;
   std::optional<std::chrono::system_clock::time_point> due_at;
+  // The user's own values to record with this plan: the recorded ones, plus
+  // the current value of each field this plan changes for the first time.
+  // nullopt when the Deployment carries an older annotation without them.
+  std::optional<UserValues> user;
   // Annotation errors: the Deployment must be left as it was.
   FieldErrors invalid;
   std::vector<Finding> findings;

@@ -78,6 +78,7 @@ notes_has "how to opt a Deployment in" 'gracekeeper.dev/enabled="true"'
 notes_has "to create a ShutdownPolicy" 'kind: ShutdownPolicy'
 notes_has "where to look (policies)" 'kubectl get sdp -A'
 notes_has "where to look (events)" 'kubectl describe deployment'
+notes_has "the way back (revert)" 'gracekeeper revert --namespace <namespace>'
 
 # ------------------------------------------------------------- RBAC for real
 "${HT[@]}" --show-only templates/serviceaccount.yaml --show-only templates/clusterrole.yaml \
