@@ -130,9 +130,9 @@ std::string list_names(const std::array<EnumName<E>, N>& names) {
 // A user's string in a message: quoted, escaped, and cut short so a pasted
 // document cannot flood a condition message or an event.
 std::string quote(std::string_view text) {
-  constexpr std::size_t kMaxShown = 64;
-  std::string shown(text.substr(0, kMaxShown));
-  if (text.size() > kMaxShown) shown += "...";
+  constexpr std::size_t max_shown = 64;
+  std::string shown(text.substr(0, max_shown));
+  if (text.size() > max_shown) shown += "...";
   // `replace`: input from YAML may hold invalid UTF-8 and must not throw here.
   return Json(shown).dump(-1, ' ', false, Json::error_handler_t::replace);
 }
@@ -183,20 +183,21 @@ std::string key_path(std::string_view parent, std::string_view key) {
 // are exact integers (YAML `5.0`, or encoders that write every number as a double).
 // Values beyond int64 come back clamped, so a range check still rejects them.
 std::optional<std::int64_t> integer_of(const Json& value) {
-  constexpr double kTwoTo63 = 9223372036854775808.0;
-  constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
-  constexpr auto kMin = std::numeric_limits<std::int64_t>::min();
+  constexpr double two_to_63 = 9223372036854775808.0;
+  constexpr auto int64_max = std::numeric_limits<std::int64_t>::max();
+  constexpr auto int64_min = std::numeric_limits<std::int64_t>::min();
   // is_number_integer() is also true for unsigned numbers, so ask for those first.
   if (value.is_number_unsigned()) {
     const auto number = value.get<std::uint64_t>();
-    return number > static_cast<std::uint64_t>(kMax) ? kMax : static_cast<std::int64_t>(number);
+    return number > static_cast<std::uint64_t>(int64_max) ? int64_max
+                                                          : static_cast<std::int64_t>(number);
   }
   if (value.is_number_integer()) return value.get<std::int64_t>();
   if (!value.is_number_float()) return std::nullopt;
   const double number = value.get<double>();
   if (!std::isfinite(number) || std::trunc(number) != number) return std::nullopt;
-  if (number >= kTwoTo63) return kMax;
-  if (number < -kTwoTo63) return kMin;
+  if (number >= two_to_63) return int64_max;
+  if (number < -two_to_63) return int64_min;
   return static_cast<std::int64_t>(number);
 }
 
@@ -556,7 +557,7 @@ std::optional<IntOrPercent> parse_positive_int_or_percent(const Json& value,
                                                           const std::string& path,
                                                           FieldErrors& errors,
                                                           std::string_view why) {
-  constexpr std::string_view kExpected = "an integer or a percentage string like \"25%\"";
+  constexpr std::string_view expected_text = "an integer or a percentage string like \"25%\"";
   if (value.is_string()) {
     const auto& text = value.get_ref<const std::string&>();
     // Same shape as Kubernetes' IsValidPercent: digits, then '%'.
@@ -565,7 +566,7 @@ std::optional<IntOrPercent> parse_positive_int_or_percent(const Json& value,
         text.size() >= 2 && text.back() == '%' &&
         std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!well_formed) {
-      errors.push_back({path, fmt::format("expected {}, got {}", kExpected, describe(value))});
+      errors.push_back({path, fmt::format("expected {}, got {}", expected_text, describe(value))});
       return std::nullopt;
     }
     std::int64_t percent = 0;
@@ -586,7 +587,7 @@ std::optional<IntOrPercent> parse_positive_int_or_percent(const Json& value,
   }
   const std::optional<std::int64_t> count = integer_of(value);
   if (!count) {
-    errors.push_back({path, fmt::format("expected {}, got {}", kExpected, describe(value))});
+    errors.push_back({path, fmt::format("expected {}, got {}", expected_text, describe(value))});
     return std::nullopt;
   }
   if (*count < kMaxSurgeCountRange.min) {
