@@ -367,8 +367,14 @@ class Operator {
                              *at);
             }
           }
-          reported.emplace(regarding.value("namespace", "") + "/" + regarding.value("name", ""),
-                           e.value("reason", "") + '\x1f' + e.value("note", ""));
+          const std::string key =
+              regarding.value("namespace", "") + "/" + regarding.value("name", "");
+          reported.emplace(key, e.value("reason", "") + '\x1f' + e.value("note", ""));
+          if (e.value("reason", "") == "Tuned") {
+            for (const auto& [reason, note] : folded_findings(e.value("note", ""))) {
+              reported.emplace(key, reason + '\x1f' + note);
+            }
+          }
         }
         o.continue_token = page->value("metadata", nlohmann::json::object()).value("continue", "");
       } catch (const nlohmann::json::exception& x) {

@@ -279,5 +279,33 @@ TEST_F(ClusterTruthTest, AFigureThatRisesIsNotASetBack) {
   EXPECT_THAT(world.events.reasons(), ::testing::Not(Contains("FieldFight")));
 }
 
+// A new leader reads the Tuned Events back: the findings folded into them
+// count as reported too, or it would report them again on its own.
+TEST(FoldedFindings, ATunedNoteGivesBackTheEventsFoldedIntoIt) {
+  PlannedWrite w;
+  w.changes = "terminationGracePeriodSeconds: 30s -> 46s";
+  w.propagation_seconds = 4;
+  w.findings_after = {
+      {"SingleReplica", budget::Severity::Info, "",
+       "one replica: each rollout and node drain leaves a single target"},
+      {"ExistingPreStopKept", budget::Severity::Info, "app",
+       "the preStop hook (exec) was written by hand and is kept; its duration is unknown, so "
+       "the budget counts it as 6s"},
+      {"TCPReadinessProbe", budget::Severity::Warning, "proxy", "readiness by tcpSocket: x"}};
+  const auto folded = folded_findings(tuned_event(w, "default").note);
+  ASSERT_EQ(folded.size(), 3u);
+  for (std::size_t i = 0; i < folded.size(); ++i) {
+    const auto e = finding_event(w.findings_after[i]);
+    EXPECT_EQ(folded[i].first, e.reason);
+    EXPECT_EQ(folded[i].second, e.note);
+  }
+  EXPECT_TRUE(folded_findings("terminationGracePeriodSeconds: 30s -> 46s (policy p, "
+                              "propagation 4s)")
+                  .empty());
+  EXPECT_TRUE(folded_findings("").empty());
+  EXPECT_TRUE(folded_findings(". Also ").empty());
+  EXPECT_TRUE(folded_findings(". Also lowercase: x").empty());
+}
+
 }  // namespace
 }  // namespace gracekeeper::controller::testing
