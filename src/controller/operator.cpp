@@ -372,7 +372,10 @@ class Operator {
           reported.emplace(key, e.value("reason", "") + '\x1f' + e.value("note", ""));
           if (e.value("reason", "") == "Tuned") {
             for (const auto& [reason, note] : folded_findings(e.value("note", ""))) {
-              reported.emplace(key, reason + '\x1f' + note);
+              std::string event = reason;
+              event += '\x1f';
+              event += note;
+              reported.emplace(key, std::move(event));
             }
           }
         }
