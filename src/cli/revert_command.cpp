@@ -98,16 +98,6 @@ bool valid_name(std::string_view name) {
   });
 }
 
-std::expected<kube::ClusterConfig, kube::ConfigError> load_config(const RevertOptions& o) {
-  if (!o.kubeconfig && o.context.empty() && std::getenv("KUBERNETES_SERVICE_HOST")) {
-    return kube::load_in_cluster();
-  }
-  kube::KubeconfigOptions k;
-  if (o.kubeconfig) k.files = {*o.kubeconfig};
-  k.context = o.context;
-  return kube::load_kubeconfig(k);
-}
-
 class Revert {
  public:
   Revert(kube::Client& client, const RevertOptions& o, std::string ns, std::ostream& out,
@@ -209,7 +199,7 @@ int revert_in_cluster(const RevertOptions& o, std::ostream& out, std::ostream& e
       return kExitUsage;
     }
   }
-  auto config = load_config(o);
+  auto config = kube::load_config(o.kubeconfig, o.context);
   if (!config) {
     err << "gracekeeper revert: " << config.error().format() << "\n";
     return 1;

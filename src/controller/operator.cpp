@@ -62,16 +62,6 @@ std::string default_identity() {
   return fmt::format("{}_{:08x}", host, random());
 }
 
-std::expected<kube::ClusterConfig, kube::ConfigError> load_config(const OperatorOptions& o) {
-  if (!o.kubeconfig && o.context.empty() && std::getenv("KUBERNETES_SERVICE_HOST")) {
-    return kube::load_in_cluster();
-  }
-  kube::KubeconfigOptions k;
-  if (o.kubeconfig) k.files = {*o.kubeconfig};
-  k.context = o.context;
-  return kube::load_kubeconfig(k);
-}
-
 // "v1.37.2" with major "1", minor "37" (or "37+"): the native sleep action
 // arrived in 1.30.
 bool has_native_sleep(const kube::ServerVersion& v) {
@@ -584,7 +574,7 @@ int run_operator(const OperatorOptions& options) {
                  "debug, info, warn or error\n");
     return 2;
   }
-  auto config = load_config(options);
+  auto config = kube::load_config(options.kubeconfig, options.context);
   if (!config) {
     log::error("cannot load the cluster configuration", {{"error", config.error().format()}});
     return 1;

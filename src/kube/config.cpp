@@ -667,4 +667,15 @@ std::expected<std::string, ConfigError> current_token(const ClusterConfig& confi
   return std::string(token);
 }
 
+std::expected<ClusterConfig, ConfigError> load_config(
+    const std::optional<std::filesystem::path>& kubeconfig, const std::string& context) {
+  if (!kubeconfig && context.empty() && std::getenv("KUBERNETES_SERVICE_HOST")) {
+    return load_in_cluster();
+  }
+  KubeconfigOptions k;
+  if (kubeconfig) k.files = {*kubeconfig};
+  k.context = context;
+  return load_kubeconfig(k);
+}
+
 }  // namespace gracekeeper::kube

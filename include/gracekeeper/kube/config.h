@@ -64,6 +64,12 @@ std::expected<ClusterConfig, ConfigError> load_kubeconfig(const KubeconfigOption
 std::expected<ClusterConfig, ConfigError> load_in_cluster(
     const std::filesystem::path& root = "/var/run/secrets/kubernetes.io/serviceaccount");
 
+// What a command with --kubeconfig and --context loads, as client-go's
+// clientcmd does: in the cluster (KUBERNETES_SERVICE_HOST set) with neither
+// given, the in-cluster configuration; else the kubeconfig.
+std::expected<ClusterConfig, ConfigError> load_config(
+    const std::optional<std::filesystem::path>& kubeconfig, const std::string& context);
+
 // Reads the bearer token to send now: the static token, or the token file's
 // current content (trimmed). Errors name the file.
 std::expected<std::string, ConfigError> current_token(const ClusterConfig&);
