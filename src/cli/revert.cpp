@@ -13,21 +13,6 @@ namespace {
 
 using budget::Json;
 
-// RFC 6901: "~" and "/" in a key are escaped.
-std::string pointer_token(std::string_view key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
 std::string describe(const budget::Strategy& s) {
   if (s.type == budget::Strategy::Type::Recreate) return "Recreate";
   return fmt::format("RollingUpdate maxSurge={} maxUnavailable={}", s.max_surge.to_string(),
@@ -215,7 +200,7 @@ class Reverter {
     for (const char* key : {budget::kAnnotationApplied, budget::kAnnotationEnabled}) {
       auto it = annotations->find(key);
       if (it == annotations->end()) continue;
-      remove("/metadata/annotations/" + pointer_token(key));
+      remove((nlohmann::json::json_pointer("/metadata/annotations") / key).to_string());
       plan_.changes.push_back({fmt::format("metadata.annotations[{}]", key),
                                key == budget::kAnnotationApplied ? "(record)" : it->dump(),
                                "none"});

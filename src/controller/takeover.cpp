@@ -25,21 +25,6 @@ std::string_view handler(PreStopHook::Kind kind) {
   return "";
 }
 
-// RFC 6901: '~' -> "~0", '/' -> "~1".
-std::string escape(const std::string& key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 nlohmann::json add(std::string path, nlohmann::json value) {
   return {{"op", "add"}, {"path", std::move(path)}, {"value", std::move(value)}};
 }
@@ -89,7 +74,8 @@ nlohmann::json replacement_patch(const nlohmann::json& current,
       configuration.at("metadata").value("annotations", nlohmann::json::object());
   for (const auto& [key, value] : annotations.items()) {
     if (metadata.contains("annotations") && metadata["annotations"].is_object()) {
-      ops.push_back(add("/metadata/annotations/" + escape(key), value));
+      ops.push_back(
+          add((nlohmann::json::json_pointer("/metadata/annotations") / key).to_string(), value));
     } else {
       ops.push_back(add("/metadata/annotations", {{key, value}}));
     }

@@ -315,6 +315,14 @@ inline json deployment(const std::string& name = "web") {
   return d;
 }
 
+// A field of the status condition of that type; "" when there is none.
+inline std::string condition(const json& status, const std::string& type, const char* field) {
+  for (const auto& c : status.value("conditions", json::array())) {
+    if (c.value("type", "") == type) return c.value(field, "");
+  }
+  return "";
+}
+
 inline kube::ApiError api_error(kube::ApiError::Reason reason, std::string message,
                                 std::vector<kube::ApiError::Cause> causes = {}) {
   kube::ApiError e;

@@ -15,13 +15,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-std::string condition(const json& status, const std::string& type, const char* field) {
-  for (const auto& c : status.value("conditions", json::array())) {
-    if (c.value("type", "") == type) return c.value(field, "");
-  }
-  return "";
-}
-
 TEST(PolicyReconciler, MeasuresWritesStatusAndSchedulesTheRefresh) {
   World world;
   world.put_policy(policy());
