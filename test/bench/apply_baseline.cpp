@@ -24,6 +24,13 @@
 //       io_context as in the operator. Run after `baseline`, on the same
 //       off-<i>: field manager "gracekeeper-floor" and propagation 5 s, so
 //       each apply again changes values another applier owns and is forced.
+//   apply_baseline KUBECONFIG services N
+//       For each on-<i> of `populate`, what a served Deployment brings: a
+//       headless Service on-<i> selecting it, and one EndpointSlice of that
+//       Service with one ready endpoint, a pod named as the ReplicaSet
+//       controller names them (no controller runs: the slice is written by
+//       hand, managed-by "operator-bench"). Idempotent. For the operator's
+//       memory with a Service per Deployment (test/bench/service-memory).
 //   apply_baseline KUBECONFIG list PAGE_SIZE
 //       The LIST any informer of all Deployments starts with: every page of
 //       PAGE_SIZE (the operator's page size), one after the other, read and
@@ -147,6 +154,87 @@ int populate(asio::io_context& io, kube::Client& client, int n, int r) {
       "already existed, %d failed in %.1f s (%.0f creates/s)\n",
       st.todo.size(), n, n, r, kNamespaces, st.created, st.existed, st.failed, secs,
       st.created / (secs > 0 ? secs : 1));
+  if (st.failed) {
+    std::fprintf(stderr, "apply_baseline: first failure: %s\n", st.first_error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// ---- a Service and an EndpointSlice per opted-in Deployment ----------------
+const kube::Resource endpoint_slices{"discovery.k8s.io", "v1", "endpointslices", true};
+
+json bench_service(int i) {
+  const std::string name = "on-" + std::to_string(i);
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", {{"name", name}, {"namespace", ns_name(i)}}},
+          {"spec",
+           {{"clusterIP", "None"},
+            {"selector", {{"app.kubernetes.io/name", name}}},
+            {"ports", {{{"port", 80}, {"targetPort", 8080}}}}}}};
+}
+
+json bench_slice(int i) {
+  const std::string name = "on-" + std::to_string(i);
+  const std::string address =
+      "198.18." + std::to_string((i / 250) % 256) + "." + std::to_string(i % 250 + 1);
+  return {{"apiVersion", "discovery.k8s.io/v1"},
+          {"kind", "EndpointSlice"},
+          {"metadata",
+           {{"name", name + "-x7k2p"},
+            {"namespace", ns_name(i)},
+            {"labels",
+             {{"kubernetes.io/service-name", name},
+              {"endpointslice.kubernetes.io/managed-by", "operator-bench"}}}}},
+          {"addressType", "IPv4"},
+          {"endpoints",
+           {{{"addresses", {address}},
+             {"conditions", {{"ready", true}, {"serving", true}, {"terminating", false}}},
+             {"targetRef",
+              {{"kind", "Pod"}, {"namespace", ns_name(i)}, {"name", name + "-5d8f7c9b4-q2w4r"}}}}}},
+          {"ports", {{{"name", "http"}, {"port", 8080}, {"protocol", "TCP"}}}}};
+}
+
+asio::awaitable<int> services_worker(kube::Client& client, int n, int& next, PopulateState& st) {
+  while (next < n) {
+    const int i = next++;
+    for (int k = 0; k < 2; ++k) {
+      const auto& resource = k == 0 ? kube::resources::services : endpoint_slices;
+      json object = k == 0 ? bench_service(i) : bench_slice(i);
+      kube::WriteOptions wo;
+      wo.field_manager = "operator-bench";
+      auto r = co_await client.create(resource, ns_name(i), std::move(object), wo);
+      if (r) {
+        ++st.created;
+      } else if (r.error().reason == kube::ApiError::Reason::AlreadyExists) {
+        ++st.existed;
+      } else {
+        ++st.failed;
+        if (st.first_error.empty()) st.first_error = r.error().format();
+      }
+    }
+  }
+  co_return 0;
+}
+
+int services(asio::io_context& io, kube::Client& client, int n) {
+  const auto t0 = Clock::now();
+  PopulateState st;
+  int next = 0;
+  int done = 0;
+  for (int w = 0; w < kPopulateInFlight; ++w) {
+    asio::co_spawn(io, services_worker(client, n, next, st), [&](std::exception_ptr e, int) {
+      ++done;
+      if (e) std::rethrow_exception(e);
+    });
+  }
+  io.restart();
+  while (done < kPopulateInFlight) io.run_one();
+  std::printf(
+      "services: %d Services and %d EndpointSlices: %d created, %d already existed, %d failed "
+      "in %.1f s\n",
+      n, n, st.created, st.existed, st.failed, seconds_since(t0));
   if (st.failed) {
     std::fprintf(stderr, "apply_baseline: first failure: %s\n", st.first_error.c_str());
     return 1;
@@ -370,16 +458,17 @@ int list(asio::io_context& io, kube::Client& client, int page_size) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc >= 3 ? argv[2] : "";
-  if (argc != (mode == "list" ? 4 : 5) ||
-      (mode != "populate" && mode != "baseline" && mode != "floor" && mode != "list")) {
+  const bool one_number = mode == "list" || mode == "services";
+  if (argc != (one_number ? 4 : 5) || (mode != "populate" && mode != "baseline" &&
+                                       mode != "floor" && mode != "list" && mode != "services")) {
     std::fprintf(stderr,
                  "usage: %s KUBECONFIG populate N R | %s KUBECONFIG baseline|floor N WORKERS | "
-                 "%s KUBECONFIG list PAGE_SIZE\n",
-                 argv[0], argv[0], argv[0]);
+                 "%s KUBECONFIG list PAGE_SIZE | %s KUBECONFIG services N\n",
+                 argv[0], argv[0], argv[0], argv[0]);
     return 2;
   }
   const int a = std::atoi(argv[3]);
-  const int b = mode == "list" ? 0 : std::atoi(argv[4]);
+  const int b = one_number ? 0 : std::atoi(argv[4]);
   if (a <= 0 || b < 0 || ((mode == "baseline" || mode == "floor") && b <= 0)) {
     std::fprintf(stderr, "apply_baseline: bad numbers\n");
     return 2;
@@ -399,6 +488,7 @@ int main(int argc, char** argv) {
   kube::Client client(io.get_executor(), *config, co);
   try {
     if (mode == "list") return list(io, client, a);
+    if (mode == "services") return services(io, client, a);
     if (mode == "populate") return populate(io, client, a, b);
     return baseline(io, client, a, b, mode == "floor");
   } catch (const std::exception& e) {
