@@ -105,6 +105,9 @@ def rollout(dirpath):
         p["last_request"] = epoch(last["last_order_wall"]) if last.get("last_order_wall") else None
         p["exit"] = epoch(app["exit"]["wall"]) if "exit" in app else None
         p["propagation"] = (p["rules_updated"] - p["deleted"]) if p["rules_updated"] else None
+        # The truth as the pod saw it: its last request came this long after
+        # its deletion (while its preStop wait held the port open).
+        p["served_after_deletion"] = (p["last_request"] - p["deleted"]) if p["last_request"] else None
     # Resets sent by a pod (src = pod:8080) to the client: a request that hit a
     # closed port. ARP requests for an old pod's address after it exited: a
     # connection to a pod that is gone (it fails with a timeout or no route).
@@ -164,6 +167,40 @@ def budget(out, scenario):
         st = json.loads(p).get("status") or {}
         b["propagation"] = st.get("propagation") or st
     return b
+
+
+def spread(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": round(statistics.median(values), 2), "max": round(max(values), 2), "n": len(values)}
+
+
+def sources(out, scenario, modes):
+    """What each propagation source said, beside what the data plane did."""
+    after = read(os.path.join(out, scenario + ".policy-after.json"))
+    if not after:
+        return None
+    st = json.loads(after).get("status") or {}
+    prop = st.get("propagation") or {}
+    proxy = None
+    raw = read(os.path.join(out, scenario + ".proxy-p99.json"))
+    if raw:
+        try:
+            res = json.loads(raw)["data"]["result"]
+            proxy = round(float(res[0]["value"][1]), 2) if res else None
+        except (ValueError, KeyError, IndexError):
+            proxy = None
+    pods = [p for m in modes.values() for r in m["rollouts"] for p in r["pods"]]
+    # The last request a pod served is the data plane's truth only when every
+    # request opens a new connection: a kept-alive connection goes on reaching
+    # the old pod after the rules changed, until the app closes it.
+    fresh = [p for r in (modes.get("no-keepalive") or {}).get("rollouts", []) for p in r["pods"]]
+    return {"source": prop.get("source"), "figure": prop.get("seconds"),
+            "message": prop.get("message"), "terminations": st.get("terminations"),
+            "kube_proxy_p99": proxy,
+            "deletion_to_rules": spread(p["propagation"] for p in pods),
+            "deletion_to_last_request": spread(p["served_after_deletion"] for p in fresh)}
 
 
 def findings(out, scenario):
@@ -272,8 +309,23 @@ def main():
             mode, pick = max(rs, key=lambda mr: (mr[1]["hey"]["failed"], -rs.index(mr)))
             files = plot(out, scenario, pick, args.proxy_min_sync, mode) or []
             sres["picture"] = {"mode": mode, "files": [os.path.basename(f) for f in files]}
+        sres["sources"] = sources(out, scenario, sres["modes"])
         results["scenarios"][scenario] = sres
     md.append("")
+    rows = [(sc, r["sources"]) for sc, r in results["scenarios"].items() if r.get("sources")]
+    if rows:
+        md += ["Propagation: what each source said, and what the data plane did (seconds; median / max over the old pods).",
+               "",
+               "| scenario | policy source | gracekeeper's figure | kube-proxy p99 (Prometheus) | deletion -> kube-proxy rules without the pod | deletion -> last new connection the pod served (no keep-alive) | audited terminations (late) |",
+               "| --- | --- | --- | --- | --- | --- | --- |"]
+        def sp(x):
+            return "-" if not x else f"{x['median']} / {x['max']}"
+        for sc, r in rows:
+            t = r["terminations"] or {}
+            md.append(f"| {sc} | {r['source'] or '-'} | {r['figure'] if r['figure'] is not None else '-'} | "
+                      f"{r['kube_proxy_p99'] if r['kube_proxy_p99'] is not None else '-'} | {sp(r['deletion_to_rules'])} | "
+                      f"{sp(r['deletion_to_last_request'])} | {t.get('observed', '-')} ({t.get('late', '-')}) |")
+        md.append("")
     for scenario, sres in results["scenarios"].items():
         b = sres["budget"] or {}
         props = [m["summary"]["propagation_observed"] for m in sres["modes"].values() if m["summary"]["propagation_observed"]]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The proof, short: `hack/proof --rollouts 1 --scenarios baseline,gracekeeper`
+# The proof, short: `hack/proof --rollouts 1 --scenarios baseline,gracekeeper,observed`
 # on the real node must show the articles' result: without gracekeeper a
-# rollout loses POSTs, with it none is lost. Also: bad usage exits 2, and an
+# rollout loses POSTs, with it none is lost; the Observed source measures a
+# figure of its own, set beside kube-proxy's p99 and the pods' last requests. Also: bad usage exits 2, and an
 # interrupted run tears its lab down.
 # Last line "N passed, M failed".
 set -uo pipefail
@@ -27,9 +28,9 @@ for args in "--rollouts 0" "--scenarios baseline,nonsense" "--proxy-min-sync abc
 done
 
 # ------------------------------------------------------------------ the short proof
-if "$REPO/hack/proof" --rollouts 1 --scenarios baseline,gracekeeper --json "$TMP/result.json" \
+if "$REPO/hack/proof" --rollouts 1 --scenarios baseline,gracekeeper,observed --json "$TMP/result.json" \
   --out "$TMP/run" >"$TMP/proof.log" 2>&1; then
-  pass "hack/proof --rollouts 1 --scenarios baseline,gracekeeper completed"
+  pass "hack/proof --rollouts 1 --scenarios baseline,gracekeeper,observed completed"
 else
   fail "hack/proof (exit $?)"; tail -n 40 "$TMP/proof.log"
 fi
@@ -45,6 +46,21 @@ for mode in no-keepalive keepalive; do
 done
 pre=$(jq -r '.scenarios.gracekeeper.budget.preStop // 0' "$TMP/result.json" 2>/dev/null)
 check "gracekeeper set a preStop wait ($pre s)" test "${pre:-0}" -ge 5
+for mode in no-keepalive keepalive; do
+  o=$(failed observed "$mode")
+  check "observed, $mode: no request lost ($o failed of $(requests observed "$mode"))" test "$o" = 0
+done
+src() { jq -r --arg s "$1" ".scenarios[\$s].sources.$2 // \"missing\"" "$TMP/result.json" 2>/dev/null; }
+check "observed: the policy's figure comes from its own samples ($(src observed source))" test "$(src observed source)" = Observed
+# Its figure is the samples' quantile plus consumerSyncSeconds (5 s here).
+check "observed: the figure covers the declared kube-proxy sync ($(src observed figure) s >= 5)" \
+  python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= 5 else 1)' "$(src observed figure)"
+check "observed: terminations were audited ($(src observed terminations.observed))" test "$(src observed terminations.observed)" -ge 1
+check "the truth was measured: deletion -> the pod's last request ($(src gracekeeper deletion_to_last_request.median) s)" \
+  test "$(src gracekeeper deletion_to_last_request.n)" -ge 1
+check "kube-proxy's p99 was read from Prometheus ($(src gracekeeper kube_proxy_p99))" \
+  python3 -c 'import sys; float(sys.argv[1])' "$(src gracekeeper kube_proxy_p99)"
+check "results.md sets the sources side by side" grep -q "^| observed | Observed |" "$TMP/run/results.md"
 check "the timeline pictures were drawn" test -s "$TMP/run/baseline.svg" -a -s "$TMP/run/gracekeeper.svg"
 check "the lab is gone after the run" test ! -e "/run/netns/$(gk_node_netns "$TMP/run/lab")"
 
