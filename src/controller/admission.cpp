@@ -126,6 +126,25 @@ PropagationBook figures(const AdmissionInputs& in,
   return book;
 }
 
+// The applied annotation as `object` has it, when the new one differs from it
+// only in its time: the fields were set back and are restored to what
+// gracekeeper wrote before (a re-applied manifest), which is no new tune. The
+// old value is kept, so the object is stored exactly as it was (a Deployment's
+// generation counts annotation changes too) and churn control still sees the
+// time of the last real change.
+std::optional<std::string> unchanged_record(const json& object, const std::string& wanted) {
+  const auto& annotations = object["metadata"].value("annotations", json::object());
+  const std::string current = text_member(annotations, budget::kAnnotationApplied);
+  if (current.empty()) return std::nullopt;
+  json a = json::parse(current, nullptr, /*allow_exceptions=*/false);
+  json b = json::parse(wanted, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_object() || !b.is_object()) return std::nullopt;
+  a.erase("time");
+  b.erase("time");
+  if (a != b) return std::nullopt;
+  return current;
+}
+
 // The decision on `object` (an opted-in Deployment): the patch of the
 // current plan, or null when there is nothing to write.
 std::optional<json> plan_patch(const json& object, const std::string& request_namespace,
@@ -165,7 +184,19 @@ std::optional<json> plan_patch(const json& object, const std::string& request_na
   answer.outcome = decision.policy_key.empty() ? AdmissionAnswer::Outcome::Ignored
                                                : AdmissionAnswer::Outcome::Unchanged;
   if (!decision.write) return std::nullopt;
-  return owned_fields_patch(object, decision.write->configuration);
+  json configuration = decision.write->configuration;
+  const json::json_pointer at = json::json_pointer("/metadata/annotations") /
+                                std::string(budget::kAnnotationApplied);
+  if (configuration.contains(at) && configuration[at].is_string()) {
+    if (auto kept = unchanged_record(object, configuration[at].get<std::string>())) {
+      configuration[at] = *kept;
+    }
+  }
+  json patch = owned_fields_patch(object, configuration);
+  // Only the owned fields' values as they are (a dry-run of the manifest
+  // just applied, say): nothing to change.
+  if (object.patch(patch) == object) return std::nullopt;
+  return patch;
 }
 
 }  // namespace
