@@ -185,8 +185,8 @@ std::optional<json> plan_patch(const json& object, const std::string& request_na
                                                : AdmissionAnswer::Outcome::Unchanged;
   if (!decision.write) return std::nullopt;
   json configuration = decision.write->configuration;
-  const json::json_pointer at = json::json_pointer("/metadata/annotations") /
-                                std::string(budget::kAnnotationApplied);
+  const json::json_pointer at =
+      json::json_pointer("/metadata/annotations") / std::string(budget::kAnnotationApplied);
   if (configuration.contains(at) && configuration[at].is_string()) {
     if (auto kept = unchanged_record(object, configuration[at].get<std::string>())) {
       configuration[at] = *kept;
