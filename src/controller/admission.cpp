@@ -147,8 +147,17 @@ std::optional<std::string> unchanged_record(const json& object, const std::strin
 
 // The decision on `object` (an opted-in Deployment): the patch of the
 // current plan, or null when there is nothing to write.
+// The old object's pod template, read again from the body (the first parse
+// dropped the old object); null when there is none.
+json old_template(std::string_view body) {
+  const json document = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const json::json_pointer at("/request/oldObject/spec/template");
+  return document.is_object() && document.contains(at) ? document[at] : json();
+}
+
 std::optional<json> plan_patch(const json& object, const std::string& request_namespace,
-                               const AdmissionInputs& in, AdmissionAnswer& answer) {
+                               std::string_view body, const AdmissionInputs& in,
+                               AdmissionAnswer& answer) {
   // The same view as the reconciler's: the budget fields through MessagePack,
   // as the cache keeps them (cache.cpp).
   json fields = budget_fields(object);
@@ -184,6 +193,16 @@ std::optional<json> plan_patch(const json& object, const std::string& request_na
   answer.outcome = decision.policy_key.empty() ? AdmissionAnswer::Outcome::Ignored
                                                : AdmissionAnswer::Outcome::Unchanged;
   if (!decision.write) return std::nullopt;
+  // A re-tune (a new figure or policy) that this request neither triggers
+  // (nothing set back) nor rides on (the pod template unchanged, so no
+  // rollout of its own) is left to the reconciler, which rolls re-tunes out
+  // at most changes.maxConcurrentRollouts at a time. Rare: the old object is
+  // read only then.
+  if (decision.write->retune && decision.set_back.empty()) {
+    const json::json_pointer at("/spec/template");
+    const json old = old_template(body);
+    if (!old.is_null() && object.contains(at) && object[at] == old) return std::nullopt;
+  }
   json configuration = decision.write->configuration;
   const json::json_pointer at =
       json::json_pointer("/metadata/annotations") / std::string(budget::kAnnotationApplied);
@@ -297,7 +316,7 @@ AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {
     return answer;
   }
   try {
-    const auto patch = plan_patch(object, text_member(*request, "namespace"), in, answer);
+    const auto patch = plan_patch(object, text_member(*request, "namespace"), body, in, answer);
     if (patch) answer.outcome = AdmissionAnswer::Outcome::Patched;
     answer.body = review(uid, patch ? &*patch : nullptr, nullptr);
   } catch (const std::exception& e) {

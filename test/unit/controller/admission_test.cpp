@@ -131,6 +131,35 @@ TEST_F(AdmissionTest, AnUpdateThatSetsTheFieldsBackIsTunedAgainKeepingTheUsersVa
   EXPECT_EQ(applied["user"]["grace"], 30) << applied.dump();
 }
 
+TEST_F(AdmissionTest, AReTuneRidesOnADeployButStartsNoRolloutOfItsOwn) {
+  const json tuned = patched(deployment(), admit_review(review(deployment())));
+  // The figure rises: a re-tune is due, which the reconciler rolls out within
+  // changes.maxConcurrentRollouts.
+  world.meter.seconds = 10;
+  world.clock.advance(std::chrono::hours(1));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+
+  // An update that does not change the pod template (a label): no rollout
+  // of its own, so the re-tune is not started here.
+  json labelled = tuned;
+  labelled["metadata"]["labels"] = {{"team", "shop"}};
+  json r = review(labelled, "UPDATE");
+  r["request"]["oldObject"] = tuned;
+  const AdmissionAnswer quiet = admit_review(r);
+  EXPECT_EQ(quiet.outcome, Outcome::Unchanged);
+  EXPECT_FALSE(response(quiet).contains("patch"));
+
+  // A deploy (a new image) rolls out anyway: the re-tune rides along.
+  json deployed = tuned;
+  deployed["spec"]["template"]["spec"]["containers"][0]["image"] = "app:2";
+  r = review(deployed, "UPDATE");
+  r["request"]["oldObject"] = tuned;
+  const AdmissionAnswer ride = admit_review(r);
+  EXPECT_EQ(ride.outcome, Outcome::Patched);
+  EXPECT_GT(patched(deployed, ride)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+            tuned["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]);
+}
+
 TEST_F(AdmissionTest, AFollowerPlansWithTheFigureInThePolicysStatus) {
   const PropagationBook empty;  // a replica that does not lead has measured nothing
   const AdmissionAnswer leader = admit_review(review(deployment()));
