@@ -253,6 +253,10 @@ asio::awaitable<void> HttpServer::Impl::serve_tls(std::shared_ptr<Impl> self, tc
     plain.close();
     co_return;
   }
+  // A response goes out as two TLS records (header, body): without
+  // TCP_NODELAY the second waits for the client's delayed ACK.
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
   TlsStream stream{std::move(socket), *context};
   Guard guard{*self, stream.next_layer()};
   if (self->stopped) co_return;
