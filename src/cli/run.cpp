@@ -46,6 +46,11 @@ constexpr const char* kRunUsage =
     "      --min-kubelet-version V           the oldest kubelet in the cluster (e.g. 1.29), when\n"
     "                                        older than the API server: below 1.30, preStop\n"
     "                                        action Auto writes exec sleep, not native sleep\n"
+    "      --webhook-port N                  serve the mutating admission webhook over HTTPS\n"
+    "                                        on this port, POST /mutate-deployments (default 0:\n"
+    "                                        off)\n"
+    "      --webhook-cert-dir DIR            the webhook's serving certificate: DIR/tls.crt and\n"
+    "                                        DIR/tls.key (a mounted Secret), re-read on change\n"
     "      --log-format json|text            default json\n"
     "      --log-level debug|info|warn|error default info\n"
     "  -h, --help                            this help\n";
@@ -110,6 +115,14 @@ std::expected<void, std::string> set_min_kubelet(controller::OperatorOptions& o,
   return {};
 }
 
+std::expected<void, std::string> set_webhook_port(controller::OperatorOptions& o,
+                                                  std::string_view flag, std::string_view value) {
+  auto number = parse_count(flag, value, 0, 65535);
+  if (!number) return std::unexpected(number.error());
+  o.webhook_port = static_cast<int>(*number);
+  return {};
+}
+
 std::expected<void, std::string> set_log_format(controller::OperatorOptions& o, std::string_view,
                                                 std::string_view value) {
   if (value != "json" && value != "text") {
@@ -131,7 +144,7 @@ std::expected<void, std::string> set_log_level(controller::OperatorOptions& o, s
 }
 
 using O = controller::OperatorOptions;
-constexpr std::array<std::pair<std::string_view, Setter>, 18> kValueFlags{{
+constexpr std::array<std::pair<std::string_view, Setter>, 20> kValueFlags{{
     {"--kubeconfig", &set_text<&O::kubeconfig>},
     {"--context", &set_text<&O::context>},
     {"--namespace", &set_text<&O::watch_namespace>},
@@ -148,6 +161,8 @@ constexpr std::array<std::pair<std::string_view, Setter>, 18> kValueFlags{{
     {"--propagation-refresh", &set_seconds<&O::propagation_refresh, 86400>},
     {"--workers", &set_workers},
     {"--min-kubelet-version", &set_min_kubelet},
+    {"--webhook-port", &set_webhook_port},
+    {"--webhook-cert-dir", &set_text<&O::webhook_cert_dir>},
     {"--log-format", &set_log_format},
     {"--log-level", &set_log_level},
 }};
@@ -204,6 +219,9 @@ int run_command(std::span<const std::string_view> args, std::ostream& out, std::
   if (o.leader_elect &&
       !(o.lease_duration > o.renew_deadline && o.renew_deadline > o.retry_period)) {
     return fail("leader election needs --lease-duration > --renew-deadline > --retry-period");
+  }
+  if (o.webhook_port != 0 && !o.webhook_cert_dir) {
+    return fail("--webhook-port needs --webhook-cert-dir (the serving certificate)");
   }
   return controller::run_operator(o);
 #endif

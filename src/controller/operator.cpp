@@ -22,6 +22,7 @@
 #include <random>
 #include <set>
 
+#include "admission.h"
 #include "cache.h"
 #include "deployment_reconciler.h"
 #include "gracekeeper/kube/config.h"
@@ -29,6 +30,7 @@
 #include "gracekeeper/log/log.h"
 #include "gracekeeper/propagation/observed.h"
 #include "gracekeeper/server/http_server.h"
+#include "gracekeeper/server/tls_directory.h"
 #include "handlers.h"
 #include "policy_reconciler.h"
 #include "ports.h"
@@ -210,10 +212,11 @@ class Operator {
     capabilities.native_sleep = has_native_sleep(*version) && (options_.min_kubelet_minor < 0 ||
                                                                options_.min_kubelet_minor >= 30);
     deployment_reconciler_.set_capabilities(capabilities);
+    capabilities_ = capabilities;
     log::info("connected", {{"server", config_.server},
                             {"version", version->git_version},
                             {"nativeSleep", capabilities.native_sleep ? "true" : "false"}});
-    if (!start_http()) co_return;
+    if (!start_http() || !start_webhook()) co_return;
 
     deployments_.add_handlers(rules_.deployment_handlers());
     policies_.add_handlers(rules_.policy_handlers());
@@ -322,6 +325,59 @@ class Operator {
       http_.push_back(std::move(*bound));
     }
     return true;
+  }
+
+  // The admission webhook, on every replica: it answers from the stores,
+  // which every replica keeps (admission.h).
+  bool start_webhook() {
+    if (options_.webhook_port == 0) return true;
+    auto tls = std::make_shared<server::TlsDirectory>(*options_.webhook_cert_dir);
+    if (auto error = tls->reload(); !error.empty()) {
+      log::warn("no webhook certificate yet; handshakes fail until there is one",
+                {{"error", error}});
+    }
+    server::HttpServerOptions o;
+    o.max_body_bytes = kMaxAdmissionBytes;
+    o.tls = std::move(tls);
+    server::PostRoutes routes;
+    routes.emplace(std::string(kWebhookPath),
+                   [this](std::string_view body) { return admission(body); });
+    const std::string address = ":" + std::to_string(options_.webhook_port);
+    auto bound =
+        server::HttpServer::bind(io_.get_executor(), address, {}, std::move(routes), std::move(o));
+    if (!bound) {
+      log::error("cannot serve the webhook", {{"address", address}, {"error", bound.error()}});
+      begin_shutdown(1);
+      return false;
+    }
+    log::info("serving the admission webhook",
+              {{"port", std::to_string((*bound)->port())}, {"path", std::string(kWebhookPath)}});
+    asio::co_spawn(io_, (*bound)->run(), asio::detached);
+    http_.push_back(std::move(*bound));
+    return true;
+  }
+
+  server::Response admission(std::string_view body) {
+    const auto start = steady_clock::now();
+    AdmissionInputs in{policies_.store(), services_.store(), &propagation_, capabilities_,
+                       clock_->now()};
+    // Until the Services are known a Deployment would look unserved and lose
+    // its wait: admitted unchanged, with the reason.
+    in.not_ready = policies_.has_synced() && services_.has_synced() ? "" : "caches not synced";
+    AdmissionAnswer a = admit(body, in);
+    const auto outcome = to_string(a.outcome);
+    metrics_.observe_admission(outcome, a.opted_in,
+                               std::chrono::duration<double>(steady_clock::now() - start).count());
+    if (!a.error.empty()) {
+      log::warn(a.outcome == AdmissionAnswer::Outcome::Error ? "admitted unchanged after an error"
+                                                             : "bad admission request",
+                {{"outcome", std::string(outcome)}, {"error", a.error}});
+    }
+    server::Response r;
+    r.status = a.status;
+    r.content_type = a.status == 200 ? "application/json" : "text/plain; charset=utf-8";
+    r.body = std::move(a.body);
+    return r;
   }
 
   // Events this operator reported before a restart are not reported again.
@@ -557,6 +613,8 @@ class Operator {
   std::optional<kube::LeaderElector> elector_;
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;
+  budget::Capabilities capabilities_{};
+  static constexpr std::string_view kWebhookPath = "/mutate-deployments";
   bool workers_started_ = false;
   static constexpr std::size_t kPolicyWorkers = 2;
   bool shutting_down_ = false;

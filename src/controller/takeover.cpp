@@ -45,10 +45,17 @@ bool changes_handler(const budget::Deployment& d, const budget::Plan& plan) {
 nlohmann::json replacement_patch(const nlohmann::json& current,
                                  const nlohmann::json& configuration) {
   nlohmann::json ops = nlohmann::json::array();
-  const auto& metadata = current.at("metadata");
   ops.push_back({{"op", "test"},
                  {"path", "/metadata/resourceVersion"},
-                 {"value", metadata.at("resourceVersion")}});
+                 {"value", current.at("metadata").at("resourceVersion")}});
+  for (auto& op : owned_fields_patch(current, configuration)) ops.push_back(std::move(op));
+  return ops;
+}
+
+nlohmann::json owned_fields_patch(const nlohmann::json& current,
+                                  const nlohmann::json& configuration) {
+  nlohmann::json ops = nlohmann::json::array();
+  const auto& metadata = current.at("metadata");
   const auto& spec = configuration.at("spec");
   if (spec.contains("strategy")) ops.push_back(add("/spec/strategy", spec["strategy"]));
   const auto& pod = spec.at("template").at("spec");

@@ -30,4 +30,10 @@ bool changes_handler(const budget::Deployment&, const budget::Plan&);
 nlohmann::json replacement_patch(const nlohmann::json& current,
                                  const nlohmann::json& configuration);
 
+// The same without the resourceVersion test: the admission webhook's patch,
+// applied by the API server to the object being admitted (which has no
+// resourceVersion on CREATE).
+nlohmann::json owned_fields_patch(const nlohmann::json& current,
+                                  const nlohmann::json& configuration);
+
 }  // namespace gracekeeper::controller

@@ -7,6 +7,8 @@
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -19,13 +21,16 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <charconv>
 #include <exception>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "gracekeeper/server/metrics.h"
+#include "gracekeeper/webhook/tls_source.h"
 
 namespace gracekeeper::server {
 
@@ -35,7 +40,9 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
+namespace ssl = boost::asio::ssl;
 using Clock = std::chrono::steady_clock;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 
 // After an error answer the client may still be sending (an oversized
@@ -98,6 +105,29 @@ beast::error_code open_and_listen(tcp::acceptor& acceptor, const tcp::endpoint& 
   return ec;
 }
 
+// The TCP stream under a plain or a TLS stream: its timer and its socket.
+beast::tcp_stream& tcp_of(beast::tcp_stream& s) {
+  return s;
+}
+beast::tcp_stream& tcp_of(TlsStream& s) {
+  return s.next_layer();
+}
+
+// A server context for one certificate: TLS 1.2 and later.
+std::expected<std::shared_ptr<ssl::context>, std::string> make_tls_context(
+    const webhook::ServingCertificate& certificate) {
+  auto context = std::make_shared<ssl::context>(ssl::context::tls_server);
+  context->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                       ssl::context::single_dh_use);
+  beast::error_code ec;
+  context->use_certificate_chain(asio::buffer(certificate.cert_pem), ec);
+  if (ec) return std::unexpected("the serving certificate: " + ec.message());
+  context->use_private_key(asio::buffer(certificate.key_pem), ssl::context::pem, ec);
+  if (ec) return std::unexpected("the serving certificate's key: " + ec.message());
+  return context;
+}
+
 Response text(int status, std::string body) {
   Response r;
   r.status = status;
@@ -108,11 +138,12 @@ Response text(int status, std::string body) {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(tcp::acceptor a, Routes r, HttpServerOptions o)
+  Impl(tcp::acceptor a, Routes r, PostRoutes p, HttpServerOptions o)
       : executor(a.get_executor()),
         acceptor(std::move(a)),
         routes(std::move(r)),
-        options(o),
+        post_routes(std::move(p)),
+        options(std::move(o)),
         drained(executor) {}
 
   void stop() {
@@ -129,15 +160,27 @@ struct HttpServer::Impl {
   static asio::awaitable<void> accept_loop(std::shared_ptr<Impl> self);
   // One connection, from accept to close: a coroutine per connection.
   static asio::awaitable<void> serve(std::shared_ptr<Impl> self, tcp::socket socket);
-  asio::awaitable<void> respond(beast::tcp_stream& stream,
-                                const http::request<http::string_body>& request, bool& keep_alive);
-  asio::awaitable<void> refuse(beast::tcp_stream& stream, const beast::error_code& ec);
-  asio::awaitable<void> linger(beast::tcp_stream& stream);
+  static asio::awaitable<void> serve_tls(std::shared_ptr<Impl> self, tcp::socket socket);
+  template <class Stream>
+  static asio::awaitable<void> serve_requests(std::shared_ptr<Impl> self, Stream& stream);
+  template <class Stream>
+  asio::awaitable<void> respond(Stream& stream, const http::request<http::string_body>& request,
+                                bool& keep_alive);
+  template <class Stream>
+  asio::awaitable<void> refuse(Stream& stream, const beast::error_code& ec);
+  template <class Stream>
+  asio::awaitable<void> linger(Stream& stream);
+  // The TLS context of the current certificate; null when there is none.
+  std::shared_ptr<ssl::context> current_tls_context();
 
   asio::any_io_executor executor;
   tcp::acceptor acceptor;
   Routes routes;
+  PostRoutes post_routes;
   HttpServerOptions options;
+  std::shared_ptr<ssl::context> tls_context;  // of certificate generation tls_generation
+  std::uint64_t tls_generation = 0;
+  std::uint64_t broken_generation = 0;  // a certificate that did not load
   HttpServerStats stats{};
   unsigned short port = 0;
   bool stopped = false;
@@ -167,12 +210,81 @@ class HttpServer::Impl::Guard {
 };
 
 asio::awaitable<void> HttpServer::Impl::serve(std::shared_ptr<Impl> self, tcp::socket socket) {
+  if (self->options.tls) {
+    co_await serve_tls(std::move(self), std::move(socket));
+    co_return;
+  }
   beast::tcp_stream stream{std::move(socket)};
   Guard guard{*self, stream};
   if (self->stopped) co_return;
+  co_await serve_requests(self, stream);
+  if (self->stopped) co_return;
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream.close();
+}
 
+std::shared_ptr<ssl::context> HttpServer::Impl::current_tls_context() {
+  const auto certificate = options.tls->current();
+  if (!certificate) return nullptr;
+  if ((!tls_context || certificate->generation != tls_generation) &&
+      certificate->generation != broken_generation) {
+    auto made = make_tls_context(*certificate);
+    if (!made) {
+      // Tried once per generation; the old certificate, if any, still serves.
+      broken_generation = certificate->generation;
+      ++stats.tls_failures;
+      return tls_context;
+    }
+    tls_context = std::move(*made);
+    tls_generation = certificate->generation;
+    ++stats.tls_contexts;
+  }
+  return tls_context;
+}
+
+asio::awaitable<void> HttpServer::Impl::serve_tls(std::shared_ptr<Impl> self, tcp::socket socket) {
+  // Held by the connection: a rotation replaces the server's, not this one.
+  const std::shared_ptr<ssl::context> context = self->current_tls_context();
+  if (!context) {
+    ++self->stats.tls_failures;
+    beast::tcp_stream plain{std::move(socket)};
+    Guard guard{*self, plain};
+    plain.close();
+    co_return;
+  }
+  // A response goes out as two TLS records (header, body): without
+  // TCP_NODELAY the second waits for the client's delayed ACK.
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  TlsStream stream{std::move(socket), *context};
+  Guard guard{*self, stream.next_layer()};
+  if (self->stopped) co_return;
+  stream.next_layer().expires_after(self->options.timeout);
+  auto [ec] = co_await stream.async_handshake(ssl::stream_base::server, use_nothrow);
+  if (self->stopped) co_return;
+  if (ec) {
+    if (ec == beast::error::timeout) {
+      ++self->stats.timeouts;
+    } else {
+      ++self->stats.tls_failures;
+    }
+    stream.next_layer().close();
+    co_return;
+  }
+  co_await serve_requests(self, stream);
+  if (self->stopped) co_return;
+  // close_notify, bounded: a client that never answers it is cut.
+  stream.next_layer().expires_after(std::min(self->options.timeout, kLingerTime));
+  co_await stream.async_shutdown(use_nothrow);
+  stream.next_layer().close();
+}
+
+template <class Stream>
+asio::awaitable<void> HttpServer::Impl::serve_requests(std::shared_ptr<Impl> self, Stream& stream) {
   const auto limit = std::min<std::size_t>(self->options.max_request_bytes,
                                            std::numeric_limits<std::uint32_t>::max());
+  const auto body_limit = std::max(limit, self->options.max_body_bytes);
   // Holds at most one request's header (and what a client pipelined after it):
   // the parser moves body bytes out into the request.
   beast::flat_buffer buffer{limit + 1024};
@@ -180,11 +292,13 @@ asio::awaitable<void> HttpServer::Impl::serve(std::shared_ptr<Impl> self, tcp::s
   while (keep_alive && !self->stopped) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(limit));
-    parser.body_limit(limit);
-    stream.expires_after(self->options.timeout);
+    parser.body_limit(body_limit);
+    tcp_of(stream).expires_after(self->options.timeout);
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_nothrow);
     if (self->stopped) co_return;
-    if (ec == http::error::end_of_stream) break;  // the client closed between requests
+    if (ec == http::error::end_of_stream || ec == ssl::error::stream_truncated) {
+      break;  // the client closed between requests
+    }
     if (ec == beast::error::timeout) {
       ++self->stats.timeouts;  // Beast has closed the socket already
       co_return;
@@ -196,12 +310,10 @@ asio::awaitable<void> HttpServer::Impl::serve(std::shared_ptr<Impl> self, tcp::s
     }
     co_await self->respond(stream, parser.get(), keep_alive);
   }
-  beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-  stream.close();
 }
 
-asio::awaitable<void> HttpServer::Impl::respond(beast::tcp_stream& stream,
+template <class Stream>
+asio::awaitable<void> HttpServer::Impl::respond(Stream& stream,
                                                 const http::request<http::string_body>& request,
                                                 bool& keep_alive) {
   std::string_view path = request.target();
@@ -211,13 +323,22 @@ asio::awaitable<void> HttpServer::Impl::respond(beast::tcp_stream& stream,
 
   Response answer;
   auto route = routes.find(path);
-  if (route == routes.end()) {
+  auto post_route = post_routes.find(path);
+  const char* allow = "GET, HEAD";
+  if (route == routes.end() && post_route == post_routes.end()) {
     answer = text(404, "not found\n");
-  } else if (!get_or_head) {
+  } else if (post_route != post_routes.end() && request.method() != http::verb::post) {
+    answer = text(405, "method not allowed\n");
+    allow = "POST";
+  } else if (post_route == post_routes.end() && !get_or_head) {
     answer = text(405, "method not allowed\n");
   } else {
     try {
-      answer = route->second();
+      if (post_route != post_routes.end()) {
+        answer = post_route->second(request.body());
+      } else {
+        answer = route->second();
+      }
     } catch (const std::exception& e) {
       ++stats.handler_errors;
       answer = text(500, std::string{"internal error: "} + e.what() + "\n");
@@ -239,7 +360,7 @@ asio::awaitable<void> HttpServer::Impl::respond(beast::tcp_stream& stream,
   response.result(static_cast<unsigned>(answer.status));
   response.set(http::field::server, "gracekeeper");
   response.set(http::field::content_type, answer.content_type);
-  if (answer.status == 405) response.set(http::field::allow, "GET, HEAD");
+  if (answer.status == 405) response.set(http::field::allow, allow);
   response.keep_alive(keep_alive);
   if (head) {
     response.content_length(answer.body.size());  // the length GET would send, no body
@@ -248,7 +369,7 @@ asio::awaitable<void> HttpServer::Impl::respond(beast::tcp_stream& stream,
     response.prepare_payload();
   }
   ++stats.requests;
-  stream.expires_after(options.timeout);
+  tcp_of(stream).expires_after(options.timeout);
   auto [ec, n] = co_await http::async_write(stream, response, use_nothrow);
   if (ec) {
     if (ec == beast::error::timeout) {
@@ -260,8 +381,8 @@ asio::awaitable<void> HttpServer::Impl::respond(beast::tcp_stream& stream,
   }
 }
 
-asio::awaitable<void> HttpServer::Impl::refuse(beast::tcp_stream& stream,
-                                               const beast::error_code& ec) {
+template <class Stream>
+asio::awaitable<void> HttpServer::Impl::refuse(Stream& stream, const beast::error_code& ec) {
   Response answer;
   if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
     answer = text(431, "request header too large\n");
@@ -282,15 +403,19 @@ asio::awaitable<void> HttpServer::Impl::refuse(beast::tcp_stream& stream,
   response.keep_alive(false);
   response.body() = std::move(answer.body);
   response.prepare_payload();
-  stream.expires_after(options.timeout);
+  tcp_of(stream).expires_after(options.timeout);
   auto [wec, n] = co_await http::async_write(stream, response, use_nothrow);
   if (!wec) co_await linger(stream);
 }
 
-asio::awaitable<void> HttpServer::Impl::linger(beast::tcp_stream& stream) {
+template <class Stream>
+asio::awaitable<void> HttpServer::Impl::linger(Stream& stream) {
   beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-  stream.expires_after(std::min(options.timeout, kLingerTime));
+  // Over TLS the drain reads the TLS records; the TCP half-close comes after.
+  if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+  tcp_of(stream).expires_after(std::min(options.timeout, kLingerTime));
   std::array<char, 4096> scratch;
   std::size_t drained_bytes = 0;
   while (drained_bytes < kLingerBytes && !stopped) {
@@ -298,7 +423,7 @@ asio::awaitable<void> HttpServer::Impl::linger(beast::tcp_stream& stream) {
     if (ec) break;
     drained_bytes += n;
   }
-  stream.close();
+  tcp_of(stream).close();
 }
 
 HttpServer::HttpServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -314,6 +439,12 @@ std::expected<std::unique_ptr<HttpServer>, std::string> HttpServer::bind(
 
 std::expected<std::unique_ptr<HttpServer>, std::string> HttpServer::bind(
     asio::any_io_executor executor, std::string_view address, Routes routes,
+    HttpServerOptions options) {
+  return bind(std::move(executor), address, std::move(routes), PostRoutes{}, std::move(options));
+}
+
+std::expected<std::unique_ptr<HttpServer>, std::string> HttpServer::bind(
+    asio::any_io_executor executor, std::string_view address, Routes routes, PostRoutes post_routes,
     HttpServerOptions options) {
   auto endpoint = parse_address(address);
   if (!endpoint) return std::unexpected(std::move(endpoint.error()));
@@ -334,7 +465,8 @@ std::expected<std::unique_ptr<HttpServer>, std::string> HttpServer::bind(
     return std::unexpected("cannot listen on \"" + std::string{address} + "\": " + ec.message());
   }
   const auto port = acceptor.local_endpoint(ec).port();
-  auto impl = std::make_shared<Impl>(std::move(acceptor), std::move(routes), options);
+  auto impl = std::make_shared<Impl>(std::move(acceptor), std::move(routes), std::move(post_routes),
+                                     std::move(options));
   impl->port = port;
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }

@@ -48,6 +48,14 @@ const Histogram::BucketBoundaries& slack_buckets() {
   return buckets;
 }
 
+// Admissions are answered from memory: tens of microseconds to a few
+// milliseconds; the API server's own timeout is seconds.
+const Histogram::BucketBoundaries& admission_buckets() {
+  static const Histogram::BucketBoundaries buckets{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                   0.01,   0.025,   0.05,   0.1,   0.5};
+  return buckets;
+}
+
 Labels labels(std::initializer_list<std::pair<std::string_view, std::string_view>> pairs) {
   Labels out;
   for (auto [k, v] : pairs) out.emplace(std::string{k}, std::string{v});
@@ -138,6 +146,25 @@ struct Metrics::Impl {
                                    .Name("gracekeeper_workqueue_depth")
                                    .Help("Keys waiting in a controller's work queue.")
                                    .Register(registry);
+  Family<Counter>& admissions =
+      prometheus::BuildCounter()
+          .Name("gracekeeper_webhook_admissions_total")
+          .Help(
+              "AdmissionReviews answered, by outcome (patched, unchanged, ignored, error, "
+              "bad_request).")
+          .Register(registry);
+  Family<Counter>& webhook_errors =
+      prometheus::BuildCounter()
+          .Name("gracekeeper_webhook_errors_total")
+          .Help(
+              "AdmissionReviews allowed unchanged after an internal error (reason internal), or "
+              "refused as no AdmissionReview v1 (reason bad_request).")
+          .Register(registry);
+  Family<Histogram>& admission_duration =
+      prometheus::BuildHistogram()
+          .Name("gracekeeper_webhook_admission_duration_seconds")
+          .Help("Time to decide one AdmissionReview, from its body to the answer, by opted_in.")
+          .Register(registry);
   Family<Gauge>& leader = prometheus::BuildGauge()
                               .Name("gracekeeper_leader")
                               .Help("1 while this replica holds the leader lease, else 0.")
@@ -266,6 +293,17 @@ void Metrics::count_termination(std::string_view ns, std::string_view policy,
                                 std::string_view outcome) {
   impl_->terminations.Add(labels({{"namespace", ns}, {"policy", policy}, {"outcome", outcome}}))
       .Increment();
+}
+
+void Metrics::observe_admission(std::string_view outcome, bool opted_in, double seconds) {
+  impl_->admissions.Add(labels({{"outcome", outcome}})).Increment();
+  if (outcome == "error" || outcome == "bad_request") {
+    impl_->webhook_errors.Add(labels({{"reason", outcome == "error" ? "internal" : outcome}}))
+        .Increment();
+  }
+  impl_->admission_duration
+      .Add(labels({{"opted_in", opted_in ? "true" : "false"}}), admission_buckets())
+      .Observe(seconds);
 }
 
 void Metrics::set_leader(bool leading) {

@@ -32,6 +32,12 @@ struct OperatorOptions {
   std::optional<std::filesystem::path> prometheus_ca_file{};
   std::optional<std::filesystem::path> prometheus_token_file{};
 
+  // The mutating admission webhook (API.md "Admission webhook"): HTTPS on
+  // this port of every interface, on every replica; 0 = off.
+  int webhook_port = 0;
+  // tls.crt and tls.key of its serving certificate.
+  std::optional<std::filesystem::path> webhook_cert_dir{};
+
   std::string log_format = "json";  // json | text
   std::string log_level = "info";   // debug | info | warn | error
 

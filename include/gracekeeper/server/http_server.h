@@ -1,11 +1,12 @@
-// The operator's own HTTP endpoints (/metrics, /healthz, /readyz): a small
-// HTTP/1.1 server on the io_context, one coroutine per connection.
+// The operator's own HTTP endpoints (/metrics, /healthz, /readyz, and over
+// HTTPS the admission webhook): a small HTTP/1.1 server on the io_context,
+// one coroutine per connection.
 //
-// Plain HTTP with keep-alive; GET and HEAD only (405 with Allow otherwise),
-// 404 for paths without a route. Every read and write has a timeout, requests
-// have a size limit and connections a cap, so a slow or hostile client costs
-// one bounded coroutine. Failures are counted (stats()), never thrown out of
-// run(). Beast stays out of this header (pimpl).
+// HTTP or HTTPS with keep-alive; GET and HEAD on the routes, POST on the
+// post routes (405 with Allow otherwise), 404 for paths without a route. Every read and write has a
+// timeout, requests have a size limit and connections a cap, so a slow or hostile client costs one
+// bounded coroutine. Failures are counted (stats()), never thrown out of run(). Beast stays out of
+// this header (pimpl).
 //
 // Not thread-safe: bind, run, stop and the handlers all run on the
 // executor's single thread.
@@ -23,6 +24,10 @@
 #include <string>
 #include <string_view>
 
+namespace gracekeeper::webhook {
+class TlsSource;
+}
+
 namespace gracekeeper::server {
 
 class Metrics;
@@ -38,6 +43,9 @@ struct Response {
 using Handler = std::function<Response()>;
 // Exact path (the query string is ignored) -> handler.
 using Routes = std::map<std::string, Handler, std::less<>>;
+// Called for POST on its path with the request's body.
+using PostHandler = std::function<Response(std::string_view body)>;
+using PostRoutes = std::map<std::string, PostHandler, std::less<>>;
 
 struct HttpServerOptions {
   // Limit for each read of a request and each write of a response; an idle
@@ -45,8 +53,14 @@ struct HttpServerOptions {
   std::chrono::steady_clock::duration timeout = std::chrono::seconds{10};
   // Request line plus headers, and separately the body: larger is 431 / 413.
   std::size_t max_request_bytes = std::size_t{8} * 1024;
+  // The body's own limit when larger than max_request_bytes (a POST route's).
+  std::size_t max_body_bytes = 0;
   // Connections beyond this are closed as soon as they are accepted.
   std::size_t max_connections = 64;
+  // HTTPS with the certificate this gives when set; each connection asks for
+  // current(), and a new TLS context is built only when its generation
+  // changes. With no certificate yet, connections are closed unanswered.
+  std::shared_ptr<const webhook::TlsSource> tls{};
 };
 
 // Monotonic counters, for tests and logs.
@@ -58,6 +72,8 @@ struct HttpServerStats {
   std::uint64_t timeouts = 0;        // connections cut by the timeout
   std::uint64_t handler_errors = 0;  // handlers that threw: 500
   std::uint64_t io_errors = 0;       // accept, read and write failures
+  std::uint64_t tls_failures = 0;    // HTTPS: handshakes that failed, or no certificate
+  std::uint64_t tls_contexts = 0;    // HTTPS: TLS contexts built (one per certificate generation)
 };
 
 class HttpServer {
@@ -70,6 +86,9 @@ class HttpServer {
   static std::expected<std::unique_ptr<HttpServer>, std::string> bind(
       boost::asio::any_io_executor executor, std::string_view address, Routes routes,
       HttpServerOptions options);
+  static std::expected<std::unique_ptr<HttpServer>, std::string> bind(
+      boost::asio::any_io_executor executor, std::string_view address, Routes routes,
+      PostRoutes post_routes, HttpServerOptions options);
 
   ~HttpServer();  // stop()s; connections still closing finish on their own
   HttpServer(const HttpServer&) = delete;

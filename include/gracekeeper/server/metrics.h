@@ -85,6 +85,13 @@ class Metrics {
   // unknown length).
   void count_termination(std::string_view ns, std::string_view policy, std::string_view outcome);
 
+  // gracekeeper_webhook_admissions_total{outcome} (counter),
+  // gracekeeper_webhook_errors_total{reason} (counter: outcome "error" is
+  // reason "internal", "bad_request" itself) and
+  // gracekeeper_webhook_admission_duration_seconds{opted_in} (histogram):
+  // one AdmissionReview answered.
+  void observe_admission(std::string_view outcome, bool opted_in, double seconds);
+
   // gracekeeper_leader (gauge): 1 while this replica leads, else 0.
   void set_leader(bool leading);
 

@@ -1,0 +1,334 @@
+#include "admission.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <exception>
+#include <nlohmann/json.hpp>
+
+#include "deployment_decision.h"
+#include "takeover.h"
+
+namespace gracekeeper::controller {
+namespace {
+
+using nlohmann::json;
+
+// Deeper nesting is no Deployment; the limit keeps the recursive parts of
+// nlohmann (copy, compare, destroy) far from the stack's end.
+constexpr std::size_t kMaxDepth = 128;
+
+bool within_depth(std::string_view text) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) return false;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return true;
+}
+
+std::string base64(std::string_view in) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const auto n = (std::uint32_t(std::uint8_t(in[i])) << 16) |
+                   (std::uint32_t(std::uint8_t(in[i + 1])) << 8) | std::uint8_t(in[i + 2]);
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+    out += kAlphabet[(n >> 6) & 63];
+    out += kAlphabet[n & 63];
+  }
+  if (i < in.size()) {
+    std::uint32_t n = std::uint32_t(std::uint8_t(in[i])) << 16;
+    if (i + 1 < in.size()) n |= std::uint32_t(std::uint8_t(in[i + 1])) << 8;
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(n >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+std::string text_member(const json& object, const char* key) {
+  if (!object.is_object()) return {};
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+AdmissionAnswer bad_request(int status, std::string why) {
+  AdmissionAnswer a;
+  a.outcome = AdmissionAnswer::Outcome::BadRequest;
+  a.status = status;
+  a.body = why + "\n";
+  a.error = std::move(why);
+  return a;
+}
+
+// The review to answer: allowed, with the patch when there is one.
+std::string review(const std::string& uid, const json* patch, const std::string* warning) {
+  json response{{"uid", uid}, {"allowed", true}};
+  if (patch) {
+    response["patchType"] = "JSONPatch";
+    response["patch"] = base64(patch->dump());
+  }
+  if (warning) response["warnings"] = json::array({*warning});
+  return json{{"apiVersion", "admission.k8s.io/v1"},
+              {"kind", "AdmissionReview"},
+              {"response", std::move(response)}}
+      .dump();
+}
+
+// The request's object is a Deployment of apps/v1 being created or updated.
+bool is_deployment_write(const json& request) {
+  const auto kind = request.find("kind");
+  if (kind == request.end() || text_member(*kind, "group") != "apps" ||
+      text_member(*kind, "version") != "v1" || text_member(*kind, "kind") != "Deployment") {
+    return false;
+  }
+  const std::string operation = text_member(request, "operation");
+  if (operation != "CREATE" && operation != "UPDATE") return false;
+  const auto object = request.find("object");
+  return object != request.end() && object->is_object();
+}
+
+// The namespace's figures, as the reconciler would plan with them.
+PropagationBook figures(const AdmissionInputs& in,
+                        const std::vector<const CachedPolicy*>& policies) {
+  PropagationBook book;
+  for (const CachedPolicy* p : policies) {
+    const std::string key = p->namespace_ + "/" + p->name;
+    if (const PropagationState* mine = in.propagation ? in.propagation->state(key) : nullptr) {
+      book.put(key, PolicyMeasurement{*mine, std::nullopt, p->generation, {}});
+    } else if (auto theirs = status_propagation(*p)) {
+      book.put(key, PolicyMeasurement{std::move(*theirs), std::nullopt, p->generation, {}});
+    }
+  }
+  return book;
+}
+
+// The applied annotation as `object` has it, when the new one differs from it
+// only in its time: the fields were set back and are restored to what
+// gracekeeper wrote before (a re-applied manifest), which is no new tune. The
+// old value is kept, so the object is stored exactly as it was (a Deployment's
+// generation counts annotation changes too) and churn control still sees the
+// time of the last real change.
+std::optional<std::string> unchanged_record(const json& object, const std::string& wanted) {
+  const auto& annotations = object["metadata"].value("annotations", json::object());
+  const std::string current = text_member(annotations, budget::kAnnotationApplied);
+  if (current.empty()) return std::nullopt;
+  json a = json::parse(current, nullptr, /*allow_exceptions=*/false);
+  json b = json::parse(wanted, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_object() || !b.is_object()) return std::nullopt;
+  a.erase("time");
+  b.erase("time");
+  if (a != b) return std::nullopt;
+  return current;
+}
+
+// The decision on `object` (an opted-in Deployment): the patch of the
+// current plan, or null when there is nothing to write.
+// The old object's pod template, read again from the body (the first parse
+// dropped the old object); null when there is none.
+json old_template(std::string_view body) {
+  const json document = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const json::json_pointer at("/request/oldObject/spec/template");
+  return document.is_object() && document.contains(at) ? document[at] : json();
+}
+
+std::optional<json> plan_patch(const json& object, const std::string& request_namespace,
+                               std::string_view body, const AdmissionInputs& in,
+                               AdmissionAnswer& answer) {
+  // The same view as the reconciler's: the budget fields through MessagePack,
+  // as the cache keeps them (cache.cpp).
+  json fields = budget_fields(object);
+  // On CREATE the namespace, and with generateName the name, are not set yet.
+  const std::string ns = text_member(object["metadata"], "namespace").empty()
+                             ? request_namespace
+                             : text_member(object["metadata"], "namespace");
+  fields["metadata"]["namespace"] = ns;
+  if (text_member(fields["metadata"], "name").empty()) {
+    fields["metadata"]["name"] = text_member(object["metadata"], "generateName");
+  }
+  const budget::Json view = budget::Json::from_msgpack(json::to_msgpack(fields));
+  const auto deployment = CachedDeployment::project(view);
+
+  DeploymentFacts facts;
+  facts.deployment = &deployment;
+  facts.object = &view;
+  facts.uid = text_member(object["metadata"], "uid");
+  in.policies.in_namespace(
+      ns, [&](const std::string&, const CachedPolicy& p) { facts.policies.push_back(&p); });
+  if (deployment) {
+    bool found = false;
+    in.services.in_namespace(ns, [&](const std::string&, const CachedService& s) {
+      found = found || selects(s, deployment->pod_labels);
+    });
+    facts.behind_service = found;
+  }
+  const PropagationBook book = figures(in, facts.policies);
+  facts.propagation = &book;
+  facts.capabilities = in.capabilities;
+  facts.now = in.now;
+  const DeploymentDecision decision = decide_deployment(facts);
+  answer.outcome = decision.policy_key.empty() ? AdmissionAnswer::Outcome::Ignored
+                                               : AdmissionAnswer::Outcome::Unchanged;
+  if (!decision.write) return std::nullopt;
+  // A re-tune (a new figure or policy) that this request neither triggers
+  // (nothing set back) nor rides on (the pod template unchanged, so no
+  // rollout of its own) is left to the reconciler, which rolls re-tunes out
+  // at most changes.maxConcurrentRollouts at a time. Rare: the old object is
+  // read only then.
+  if (decision.write->retune && decision.set_back.empty()) {
+    const json::json_pointer at("/spec/template");
+    const json old = old_template(body);
+    if (!old.is_null() && object.contains(at) && object[at] == old) return std::nullopt;
+  }
+  json configuration = decision.write->configuration;
+  const json::json_pointer at =
+      json::json_pointer("/metadata/annotations") / std::string(budget::kAnnotationApplied);
+  if (configuration.contains(at) && configuration[at].is_string()) {
+    if (auto kept = unchanged_record(object, configuration[at].get<std::string>())) {
+      configuration[at] = *kept;
+    }
+  }
+  json patch = owned_fields_patch(object, configuration);
+  // Only the owned fields' values as they are (a dry-run of the manifest
+  // just applied, say): nothing to change.
+  if (object.patch(patch) == object) return std::nullopt;
+  return patch;
+}
+
+}  // namespace
+
+std::string_view to_string(AdmissionAnswer::Outcome o) {
+  switch (o) {
+    case AdmissionAnswer::Outcome::Patched:
+      return "patched";
+    case AdmissionAnswer::Outcome::Unchanged:
+      return "unchanged";
+    case AdmissionAnswer::Outcome::Ignored:
+      return "ignored";
+    case AdmissionAnswer::Outcome::Error:
+      return "error";
+    case AdmissionAnswer::Outcome::BadRequest:
+      return "bad_request";
+  }
+  return "error";
+}
+
+std::optional<PropagationState> status_propagation(const CachedPolicy& p) {
+  const json& status = p.status;
+  if (!status.is_object() || status.value("observedGeneration", std::int64_t{-1}) != p.generation) {
+    return std::nullopt;
+  }
+  const auto propagation = status.find("propagation");
+  if (propagation == status.end() || !propagation->is_object()) return std::nullopt;
+  const auto seconds = propagation->find("seconds");
+  if (seconds == propagation->end() || !seconds->is_number()) return std::nullopt;
+  PropagationState s;
+  s.seconds = seconds->get<double>();
+  s.source = text_member(*propagation, "source");
+  if (const auto conditions = status.find("conditions");
+      conditions != status.end() && conditions->is_array()) {
+    for (const auto& c : *conditions) {
+      if (text_member(c, "type") == "MetricsAvailable") {
+        s.available = text_member(c, "status") == "True";
+      }
+    }
+  }
+  return s;
+}
+
+AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {
+  if (body.size() > kMaxAdmissionBytes) {
+    return bad_request(413, fmt::format("AdmissionReview of {} bytes: the limit is {} bytes",
+                                        body.size(), kMaxAdmissionBytes));
+  }
+  if (!within_depth(body)) {
+    return bad_request(400, fmt::format("AdmissionReview nested deeper than {}", kMaxDepth));
+  }
+  // The old object is never read: it is dropped while parsing, which halves
+  // what an UPDATE costs.
+  const json::parser_callback_t drop_old = [](int depth, json::parse_event_t event, json& parsed) {
+    return !(event == json::parse_event_t::key && depth == 2 && parsed == "oldObject");
+  };
+  json document;
+  try {
+    document = json::parse(body, drop_old);
+  } catch (const json::exception& e) {
+    return bad_request(400, std::string("malformed JSON: ") + e.what());
+  }
+  if (!document.is_object()) return bad_request(400, "the body is not a JSON object");
+  const std::string api_version = text_member(document, "apiVersion");
+  if (api_version != "admission.k8s.io/v1" || text_member(document, "kind") != "AdmissionReview") {
+    return bad_request(
+        400, fmt::format("expected an AdmissionReview of admission.k8s.io/v1, got kind \"{}\" of "
+                         "apiVersion \"{}\" (register the webhook with admissionReviewVersions: "
+                         "[v1])",
+                         text_member(document, "kind"), api_version));
+  }
+  const auto request = document.find("request");
+  if (request == document.end() || !request->is_object()) {
+    return bad_request(400, "the AdmissionReview has no request");
+  }
+  const std::string uid = text_member(*request, "uid");
+  if (uid.empty()) return bad_request(400, "the AdmissionReview's request has no uid");
+
+  AdmissionAnswer answer;
+  if (!is_deployment_write(*request)) {
+    answer.body = review(uid, nullptr, nullptr);
+    return answer;
+  }
+  const json& object = (*request)["object"];
+  const auto metadata = object.find("metadata");
+  if (metadata == object.end() || !opted_in(*metadata)) {
+    answer.body = review(uid, nullptr, nullptr);
+    return answer;
+  }
+  answer.opted_in = true;
+  if (!in.not_ready.empty()) {
+    answer.outcome = AdmissionAnswer::Outcome::Error;
+    answer.error = in.not_ready;
+    const std::string warning = fmt::format(
+        "gracekeeper is not ready ({}); admitted unchanged, the operator tunes it later",
+        in.not_ready);
+    answer.body = review(uid, nullptr, &warning);
+    return answer;
+  }
+  try {
+    const auto patch = plan_patch(object, text_member(*request, "namespace"), body, in, answer);
+    if (patch) answer.outcome = AdmissionAnswer::Outcome::Patched;
+    answer.body = review(uid, patch ? &*patch : nullptr, nullptr);
+  } catch (const std::exception& e) {
+    answer.outcome = AdmissionAnswer::Outcome::Error;
+    answer.error = e.what();
+    const std::string warning = fmt::format(
+        "gracekeeper could not plan this Deployment ({}); admitted unchanged, the "
+        "operator tunes it later",
+        e.what());
+    answer.body = review(uid, nullptr, &warning);
+  }
+  return answer;
+}
+
+}  // namespace gracekeeper::controller

@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# The mutating admission webhook against the real API server (issue 17, item
+# 1): `gracekeeper run --webhook-port P --webhook-cert-dir D` on loopback with
+# a throw-away CA and serving certificate made here with openssl, registered
+# by a MutatingWebhookConfiguration (url, caBundle, failurePolicy Ignore,
+# timeoutSeconds 2, sideEffects None, reinvocationPolicy IfNeeded,
+# objectSelector gracekeeper.dev/enabled=true). A kube-controller-manager
+# runs, so each template change makes one ReplicaSet.
+#
+# Shows: a Deployment created opted in is stored tuned (generation 1); after
+# the reconciler tuned one, `kubectl apply -f` (client-side) and `kubectl
+# apply --server-side --field-manager=other` deploys each make exactly one
+# new ReplicaSet and keep the budget, with no gracekeeper write (audit log);
+# `kubectl diff --server-side` shows no difference; an unlabelled Deployment
+# never reaches the webhook; with the webhook stopped (SIGSTOP) admissions
+# still succeed within the timeout and the reconciler repairs; bad input to
+# the endpoint (curl, and slow-loris clients) gets 4xx or allowed, and the
+# process keeps serving in bounded memory.
+#
+# usage: test/integration/webhook/webhook_test.sh GRACEKEEPER_BINARY
+#   Starts its own control plane (with controllers) and stops it on exit.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+GK="${1:?usage: webhook_test.sh GRACEKEEPER_BINARY}"
+WORK="$(mktemp -d)"
+CLUSTER="$WORK/cluster"
+"$ROOT/test/cluster/up" "$CLUSTER" --with-controllers --owner-pid $$ >"$WORK/up.log" 2>&1 || {
+  cat "$WORK/up.log"
+  echo "0 passed, 1 failed"
+  exit 1
+}
+. "$ROOT/test/integration/operator/lib.sh"
+NS=wh-shop
+HOOK=gracekeeper-webhook-test
+
+cleanup() {
+  [ -n "${OP_PID:-}" ] && kill -CONT "$OP_PID" 2>/dev/null && kill -KILL "$OP_PID" 2>/dev/null
+  [ -n "${LORIS_PID:-}" ] && kill "$LORIS_PID" 2>/dev/null
+  if [ "$FAILED" -gt 0 ]; then
+    for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
+  fi
+  "$ROOT/test/cluster/down" "$CLUSTER" >/dev/null 2>&1
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------- certificates
+CERTS="$WORK/certs"
+mkdir -p "$CERTS"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+  -subj "/CN=gracekeeper test CA" -keyout "$CERTS/ca.key" -out "$CERTS/ca.crt" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+  -keyout "$CERTS/tls.key" -out "$CERTS/tls.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$CERTS/ext"
+openssl x509 -req -in "$CERTS/tls.csr" -CA "$CERTS/ca.crt" -CAkey "$CERTS/ca.key" \
+  -CAcreateserial -days 1 -extfile "$CERTS/ext" -out "$CERTS/tls.crt" 2>/dev/null
+[ -s "$CERTS/tls.crt" ] && ok "a throw-away CA and serving certificate (openssl)" ||
+  not_ok "openssl could not make the certificates"
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+URL="https://127.0.0.1:$PORT/mutate-deployments"
+hook_curl() { curl -s --max-time 20 --cacert "$CERTS/ca.crt" "$@"; }
+
+start_webhook() {  # the operator with the webhook on
+  start_operator "$1" --webhook-port "$PORT" --webhook-cert-dir "$CERTS"
+  wait_for 10 hook_curl -o /dev/null -X POST -d '{}' "$URL"
+}
+metric() {  # metric NAME_WITH_LABELS: its value on the running operator, 0 when absent
+  curl -s "http://127.0.0.1:$OP_PORT/metrics" | awk -v m="$1" '$1 == m { print $2; f=1 } END { if (!f) print 0 }'
+}
+
+k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
+k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
+k create namespace "$NS" >/dev/null && serve "$NS"
+k apply -f - >/dev/null <<YAML
+apiVersion: gracekeeper.dev/v1alpha1
+kind: ShutdownPolicy
+metadata: {name: default, namespace: $NS}
+spec:
+  propagation: {source: Static, staticSeconds: 4}
+  # Without a node no rollout completes: the repair must not wait for a slot.
+  changes: {maxConcurrentRollouts: 100%}
+YAML
+
+# manifest NAME IMAGE: the user's manifest, which names the grace (30 s) and
+# the strategy (25 %/25 %) and has no hook: every deploy sets them back.
+manifest() {
+  cat <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: $1
+  namespace: $NS
+  labels: {app: $1, gracekeeper.dev/enabled: "true"}
+  annotations: {gracekeeper.dev/enabled: "true"}
+spec:
+  replicas: 2
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 25%, maxUnavailable: 25%}}
+  selector: {matchLabels: {app: $1}}
+  template:
+    metadata: {labels: {app: $1, served: "yes"}}
+    spec:
+      terminationGracePeriodSeconds: 30
+      containers:
+      - name: app
+        image: $2
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /ready, port: 8080}}
+YAML
+}
+for v in 1 2 3 4; do manifest checkout "app:$v" >"$WORK/checkout-v$v.yaml"; done
+generation() { jp deployment "$NS" "$1" '{.metadata.generation}'; }
+replicasets() { k get rs -n "$NS" -l "app=$1" --no-headers 2>/dev/null | wc -l; }
+replicasets_are() { [ "$(replicasets "$1")" = "$2" ]; }
+mutations_of() {  # audit: "verb mutated" of requests on Deployment $1 since $2 the webhook mutated
+  jq -r --arg since "$2" --arg name "$1" 'select(.stage == "ResponseComplete" and
+      .objectRef.resource == "deployments" and .objectRef.name == $name and
+      .stageTimestamp > $since and
+      (.annotations["mutation.webhook.admission.k8s.io/round_0_index_0"] // "" | contains("\"mutated\":true"))) |
+      "\(.verb) \(.userAgent | split("/")[0])"' "$CLUSTER/audit.log"
+}
+
+# ------------------------------------------------- 1. the reconciler tunes first
+start_webhook op
+k apply -f "$WORK/checkout-v1.yaml" >/dev/null
+wait_for 20 settings_are "$NS" checkout "6 46 0 1" &&
+  ok "without a webhook configuration, the reconciler tuned checkout" ||
+  not_ok "checkout not tuned: '$(settings "$NS" checkout)'"
+expect "created, then tuned: generation 2" "$(generation checkout)" 2
+wait_for 10 replicasets_are checkout 1 || wait_for 10 replicasets_are checkout 2
+
+# ------------------------------------------------------ register the webhook
+k apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: $HOOK}
+webhooks:
+- name: deployments.gracekeeper.dev
+  admissionReviewVersions: [v1]
+  clientConfig:
+    url: $URL
+    caBundle: $(base64 -w0 <"$CERTS/ca.crt")
+  rules:
+  - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments], scope: Namespaced}
+  objectSelector: {matchLabels: {gracekeeper.dev/enabled: "true"}}
+  failurePolicy: Ignore
+  sideEffects: None
+  timeoutSeconds: 2
+  reinvocationPolicy: IfNeeded
+YAML
+# The API server reads webhook configurations through an informer: wait until
+# a dry-run create is mutated.
+manifest probe app:1 >"$WORK/probe.yaml"
+probe_mutated() {
+  k create --dry-run=server -f "$WORK/probe.yaml" -o json |
+    jq -e '.spec.template.spec.terminationGracePeriodSeconds == 46' >/dev/null
+}
+wait_for 20 probe_mutated && ok "a dry-run create is mutated (the API server calls the webhook)" ||
+  not_ok "the webhook is not called"
+
+# ------------------------------------------ 2. created opted in: tuned at creation
+since=$(now_rfc3339)
+manifest created app:1 | k create -f - >/dev/null
+expect "created opted in: stored tuned at generation 1" \
+  "$(generation created) $(settings "$NS" created)" "1 6 46 0 1"
+wait_for 10 replicasets_are created 1
+expect "created opted in: one ReplicaSet" "$(replicasets created)" 1
+expect "the audit log shows the create mutated by the webhook" "$(mutations_of created "$since")" "create kubectl"
+
+# ---------------------- 3. deploys that set the fields back keep the budget
+deploy() {  # deploy NAME DESCRIPTION GENERATIONS COMMAND...: one deploy of NAME, checked
+  local name=$1 what=$2 generations=$3 since before_gen before_rs
+  shift 3
+  before_gen=$(generation "$name")
+  before_rs=$(replicasets "$name")
+  since=$(now_rfc3339)
+  if ! "$@" >"$WORK/deploy.out" 2>&1; then
+    not_ok "$what: $(cat "$WORK/deploy.out")"
+    return
+  fi
+  expect "$what: stored with the budget" "$(settings "$NS" "$name")" "6 46 0 1"
+  expect "$what: the generation moved by $generations" "$(generation "$name")" "$((before_gen + generations))"
+  wait_for 10 replicasets_are "$name" "$((before_rs + 1))"
+  sleep 2  # time for a second ReplicaSet, or a gracekeeper write, to show
+  expect "$what: exactly one new ReplicaSet" "$(replicasets "$name")" "$((before_rs + 1))"
+  mutations_of "$name" "$since" | head -1 | grep -q . &&
+    ok "$what: the audit log shows the webhook's mutation ($(mutations_of "$name" "$since" | sort | uniq -c | tr -s ' ' | tr '\n' ';'))" ||
+    not_ok "$what: no mutation in the audit log"
+  expect "$what: no gracekeeper write afterwards (audit log)" \
+    "$(gk_writes_since "$since" | grep -c ' deployments/ ')" 0
+}
+deploy checkout "kubectl apply -f (client-side)" 1 k apply -f "$WORK/checkout-v2.yaml"
+# kubectl's first server-side apply over a client-side one also moves the
+# client-side manager's fields to the new manager, in a second request that
+# changes an annotation: one generation more, no ReplicaSet more.
+deploy checkout "kubectl apply --server-side --field-manager=other (over client-side apply)" 2 \
+  k apply --server-side --field-manager=other --force-conflicts -f "$WORK/checkout-v3.yaml"
+# A GitOps applier from the start (Flux): tuned at creation, then deployed.
+manifest gitops app:1 | k apply --server-side --field-manager=other -f - >/dev/null
+expect "server-side applied opted in: stored tuned at generation 1" \
+  "$(generation gitops) $(settings "$NS" gitops)" "1 6 46 0 1"
+wait_for 10 replicasets_are gitops 1
+manifest gitops app:2 >"$WORK/gitops-v2.yaml"
+deploy gitops "kubectl apply --server-side --field-manager=other" 1 \
+  k apply --server-side --field-manager=other -f "$WORK/gitops-v2.yaml"
+before_gen=$(generation checkout)
+k apply --server-side --field-manager=other -f "$WORK/checkout-v3.yaml" >/dev/null 2>&1
+expect "the same server-side apply again: no change (generation)" "$(generation checkout)" "$before_gen"
+
+# --------------------------------------------------------- 4. server-side diff
+k diff --server-side --field-manager=other --force-conflicts -f "$WORK/checkout-v3.yaml" >"$WORK/diff.out" 2>&1
+expect "kubectl diff --server-side of the applied manifest: no difference" "$? $(wc -l <"$WORK/diff.out")" "0 0"
+k diff --server-side --field-manager=other --force-conflicts -f "$WORK/checkout-v1.yaml" >"$WORK/diff1.out" 2>&1
+grep -qE '^[-+] .*(terminationGracePeriodSeconds|maxUnavailable|maxSurge|preStop|sleep|seconds:)' "$WORK/diff1.out" &&
+  not_ok "kubectl diff --server-side of the original shows owned fields: $(cat "$WORK/diff1.out")" ||
+  ok "kubectl diff --server-side of the original: no difference in the owned fields ($(grep -cE "^[-+] " "$WORK/diff1.out") changed lines: the image, the generation)"
+
+# ------------------------- 5. not opted in: the webhook never sees the object
+before=$(metric 'gracekeeper_webhook_admissions_total{outcome="ignored"}')
+before_all=$(curl -s "http://127.0.0.1:$OP_PORT/metrics" | awk '/^gracekeeper_webhook_admissions_total/ { s += $2 } END { print s + 0 }')
+deployment "$NS" plain '{}'
+sleep 1
+after_all=$(curl -s "http://127.0.0.1:$OP_PORT/metrics" | awk '/^gracekeeper_webhook_admissions_total/ { s += $2 } END { print s + 0 }')
+expect "an unlabelled Deployment never reaches the webhook (objectSelector)" "$after_all" "$before_all"
+expect "...and is stored as written" "$(settings "$NS" plain)" "none 30 25% 25%"
+patched=$(metric 'gracekeeper_webhook_admissions_total{outcome="patched"}')
+[ "${patched%.*}" -ge 4 ] && ok "gracekeeper_webhook_admissions_total{outcome=\"patched\"} counts ($patched)" ||
+  not_ok "patched admissions: $patched"
+
+# ------------------------------------------------- 6. bad input to the endpoint
+review() {  # review APIVERSION UID KIND OBJECT-JSON
+  jq -cn --arg v "$1" --arg uid "$2" --arg kind "$3" --argjson o "$4" \
+    '{apiVersion: $v, kind: "AdmissionReview", request: {uid: $uid, kind: {group: "apps", version: "v1", kind: $kind},
+      namespace: "'"$NS"'", operation: "CREATE", object: $o}}'
+}
+object=$(k create --dry-run=client -f "$WORK/checkout-v1.yaml" -o json)
+bad_before=$(metric 'gracekeeper_webhook_errors_total{reason="bad_request"}')
+post() { hook_curl -o "$WORK/answer" -w '%{http_code}' -X POST -H 'Content-Type: application/json' "$@" "$URL"; }
+expect "malformed JSON: 400" "$(post -d '{"apiVersion": ')" 400
+grep -q "malformed JSON" "$WORK/answer" && ok "...naming the problem ($(head -c 80 "$WORK/answer"))" || not_ok "answer: $(cat "$WORK/answer")"
+expect "AdmissionReview v1beta1: 400" "$(post -d "$(review admission.k8s.io/v1beta1 u1 Deployment "$object")")" 400
+expect "missing request.uid: 400" "$(post -d "$(review admission.k8s.io/v1 '' Deployment "$object")")" 400
+code=$(post -d "$(review admission.k8s.io/v1 u2 Pod '{"metadata":{"name":"p"}}')")
+expect "a wrong kind: allowed unchanged" "$code $(jq -c '.response | [.uid, .allowed, has("patch")]' "$WORK/answer")" '200 ["u2",true,false]'
+head -c 10000000 /dev/zero | tr '\0' ' ' >"$WORK/big"
+expect "a 10 MB body: 413" "$(post --data-binary @"$WORK/big")" 413
+expect "GET: 405" "$(hook_curl -o /dev/null -w '%{http_code}' "$URL")" 405
+rss_before=$(awk '/VmRSS/ { print $2 }' /proc/$OP_PID/status)
+
+# Slow-loris clients: 20 TLS connections sending a byte every 0.5 s.
+python3 - "$PORT" "$CERTS/ca.crt" >"$WORK/loris.log" 2>&1 <<'PY' &
+import socket, ssl, sys, threading, time
+port, ca = int(sys.argv[1]), sys.argv[2]
+context = ssl.create_default_context(cafile=ca)
+closed = []
+def loris():
+    s = context.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="127.0.0.1")
+    start = time.time()
+    try:
+        s.sendall(b"POST /mutate-deployments HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+        while time.time() - start < 30:
+            s.sendall(b"{")
+            s.settimeout(0.5)
+            try:
+                if s.recv(1024) == b"":
+                    break
+            except socket.timeout:
+                pass
+    except OSError:
+        pass
+    closed.append(time.time() - start)
+threads = [threading.Thread(target=loris) for _ in range(20)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("closed after", " ".join("%.1f" % c for c in sorted(closed)))
+PY
+LORIS_PID=$!
+sleep 2
+start=$(date +%s%N)
+code=$(post -d "$(review admission.k8s.io/v1 u3 Deployment "$object")")
+ms=$((($(date +%s%N) - start) / 1000000))
+expect "with 20 slow-loris clients connected, a review is answered with a patch (${ms} ms)" \
+  "$code $(jq -c '.response | [.uid, .allowed, .patchType]' "$WORK/answer")" '200 ["u3",true,"JSONPatch"]'
+wait "$LORIS_PID"
+LORIS_PID=""
+closed=$(cat "$WORK/loris.log")
+echo "# slow loris: $closed"
+awk '{ for (i = 3; i <= NF; i++) if ($i > 15) bad = 1 } END { exit bad || NF < 22 }' <<<"$closed" &&
+  ok "the slow-loris connections were cut by the server's timeout (10 s)" || not_ok "slow loris: $closed"
+code=$(post -d "$(review admission.k8s.io/v1 u4 Deployment "$object")")
+expect "after the bad input the process still serves" "$code $(kill -0 "$OP_PID" && echo alive)" "200 alive"
+rss_after=$(awk '/VmRSS/ { print $2 }' /proc/$OP_PID/status)
+echo "# operator RSS: ${rss_before} kB before the bad input, ${rss_after} kB after"
+[ "$rss_after" -lt 102400 ] && ok "memory stays bounded (RSS ${rss_after} kB)" || not_ok "RSS ${rss_after} kB"
+bad_after=$(metric 'gracekeeper_webhook_errors_total{reason="bad_request"}')
+expect "gracekeeper_webhook_errors_total{reason=\"bad_request\"} counts the three 400s" \
+  "$((${bad_after%.*} - ${bad_before%.*}))" 3
+
+# ------------------------------ 7. the webhook stopped: Ignore, then the repair
+kill -STOP "$OP_PID"
+start=$(date +%s%N)
+k apply -f "$WORK/checkout-v4.yaml" >"$WORK/stopped.out" 2>&1
+rc=$?
+ms=$((($(date +%s%N) - start) / 1000000))
+expect "webhook stopped: the deploy is admitted (failurePolicy Ignore)" "$rc" 0
+[ "$ms" -lt 5000 ] && ok "...within the timeout (${ms} ms; timeoutSeconds 2)" || not_ok "the deploy took ${ms} ms"
+# (The hook stays: kubectl's three-way merge removes only what the last
+# applied manifest had.)
+expect "...unchanged: the manifest's grace and strategy" "$(settings "$NS" checkout)" "6 30 25% 25%"
+kill -CONT "$OP_PID"
+wait_for 20 settings_are "$NS" checkout "6 46 0 1" &&
+  ok "the reconciler repairs it once the process runs again" ||
+  not_ok "not repaired: '$(settings "$NS" checkout)'"
+
+stop_operator
+expect "the operator exits 0 on SIGTERM" "$OP_EXIT" 0
+OP_PID=""
+k delete mutatingwebhookconfiguration "$HOOK" >/dev/null
+finish

@@ -1,0 +1,278 @@
+// The HTTP server over TLS (the admission webhook's): POST routes, the body
+// limit, certificates that rotate or are missing, a stalled handshake; and
+// the certificate directory source. Real loopback sockets; certificates made
+// here with OpenSSL.
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <stdlib.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "gracekeeper/server/http_server.h"
+#include "gracekeeper/server/tls_directory.h"
+#include "gracekeeper/webhook/tls_source.h"
+
+namespace gracekeeper::server {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+namespace ssl = boost::asio::ssl;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
+
+// A self-signed P-256 certificate with this serial, as PEM.
+webhook::ServingCertificate make_certificate(long serial, std::uint64_t generation) {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  X509* x = X509_new();
+  ASN1_INTEGER_set(X509_get_serialNumber(x), serial);
+  X509_gmtime_adj(X509_getm_notBefore(x), -60);
+  X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+  X509_set_pubkey(x, key);
+  X509_NAME* name = X509_get_subject_name(x);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("127.0.0.1"), -1, -1, 0);
+  X509_set_issuer_name(x, name);
+  X509_sign(x, key, EVP_sha256());
+  auto pem = [](auto write) {
+    BIO* bio = BIO_new(BIO_s_mem());
+    write(bio);
+    char* data = nullptr;
+    const long n = BIO_get_mem_data(bio, &data);
+    std::string out(data, static_cast<std::size_t>(n));
+    BIO_free(bio);
+    return out;
+  };
+  webhook::ServingCertificate c;
+  c.cert_pem = pem([&](BIO* b) { PEM_write_bio_X509(b, x); });
+  c.key_pem =
+      pem([&](BIO* b) { PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr, nullptr); });
+  c.generation = generation;
+  X509_free(x);
+  EVP_PKEY_free(key);
+  return c;
+}
+
+class FakeSource final : public webhook::TlsSource {
+ public:
+  std::shared_ptr<const webhook::ServingCertificate> certificate;
+  std::shared_ptr<const webhook::ServingCertificate> current() const override {
+    return certificate;
+  }
+};
+
+using Body = std::function<asio::awaitable<void>(HttpServer&)>;
+
+void with_https(std::shared_ptr<FakeSource> source, HttpServerOptions options, const Body& body) {
+  asio::io_context io;
+  options.tls = source;
+  PostRoutes post;
+  post.emplace("/echo", [](std::string_view b) {
+    Response r;
+    r.body = "got " + std::to_string(b.size());
+    return r;
+  });
+  auto bound = HttpServer::bind(io.get_executor(), "127.0.0.1:0", {}, std::move(post), options);
+  ASSERT_TRUE(bound) << bound.error();
+  HttpServer& server = **bound;
+  bool run_returned = false;
+  bool body_done = false;
+  asio::co_spawn(io, server.run(), [&](std::exception_ptr) { run_returned = true; });
+  asio::co_spawn(io, body(server), [&](std::exception_ptr e) {
+    body_done = true;
+    server.stop();
+    if (e) ADD_FAILURE() << "test body threw";
+  });
+  io.run_for(20s);
+  EXPECT_TRUE(body_done);
+  EXPECT_TRUE(run_returned);
+}
+
+struct Reply {
+  beast::error_code error;
+  int status = 0;
+  std::string body;
+  long serial = -1;  // of the certificate the server presented
+};
+
+// One request over a fresh TLS connection (the client checks nothing: the
+// test reads the presented certificate's serial instead).
+asio::awaitable<Reply> post(unsigned short port, http::verb method, std::string payload) {
+  ssl::context context(ssl::context::tls_client);
+  context.set_verify_mode(ssl::verify_none);
+  beast::ssl_stream<beast::tcp_stream> stream(co_await asio::this_coro::executor, context);
+  Reply out;
+  stream.next_layer().expires_after(5s);
+  const tcp::endpoint endpoint{asio::ip::address_v4::loopback(), port};
+  auto [cec] = co_await stream.next_layer().async_connect(endpoint, use_nothrow);
+  auto [hec] = co_await stream.async_handshake(ssl::stream_base::client, use_nothrow);
+  if (cec || hec) {
+    out.error = cec ? cec : hec;
+    co_return out;
+  }
+  if (X509* peer = SSL_get1_peer_certificate(stream.native_handle())) {
+    out.serial = ASN1_INTEGER_get(X509_get_serialNumber(peer));
+    X509_free(peer);
+  }
+  http::request<http::string_body> request{method, "/echo", 11};
+  request.set(http::field::host, "127.0.0.1");
+  request.body() = std::move(payload);
+  request.prepare_payload();
+  auto [wec, w] = co_await http::async_write(stream, request, use_nothrow);
+  http::response<http::string_body> response;
+  beast::flat_buffer buffer;
+  auto [rec, r] = co_await http::async_read(stream, buffer, response, use_nothrow);
+  out.error = wec ? wec : rec;
+  out.status = response.result_int();
+  out.body = response.body();
+  co_return out;
+}
+
+TEST(HttpsServer, ServesPostRoutesOverTls) {
+  auto source = std::make_shared<FakeSource>();
+  source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(11, 1));
+  with_https(source, {}, [](HttpServer& server) -> asio::awaitable<void> {
+    Reply r = co_await post(server.port(), http::verb::post, "hello");
+    EXPECT_FALSE(r.error) << r.error.message();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, "got 5");
+    EXPECT_EQ(r.serial, 11);
+    r = co_await post(server.port(), http::verb::get, "");
+    EXPECT_EQ(r.status, 405);
+  });
+}
+
+TEST(HttpsServer, TheBodyLimitIsItsOwn) {
+  auto source = std::make_shared<FakeSource>();
+  source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(1, 1));
+  HttpServerOptions options;
+  options.max_body_bytes = 1024 * 1024;
+  with_https(source, options, [](HttpServer& server) -> asio::awaitable<void> {
+    Reply r = co_await post(server.port(), http::verb::post, std::string(512 * 1024, 'x'));
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, "got 524288");
+    r = co_await post(server.port(), http::verb::post, std::string(2 * 1024 * 1024, 'x'));
+    EXPECT_EQ(r.status, 413);
+    r = co_await post(server.port(), http::verb::post, "after");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(server.stats().bad_requests, 1u);
+  });
+}
+
+TEST(HttpsServer, ANewGenerationBuildsOneNewContextAndServesTheNewCertificate) {
+  auto source = std::make_shared<FakeSource>();
+  source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(1, 1));
+  with_https(source, {}, [&](HttpServer& server) -> asio::awaitable<void> {
+    for (int i = 0; i < 3; ++i) {
+      Reply r = co_await post(server.port(), http::verb::post, "a");
+      EXPECT_EQ(r.serial, 1);
+    }
+    EXPECT_EQ(server.stats().tls_contexts, 1u);
+    source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(2, 2));
+    Reply r = co_await post(server.port(), http::verb::post, "b");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.serial, 2);
+    EXPECT_EQ(server.stats().tls_contexts, 2u);
+    // A broken next certificate: the current one keeps serving.
+    auto broken = make_certificate(3, 3);
+    broken.key_pem = make_certificate(4, 3).key_pem;  // not this certificate's key
+    source->certificate = std::make_shared<webhook::ServingCertificate>(broken);
+    r = co_await post(server.port(), http::verb::post, "c");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.serial, 2);
+    EXPECT_EQ(server.stats().tls_failures, 1u);
+  });
+}
+
+TEST(HttpsServer, WithoutACertificateConnectionsAreClosedUntilOneComes) {
+  auto source = std::make_shared<FakeSource>();
+  with_https(source, {}, [&](HttpServer& server) -> asio::awaitable<void> {
+    Reply r = co_await post(server.port(), http::verb::post, "a");
+    EXPECT_TRUE(r.error);
+    EXPECT_EQ(server.stats().tls_failures, 1u);
+    source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(5, 1));
+    r = co_await post(server.port(), http::verb::post, "a");
+    EXPECT_FALSE(r.error) << r.error.message();
+    EXPECT_EQ(r.serial, 5);
+  });
+}
+
+TEST(HttpsServer, AStalledHandshakeIsCutByTheTimeout) {
+  auto source = std::make_shared<FakeSource>();
+  source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(1, 1));
+  HttpServerOptions options;
+  options.timeout = 200ms;
+  with_https(source, options, [&](HttpServer& server) -> asio::awaitable<void> {
+    beast::tcp_stream raw(co_await asio::this_coro::executor);
+    co_await raw.async_connect(tcp::endpoint{asio::ip::address_v4::loopback(), server.port()},
+                               asio::use_awaitable);
+    const auto start = std::chrono::steady_clock::now();
+    char scratch[64];
+    raw.expires_after(5s);
+    auto [ec, n] = co_await raw.async_read_some(asio::buffer(scratch), use_nothrow);
+    EXPECT_TRUE(ec);  // closed by the server
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+    EXPECT_EQ(server.stats().timeouts, 1u);
+    Reply r = co_await post(server.port(), http::verb::post, "still serving");
+    EXPECT_EQ(r.status, 200);
+  });
+}
+
+TEST(TlsDirectory, ReadsThePairAndMakesANewGenerationOnlyWhenItChanges) {
+  char name[] = "/tmp/gk-tls-XXXXXX";
+  ASSERT_NE(::mkdtemp(name), nullptr);
+  const std::filesystem::path dir = name;
+  auto write = [&](const webhook::ServingCertificate& c) {
+    std::ofstream(dir / "tls.crt") << c.cert_pem;
+    std::ofstream(dir / "tls.key") << c.key_pem;
+  };
+  TlsDirectory source(dir);
+  EXPECT_EQ(source.current(), nullptr);
+  EXPECT_NE(source.reload().find("tls.crt"), std::string::npos);
+
+  const auto first = make_certificate(1, 0);
+  write(first);
+  EXPECT_EQ(source.reload(), "");
+  ASSERT_NE(source.current(), nullptr);
+  EXPECT_EQ(source.current()->generation, 1u);
+  EXPECT_EQ(source.current()->cert_pem, first.cert_pem);
+  EXPECT_EQ(source.reload(), "");
+  EXPECT_EQ(source.current()->generation, 1u);  // the same files: the same generation
+
+  const auto second = make_certificate(2, 0);
+  write(second);
+  EXPECT_EQ(source.reload(), "");
+  EXPECT_EQ(source.current()->generation, 2u);
+  EXPECT_EQ(source.current()->key_pem, second.key_pem);
+
+  std::ofstream(dir / "tls.key") << "garbage";
+  EXPECT_NE(source.reload().find("PEM"), std::string::npos);
+  EXPECT_EQ(source.current()->generation, 2u);  // the last good pair keeps serving
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gracekeeper::server
