@@ -11,6 +11,7 @@
 #include "args.h"
 
 #ifdef GRACEKEEPER_HAVE_OPERATOR
+#include "../webhook/certs.h"  // check_san
 #include "gracekeeper/controller/operator.h"
 #endif
 
@@ -46,6 +47,17 @@ constexpr const char* kRunUsage =
     "      --min-kubelet-version V           the oldest kubelet in the cluster (e.g. 1.29), when\n"
     "                                        older than the API server: below 1.30, preStop\n"
     "                                        action Auto writes exec sleep, not native sleep\n"
+    "      --webhook-cert-secret NAME        manage the admission webhook's CA and serving\n"
+    "                                        certificate in this Secret of the pod's namespace\n"
+    "      --webhook-service NAME            the webhook's Service: the certificate is for\n"
+    "                                        NAME.NS.svc and NAME.NS.svc.cluster.local\n"
+    "      --webhook-config NAME             the MutatingWebhookConfiguration whose caBundle\n"
+    "                                        is kept equal to the Secret's ca.crt\n"
+    "      --webhook-cert-extra-san NAME     another DNS name or IP address (repeatable)\n"
+    "      --webhook-cert-validity S         serving certificate, seconds (default 31536000);\n"
+    "                                        renewed at 2/3 of its life\n"
+    "      --webhook-ca-validity S           the CA, seconds (default 315360000)\n"
+    "      --webhook-cert-resync S           re-read the Secret and caBundle (default 30)\n"
     "      --log-format json|text            default json\n"
     "      --log-level debug|info|warn|error default info\n"
     "  -h, --help                            this help\n";
@@ -110,6 +122,15 @@ std::expected<void, std::string> set_min_kubelet(controller::OperatorOptions& o,
   return {};
 }
 
+std::expected<void, std::string> add_extra_san(controller::OperatorOptions& o,
+                                               std::string_view flag, std::string_view value) {
+  if (auto ok = webhook::check_san(value); !ok) {
+    return std::unexpected(fmt::format("flag {}: {}", flag, ok.error()));
+  }
+  o.webhook_extra_sans.emplace_back(value);
+  return {};
+}
+
 std::expected<void, std::string> set_log_format(controller::OperatorOptions& o, std::string_view,
                                                 std::string_view value) {
   if (value != "json" && value != "text") {
@@ -131,7 +152,7 @@ std::expected<void, std::string> set_log_level(controller::OperatorOptions& o, s
 }
 
 using O = controller::OperatorOptions;
-constexpr std::array<std::pair<std::string_view, Setter>, 18> kValueFlags{{
+constexpr std::array<std::pair<std::string_view, Setter>, 25> kValueFlags{{
     {"--kubeconfig", &set_text<&O::kubeconfig>},
     {"--context", &set_text<&O::context>},
     {"--namespace", &set_text<&O::watch_namespace>},
@@ -148,6 +169,14 @@ constexpr std::array<std::pair<std::string_view, Setter>, 18> kValueFlags{{
     {"--propagation-refresh", &set_seconds<&O::propagation_refresh, 86400>},
     {"--workers", &set_workers},
     {"--min-kubelet-version", &set_min_kubelet},
+    {"--webhook-cert-secret", &set_text<&O::webhook_cert_secret>},
+    {"--webhook-config", &set_text<&O::webhook_config>},
+    {"--webhook-service", &set_text<&O::webhook_service>},
+    {"--webhook-cert-extra-san", &add_extra_san},
+    // Seconds, so that a test can force a rotation (10 s at least).
+    {"--webhook-cert-validity", &set_seconds<&O::webhook_cert_validity, 10L * 365 * 86400>},
+    {"--webhook-ca-validity", &set_seconds<&O::webhook_ca_validity, 100L * 365 * 86400>},
+    {"--webhook-cert-resync", &set_seconds<&O::webhook_cert_resync, 3600>},
     {"--log-format", &set_log_format},
     {"--log-level", &set_log_level},
 }};
@@ -204,6 +233,13 @@ int run_command(std::span<const std::string_view> args, std::ostream& out, std::
   if (o.leader_elect &&
       !(o.lease_duration > o.renew_deadline && o.renew_deadline > o.retry_period)) {
     return fail("leader election needs --lease-duration > --renew-deadline > --retry-period");
+  }
+  if (!o.webhook_cert_secret.empty() && o.webhook_service.empty()) {
+    return fail("--webhook-cert-secret needs --webhook-service (the certificate's names)");
+  }
+  if (o.webhook_cert_validity < std::chrono::seconds(10) ||
+      o.webhook_ca_validity < std::chrono::seconds(10)) {
+    return fail("--webhook-cert-validity and --webhook-ca-validity must be at least 10 seconds");
   }
   return controller::run_operator(o);
 #endif

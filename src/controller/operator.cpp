@@ -35,6 +35,7 @@
 #include "services.h"
 #include "statefulsets.h"
 #include "termination_audit.h"
+#include "webhook/certs.h"
 
 namespace gracekeeper::controller {
 namespace {
@@ -214,6 +215,7 @@ class Operator {
                             {"version", version->git_version},
                             {"nativeSleep", capabilities.native_sleep ? "true" : "false"}});
     if (!start_http()) co_return;
+    start_certificates();
 
     deployments_.add_handlers(rules_.deployment_handlers());
     policies_.add_handlers(rules_.policy_handlers());
@@ -245,6 +247,23 @@ class Operator {
       co_return;
     }
     start_leader_election();
+  }
+
+  void start_certificates() {
+    if (options_.webhook_cert_secret.empty()) return;
+    webhook::CertOptions o;
+    o.namespace_ = config_.namespace_;
+    o.secret_name = options_.webhook_cert_secret;
+    o.service_name = options_.webhook_service;
+    o.webhook_config = options_.webhook_config;
+    o.extra_sans = options_.webhook_extra_sans;
+    o.serving_validity = options_.webhook_cert_validity;
+    o.ca_validity = options_.webhook_ca_validity;
+    o.resync = options_.webhook_cert_resync;
+    // Every replica patches the caBundle within a resync of a new CA.
+    o.trust_delay = 2 * options_.webhook_cert_resync;
+    certs_ = std::make_unique<webhook::SelfManagedCertificates>(client_, std::move(o));
+    asio::co_spawn(io_, certs_->run(), asio::detached);
   }
 
   // Workers start when this replica starts leading; losing the lease ends
@@ -506,6 +525,7 @@ class Operator {
     statefulsets_.stop();
     slices_.stop();
     for (auto& server : http_) server->stop();
+    if (certs_) certs_->stop();
     log::info(
         "stopped",
         {{"seconds",
@@ -557,6 +577,9 @@ class Operator {
   std::optional<kube::LeaderElector> elector_;
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;
+  // Self-managed webhook certificates (--webhook-cert-secret), on every
+  // replica: each serves admissions. The admission server's TlsSource.
+  std::unique_ptr<webhook::SelfManagedCertificates> certs_;
   bool workers_started_ = false;
   static constexpr std::size_t kPolicyWorkers = 2;
   bool shutting_down_ = false;

@@ -377,6 +377,10 @@ std::expected<std::vector<CertificateInfo>, std::string> read_certificates(std::
     info.not_before = to_time_point(X509_get0_notBefore(cert.get()));
     info.not_after = to_time_point(X509_get0_notAfter(cert.get()));
     info.is_ca = X509_check_ca(cert.get()) != 0;
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int size = 0;
+    X509_digest(cert.get(), EVP_sha256(), digest, &size);
+    for (unsigned int i = 0; i < size; ++i) info.sha256 += fmt::format("{:02x}", digest[i]);
     char line[256] = {};
     X509_NAME_oneline(X509_get_subject_name(cert.get()), line, sizeof line);
     info.subject = line;
@@ -595,6 +599,7 @@ void SelfManagedCertificates::publish(const CertSecret& secret) {
   auto info = read_certificates(secret.tls_crt);
   log::info("webhook serving certificate loaded",
             {{"generation", std::to_string(current_->generation)},
+             {"sha256", info ? info->front().sha256 : std::string("?")},
              {"notAfter", info ? rfc3339(info->front().not_after) : std::string("?")}});
 }
 

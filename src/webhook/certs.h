@@ -106,7 +106,8 @@ struct CertificateInfo {
   TimePoint not_before{};
   TimePoint not_after{};
   bool is_ca = false;
-  std::string subject{};  // one line, e.g. "CN=gracekeeper-webhook-ca-1733089200"
+  std::string subject{};  // one line, e.g. "/O=gracekeeper/CN=gracekeeper-webhook-ca-1733089200"
+  std::string sha256{};   // of the DER, lower-case hex: `openssl x509 -fingerprint -sha256`
 };
 // Every certificate of a PEM text, in order; an error names the block that
 // is not a certificate.
