@@ -11,7 +11,8 @@
 #
 # The TLS check against the webhook server itself (openssl s_client on
 # --webhook-port during the rotation) runs only when the binary has that
-# flag: see s_client_check.
+# flag: see s_client_check. Last, one replica runs as the chart's
+# ServiceAccount with only the chart's RBAC: nothing it does is refused.
 #
 # usage: test/integration/certs/certs_test.sh GRACEKEEPER_BINARY [CLUSTER_DIR]
 #   Without CLUSTER_DIR the script starts its own control plane and stops it on exit.
@@ -43,7 +44,8 @@ cleanup() {
   local pid
   for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
   k delete mutatingwebhookconfiguration "$MWC" --ignore-not-found >/dev/null 2>&1
-  k delete namespace "$NS" --wait=false >/dev/null 2>&1
+  [ -f "$WORK/chart.yaml" ] && k delete -f "$WORK/chart.yaml" --ignore-not-found >/dev/null 2>&1
+  k delete namespace "$NS" gk-certs-sa --wait=false >/dev/null 2>&1
   if [ "$FAILED" -gt 0 ]; then
     for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
   fi
@@ -126,7 +128,7 @@ expect "one CA in ca.crt" "$(certs_in <"$WORK/ca.pem")" 1
 first_ca=$(sha256_of "$WORK/ca.pem")
 first_tls=$(sha256_of "$WORK/tls.pem")
 expect "both replicas loaded the Secret's serving certificate" \
-  "$(loaded one | head -1) $(loaded two | head -1)" "$first_tls $first_tls"
+  "$(loaded one | head -1) $(loaded two | head -1)" "${first_tls:-none} ${first_tls:-none}"
 for name in gk-webhook.gk-certs.svc gk-webhook.gk-certs.svc.cluster.local; do
   expect "openssl verify -verify_hostname $name" \
     "$(openssl verify -CAfile "$WORK/ca.pem" -verify_hostname "$name" "$WORK/tls.pem" 2>&1 | tail -1)" "$WORK/tls.pem: OK"
@@ -250,4 +252,70 @@ for i in 0 1; do
   expect "replica $((i + 1)) stops on SIGTERM with exit code 0" "$OP_EXIT" 0
 done
 PIDS=()
+
+# ---- as the chart's ServiceAccount, with only the chart's RBAC ----
+# Release gkcerts in namespace gk-certs-sa: the Secret, the caBundle and a
+# renewal (PUT) with exactly the rights webhook-rbac.yaml grants.
+as_service_account() {
+  local sns=gk-certs-sa rel=gkcerts-gracekeeper helm
+  if ! helm=$("$ROOT/test/tools/build-helm" 2>/dev/null) || [ -z "$helm" ]; then
+    note <<<"ServiceAccount check skipped: no Helm (test/tools/build-helm failed)"
+    return
+  fi
+  k create namespace "$sns" >/dev/null
+  # Its webhook selects nothing here, so no other test's Deployment is sent to it.
+  "$helm" template gkcerts "$ROOT/charts/gracekeeper" --namespace "$sns" --set webhook.enabled=true \
+    --set-json 'webhook.objectSelector={"matchLabels":{"gk-certs-test":"never"}}' \
+    --show-only templates/serviceaccount.yaml --show-only templates/clusterrole.yaml \
+    --show-only templates/clusterrolebinding.yaml --show-only templates/role.yaml \
+    --show-only templates/rolebinding.yaml --show-only templates/webhook-rbac.yaml \
+    --show-only templates/webhook.yaml >"$WORK/chart.yaml" 2>"$WORK/helm.err"
+  if k apply -f "$WORK/chart.yaml" >"$WORK/chart.out" 2>&1; then
+    ok "the chart's RBAC, Service and MutatingWebhookConfiguration installed ($(wc -l <"$WORK/chart.out") objects)"
+  else
+    not_ok "installing the chart's objects"; note <"$WORK/chart.out"; return
+  fi
+  local token server ca
+  token=$("$ROOT/test/cluster/token" "$CLUSTER" "$sns" "$rel" --duration=1h)
+  server=$(k config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')
+  ca=$(k config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+  cat >"$WORK/sa.kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: $server, certificate-authority-data: $ca}}]
+users: [{name: sa, user: {token: $token}}]
+contexts: [{name: sa, context: {cluster: test, user: sa, namespace: $sns}}]
+current-context: sa
+YAML
+  local since
+  since=$(now_rfc3339)
+  "$GK" run --kubeconfig "$WORK/sa.kubeconfig" --leader-elect --leader-election-namespace "$sns" \
+    --metrics-bind-address 0 --health-probe-bind-address 0 \
+    --webhook-cert-secret "$rel-webhook-certs" --webhook-service "$rel-webhook" --webhook-config "$rel" \
+    --webhook-cert-resync 1 --webhook-cert-validity 12 >"$WORK/sa.log" 2>&1 &
+  PIDS+=($!)
+  sa_bundle() {
+    local want
+    want=$(k get secret -n "$sns" "$rel-webhook-certs" -o jsonpath='{.data.ca\.crt}' 2>/dev/null)
+    [ -n "$want" ] && [ "$(k get mutatingwebhookconfiguration "$rel" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')" = "$want" ]
+  }
+  wait_for 15 sa_bundle && ok "as the ServiceAccount: the Secret created and the caBundle patched" \
+    || not_ok "as the ServiceAccount: no Secret or caBundle within 15 s"
+  wait_for 20 grep -q '"webhook certificates renewed"' "$WORK/sa.log" \
+    && ok "as the ServiceAccount: a renewal written (PUT)" || not_ok "as the ServiceAccount: no renewal within 20 s"
+  local denied
+  denied=$(jq -r --arg since "$since" --arg user "system:serviceaccount:$sns:$rel" 'select(.stage == "ResponseComplete" and
+      .user.username == $user and .responseStatus.code == 403 and .stageTimestamp > $since) |
+      "\(.verb) \(.objectRef.resource)/\(.objectRef.name // "")"' "$CLUSTER/audit.log" | sort | uniq -c | tr '\n' ';')
+  local made
+  made=$(jq -r --arg since "$since" --arg user "system:serviceaccount:$sns:$rel" 'select(.stage == "ResponseComplete" and
+      .user.username == $user and .stageTimestamp > $since and (.objectRef.resource == "secrets" or
+      .objectRef.resource == "mutatingwebhookconfigurations")) | .objectRef.resource' "$CLUSTER/audit.log" | sort -u | tr '\n' ' ')
+  expect "as the ServiceAccount: it read and wrote the Secret and the MutatingWebhookConfiguration" "$made" "mutatingwebhookconfigurations secrets "
+  expect "as the ServiceAccount: requests the API server refused (403)" "${denied:-none}" none
+  stop_operator "${PIDS[-1]}"
+  unset 'PIDS[-1]'
+  k delete -f "$WORK/chart.yaml" --ignore-not-found >/dev/null 2>&1
+}
+as_service_account
 finish
