@@ -262,7 +262,7 @@ class Operator {
     o.resync = options_.webhook_cert_resync;
     // Every replica patches the caBundle within a resync of a new CA.
     o.trust_delay = 2 * options_.webhook_cert_resync;
-    certs_ = std::make_unique<webhook::SelfManagedCertificates>(client_, std::move(o));
+    certs_ = std::make_shared<webhook::SelfManagedCertificates>(client_, std::move(o));
     asio::co_spawn(io_, certs_->run(), asio::detached);
   }
 
@@ -578,8 +578,9 @@ class Operator {
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;
   // Self-managed webhook certificates (--webhook-cert-secret), on every
-  // replica: each serves admissions. The admission server's TlsSource.
-  std::unique_ptr<webhook::SelfManagedCertificates> certs_;
+  // replica: each serves admissions. The admission server's TlsSource
+  // (HttpServerOptions::tls) when --webhook-cert-secret is given.
+  std::shared_ptr<webhook::SelfManagedCertificates> certs_;
   bool workers_started_ = false;
   static constexpr std::size_t kPolicyWorkers = 2;
   bool shutting_down_ = false;

@@ -79,6 +79,8 @@ notes_has "to create a ShutdownPolicy" 'kind: ShutdownPolicy'
 notes_has "where to look (policies)" 'kubectl get sdp -A'
 notes_has "where to look (events)" 'kubectl describe deployment'
 notes_has "the way back (revert)" 'gracekeeper revert --namespace <namespace>'
+"$HELM" install gracekeeper "$CHART" --namespace ship-watch --dry-run=client --set webhook.enabled=true >"$WORK/notes" 2>&1
+notes_has "the webhook certificates' Secret left by uninstall" 'kubectl -n ship-watch delete secret gracekeeper-webhook-certs'
 
 # ------------------------------------------------------------- RBAC for real
 "${HT[@]}" --show-only templates/serviceaccount.yaml --show-only templates/clusterrole.yaml \
