@@ -42,7 +42,7 @@ PIDS=()
 
 cleanup() {
   local pid
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  for pid in "${PIDS[@]}" ${LOOP_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
   k delete mutatingwebhookconfiguration "$MWC" --ignore-not-found >/dev/null 2>&1
   [ -f "$WORK/chart.yaml" ] && k delete -f "$WORK/chart.yaml" --ignore-not-found >/dev/null 2>&1
   k delete namespace "$NS" gk-certs-sa --wait=false >/dev/null 2>&1
@@ -58,7 +58,9 @@ k create namespace "$NS" >/dev/null
 # The operator's namespace is its kubeconfig context's (in a pod: the pod's).
 cp "$KUBECONFIG" "$WORK/kubeconfig"
 kubectl --kubeconfig "$WORK/kubeconfig" config set-context --current --namespace "$NS" >/dev/null
-# Two webhooks, no caBundle; they select nothing, so other tests are never sent to them.
+# Two webhooks, no caBundle. They select only this test's Deployment "loop"
+# (a: the first replica's --webhook-port) or nothing (b), so other tests are
+# never sent to them.
 k apply -f - >/dev/null <<YAML
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration
@@ -66,9 +68,9 @@ metadata: {name: $MWC}
 webhooks:
 $(for name in a b; do cat <<ENTRY
 - name: $name.certs.gracekeeper.dev
-  clientConfig: {url: "https://127.0.0.1:1/mutate-deployments"}
+  clientConfig: {url: "https://127.0.0.1:$([ $name = a ] && echo 19443 || echo 1)/mutate-deployments"}
   rules: [{apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}]
-  objectSelector: {matchLabels: {gk-certs-test: never}}
+  objectSelector: {matchLabels: {gk-certs-test: $([ $name = a ] && echo loop || echo never)}}
   failurePolicy: Ignore
   sideEffects: None
   timeoutSeconds: 5
@@ -169,7 +171,27 @@ s_client_check() {  # s_client_check PORT BUNDLE-FILE: 0 when the handshake veri
   timeout 5 openssl s_client -connect "127.0.0.1:$1" -verify_return_error -CAfile "$2" \
     -verify_ip 127.0.0.1 </dev/null >"$WORK/s_client.out" 2>&1
 }
-[ -z "$HAS_SERVER" ] && note <<<"s_client check skipped: this gracekeeper has no --webhook-port (the admission server is not built in)"
+# With the server: the API server calls the first replica for every update
+# of the Deployment "loop" during the rotation; the audit log must show each
+# call made and none failed open (failurePolicy Ignore hides a failure from
+# the client, not from the audit log).
+admission_loop() {
+  local i=0
+  k create deployment loop -n "$NS" --image=app:1 --replicas=0 -o json --dry-run=client |
+    jq '.metadata.labels["gk-certs-test"] = "loop"' | k create -f - >/dev/null
+  while :; do
+    i=$((i + 1))
+    k annotate deployment loop -n "$NS" --overwrite "gk-certs-test/update=$i" >/dev/null 2>&1
+    sleep 0.2
+  done
+}
+if [ -z "$HAS_SERVER" ]; then
+  note <<<"s_client and admission checks skipped: this gracekeeper has no --webhook-port (the admission server is not built in)"
+else
+  loop_since=$(now_rfc3339)
+  admission_loop &
+  LOOP_PID=$!
+fi
 samples=0 bad=0 bad_previous=0 tls_seen=1 cas_max=1 tls_failed=0 tls_tried=0
 prev_bundle="$WORK/bundle.prev.pem"
 bundle_of 0 | base64 -d >"$prev_bundle"
@@ -215,6 +237,17 @@ n_two=$(loaded two | sort -u | wc -l)
   || not_ok "replicas loaded $n_one and $n_two certificates"
 if [ -n "$HAS_SERVER" ]; then
   expect "openssl s_client -verify_return_error against both replicas during the rotation: failed handshakes (of $tls_tried)" "$tls_failed" 0
+  kill "$LOOP_PID" 2>/dev/null
+  wait "$LOOP_PID" 2>/dev/null
+  LOOP_PID=""
+  jq -c --arg since "$loop_since" 'select(.stage == "ResponseComplete" and .objectRef.resource == "deployments" and
+      .objectRef.namespace == "gk-certs" and .objectRef.name == "loop" and (.verb == "patch" or .verb == "update") and
+      .stageTimestamp > $since) | .annotations // {} | keys' "$CLUSTER/audit.log" >"$WORK/admissions"
+  calls=$(grep -c '"mutation.webhook.admission.k8s.io/round_0_index_0"' "$WORK/admissions")
+  failed=$(grep -c 'failed-open' "$WORK/admissions")
+  [ "$calls" -ge 100 ] && ok "the API server called the webhook for $calls updates during the rotation" \
+    || not_ok "the API server called the webhook only $calls times during the rotation"
+  expect "... admissions that failed open (TLS or otherwise)" "$failed" 0
 fi
 
 # ---- garbage and a Secret of the wrong type ----
