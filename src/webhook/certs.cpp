@@ -674,6 +674,12 @@ SelfManagedCertificates::reconcile_secret() {
     write.read_object = false;
     kube::Result written;
     if (held) {
+      // The Secret as read, with new data: others' labels and annotations
+      // stay, and the resourceVersion makes the PUT conditional.
+      nlohmann::json data = std::move(object["data"]);
+      object = std::move(*read);
+      object["data"] = std::move(data);
+      object["metadata"].erase("managedFields");
       object["metadata"]["resourceVersion"] = resource_version;
       written = co_await client_.replace(kSecrets, options_.namespace_, options_.secret_name,
                                          std::move(object), write);

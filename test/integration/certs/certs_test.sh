@@ -251,6 +251,7 @@ if [ -n "$HAS_SERVER" ]; then
 fi
 
 # ---- garbage and a Secret of the wrong type ----
+k label secret -n "$NS" "$SECRET" team=platform >/dev/null
 k patch secret -n "$NS" "$SECRET" --type merge -p '{"data":{"tls.crt":"Z2FyYmFnZQ==","ca.key":"AAAA"}}' >/dev/null
 garbage_replaced() {
   [ "$(secret_key tls.crt | certs_in)" = 1 ] && secret_key ca.key | grep -q 'PRIVATE KEY'
@@ -260,6 +261,7 @@ if wait_for 10 garbage_replaced; then
 else
   not_ok "garbage in the Secret was not replaced within 10 s"
 fi
+expect "... keeping the labels others put on the Secret" "$(k get secret -n "$NS" "$SECRET" -o jsonpath='{.metadata.labels.team}')" platform
 grep -h '"webhook certificates renewed"' "$WORK/one.log" "$WORK/two.log" | grep -q 'tls.crt: ' \
   && ok "... and the log says what was wrong" || not_ok "no log line names tls.crt"
 k delete secret -n "$NS" "$SECRET" >/dev/null
