@@ -428,6 +428,19 @@ std::optional<std::string> decode_base64(std::string_view text) {
   return out;
 }
 
+bool serving_usable(const CertSecret& s, const CertOptions& o, TimePoint now) {
+  auto certs = read_pem_certificates(s.tls_crt);
+  auto key = read_pem_key(s.tls_key);
+  if (!certs || !key) return false;
+  if (X509_check_private_key(certs->front().get(), key->get()) != 1) {
+    ERR_clear_error();
+    return false;
+  }
+  return std::ranges::all_of(serving_names(o), [&](const std::string& name) {
+    return verify_serving(s.tls_crt, s.ca_crt, name, now).has_value();
+  });
+}
+
 std::expected<CertDecision, std::string> decide_certificates(
     const std::optional<CertSecret>& current, const CertOptions& o, TimePoint now) {
   CertDecision d;
@@ -694,6 +707,9 @@ SelfManagedCertificates::reconcile_secret() {
     const auto reason = written.error().reason;
     if (reason != kube::ApiError::Reason::Conflict &&
         reason != kube::ApiError::Reason::AlreadyExists) {
+      // A renewal refused (RBAC, a quota): the certificate the Secret holds
+      // is served while it is still good.
+      if (held && serving_usable(*held, options_, now)) usable_held_ = *held;
       co_return std::unexpected(
           fmt::format("writing Secret {}: {}", where, written.error().format()));
     }
@@ -746,9 +762,11 @@ asio::awaitable<void> SelfManagedCertificates::patch_ca_bundle(const std::string
 
 asio::awaitable<TimePoint> SelfManagedCertificates::sync() {
   next_ = clock_() + options_.resync;
+  usable_held_.reset();
   auto secret = co_await reconcile_secret();
   if (!secret) {
     report("secret", secret.error());
+    if (usable_held_) publish(*usable_held_);
     co_return clock_() + std::min<seconds>(options_.resync, seconds(5));
   }
   report("secret", "");

@@ -77,6 +77,10 @@ struct CertSecret {
   bool operator==(const CertSecret&) const = default;
 };
 
+// The serving certificate of `s` can be served at `now`: its key matches and
+// it verifies against ca.crt for every name.
+bool serving_usable(const CertSecret& s, const CertOptions&, TimePoint now);
+
 // The time a certificate valid [not_before, not_after) is renewed: at 2/3 of its life.
 TimePoint renewal_time(TimePoint not_before, TimePoint not_after);
 
@@ -151,6 +155,7 @@ class SelfManagedCertificates final : public TlsSource {
   TimePoint next_{};
   mutable std::mutex mutex_;  // current_: the server may read it from another thread
   std::shared_ptr<const ServingCertificate> current_;
+  std::optional<CertSecret> usable_held_;  // served when a due renewal cannot be written
   std::optional<boost::asio::steady_timer> timer_;
   bool stopped_ = false;
   std::string reported_secret_, reported_bundle_;  // the last problem logged, logged once

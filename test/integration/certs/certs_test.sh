@@ -264,8 +264,11 @@ fi
 expect "... keeping the labels others put on the Secret" "$(k get secret -n "$NS" "$SECRET" -o jsonpath='{.metadata.labels.team}')" platform
 grep -h '"webhook certificates renewed"' "$WORK/one.log" "$WORK/two.log" | grep -q 'tls.crt: ' \
   && ok "... and the log says what was wrong" || not_ok "no log line names tls.crt"
-k delete secret -n "$NS" "$SECRET" >/dev/null
-k create secret generic -n "$NS" "$SECRET" --from-literal=tls.crt=x >/dev/null 2>&1
+# (A replica may re-create it between the delete and the create: again.)
+for i in 1 2 3 4 5; do
+  k delete secret -n "$NS" "$SECRET" >/dev/null 2>&1
+  k create secret generic -n "$NS" "$SECRET" --from-literal=tls.crt=x >/dev/null 2>&1 && break
+done
 wrong_type_reported() { grep -q 'not kubernetes.io/tls' "$WORK/one.log" "$WORK/two.log"; }
 if wait_for 10 wrong_type_reported; then
   ok "a Secret of type Opaque is reported, not overwritten ($(k get secret -n "$NS" "$SECRET" -o jsonpath='{.type}'))"
@@ -327,7 +330,7 @@ YAML
   "$GK" run --kubeconfig "$WORK/sa.kubeconfig" --leader-elect --leader-election-namespace "$sns" \
     --metrics-bind-address 0 --health-probe-bind-address 0 \
     --webhook-cert-secret "$rel-webhook-certs" --webhook-service "$rel-webhook" --webhook-config "$rel" \
-    --webhook-cert-resync 1 --webhook-cert-validity 12 >"$WORK/sa.log" 2>&1 &
+    --webhook-cert-resync 1 --webhook-cert-validity 30 >"$WORK/sa.log" 2>&1 &
   PIDS+=($!)
   sa_bundle() {
     local want
@@ -336,8 +339,8 @@ YAML
   }
   wait_for 15 sa_bundle && ok "as the ServiceAccount: the Secret created and the caBundle patched" \
     || not_ok "as the ServiceAccount: no Secret or caBundle within 15 s"
-  wait_for 20 grep -q '"webhook certificates renewed"' "$WORK/sa.log" \
-    && ok "as the ServiceAccount: a renewal written (PUT)" || not_ok "as the ServiceAccount: no renewal within 20 s"
+  wait_for 30 grep -q '"webhook certificates renewed"' "$WORK/sa.log" \
+    && ok "as the ServiceAccount: a renewal written (PUT)" || not_ok "as the ServiceAccount: no renewal within 30 s"
   local denied
   denied=$(jq -r --arg since "$since" --arg user "system:serviceaccount:$sns:$rel" 'select(.stage == "ResponseComplete" and
       .user.username == $user and .responseStatus.code == 403 and .stageTimestamp > $since) |
@@ -348,6 +351,28 @@ YAML
       .objectRef.resource == "mutatingwebhookconfigurations")) | .objectRef.resource' "$CLUSTER/audit.log" | sort -u | tr '\n' ' ')
   expect "as the ServiceAccount: it read and wrote the Secret and the MutatingWebhookConfiguration" "$made" "mutatingwebhookconfigurations secrets "
   expect "as the ServiceAccount: requests the API server refused (403)" "${denied:-none}" none
+  stop_operator "${PIDS[-1]}"
+  unset 'PIDS[-1]'
+
+  # A renewal that cannot be written (update taken away): a replica starting
+  # then still serves the Secret's certificate while it is good.
+  k patch role -n "$sns" "$rel-webhook-certs" --type json \
+    -p '[{"op":"replace","path":"/rules/1/verbs","value":["get"]}]' >/dev/null
+  local due
+  due=$(k get secret -n "$sns" "$rel-webhook-certs" -o jsonpath='{.data.tls\.crt}' | base64 -d |
+    openssl x509 -noout -startdate -enddate | sed 's/.*=//' | xargs -I{} date -d {} +%s | paste -sd' ')
+  # not before + 2/3 of the life, and a second more
+  due=$(awk '{print int($1 + ($2 - $1) * 2 / 3) + 1}' <<<"$due")
+  while [ "$(date +%s)" -lt "$due" ]; do sleep 0.5; done
+  "$GK" run --kubeconfig "$WORK/sa.kubeconfig" --leader-elect --leader-election-namespace "$sns" \
+    --metrics-bind-address 0 --health-probe-bind-address 0 \
+    --webhook-cert-secret "$rel-webhook-certs" --webhook-service "$rel-webhook" --webhook-config "$rel" \
+    --webhook-cert-resync 1 --webhook-cert-validity 30 >"$WORK/sa2.log" 2>&1 &
+  PIDS+=($!)
+  wait_for 10 grep -q '"webhook serving certificate loaded"' "$WORK/sa2.log" \
+    && ok "a renewal refused (403): the Secret's certificate is served while it is good" \
+    || not_ok "a renewal refused: no certificate served"
+  grep -q 'Forbidden' "$WORK/sa2.log" && ok "... and the refusal is logged" || not_ok "the refusal is not logged"
   stop_operator "${PIDS[-1]}"
   unset 'PIDS[-1]'
   k delete -f "$WORK/chart.yaml" --ignore-not-found >/dev/null 2>&1

@@ -242,6 +242,23 @@ TEST(Certs, ExpiredCertificatesAreReplaced) {
   EXPECT_TRUE(verify_serving(again.secret.tls_crt, again.secret.ca_crt, "localhost", later));
 }
 
+TEST(Certs, AServableCertificate) {
+  CertOptions o = options();
+  const CertDecision d = decide(std::nullopt, o, kStart);
+  EXPECT_TRUE(serving_usable(d.secret, o, kStart));
+  // Still servable when due for renewal (a renewal that cannot be written).
+  EXPECT_TRUE(serving_usable(d.secret, o, kStart + 300 * 24h));
+  EXPECT_FALSE(serving_usable(d.secret, o, kStart + 366 * 24h));
+  CertSecret swapped = d.secret;
+  swapped.tls_key = d.secret.ca_key;
+  EXPECT_FALSE(serving_usable(swapped, o, kStart));
+  CertSecret junk = d.secret;
+  junk.ca_crt = "junk";
+  EXPECT_FALSE(serving_usable(junk, o, kStart));
+  o.extra_sans.push_back("other.example");
+  EXPECT_FALSE(serving_usable(d.secret, o, kStart));
+}
+
 TEST(Certs, ExtraSans) {
   EXPECT_TRUE(check_san("127.0.0.1"));
   EXPECT_TRUE(check_san("::1"));
