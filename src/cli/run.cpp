@@ -11,6 +11,7 @@
 #include "args.h"
 
 #ifdef GRACEKEEPER_HAVE_OPERATOR
+#include "../webhook/certs.h"  // check_san
 #include "gracekeeper/controller/operator.h"
 #endif
 
@@ -51,6 +52,17 @@ constexpr const char* kRunUsage =
     "                                        off)\n"
     "      --webhook-cert-dir DIR            the webhook's serving certificate: DIR/tls.crt and\n"
     "                                        DIR/tls.key (a mounted Secret), re-read on change\n"
+    "      --webhook-cert-secret NAME        manage the admission webhook's CA and serving\n"
+    "                                        certificate in this Secret of the pod's namespace\n"
+    "      --webhook-service NAME            the webhook's Service: the certificate is for\n"
+    "                                        NAME.NS.svc and NAME.NS.svc.cluster.local\n"
+    "      --webhook-config NAME             the MutatingWebhookConfiguration whose caBundle\n"
+    "                                        is kept equal to the Secret's ca.crt\n"
+    "      --webhook-cert-extra-san NAME     another DNS name or IP address (repeatable)\n"
+    "      --webhook-cert-validity S         serving certificate, seconds (default 31536000);\n"
+    "                                        renewed at 2/3 of its life\n"
+    "      --webhook-ca-validity S           the CA, seconds (default 315360000)\n"
+    "      --webhook-cert-resync S           re-read the Secret and caBundle (default 30)\n"
     "      --log-format json|text            default json\n"
     "      --log-level debug|info|warn|error default info\n"
     "  -h, --help                            this help\n";
@@ -123,6 +135,15 @@ std::expected<void, std::string> set_webhook_port(controller::OperatorOptions& o
   return {};
 }
 
+std::expected<void, std::string> add_extra_san(controller::OperatorOptions& o,
+                                               std::string_view flag, std::string_view value) {
+  if (auto ok = webhook::check_san(value); !ok) {
+    return std::unexpected(fmt::format("flag {}: {}", flag, ok.error()));
+  }
+  o.webhook_extra_sans.emplace_back(value);
+  return {};
+}
+
 std::expected<void, std::string> set_log_format(controller::OperatorOptions& o, std::string_view,
                                                 std::string_view value) {
   if (value != "json" && value != "text") {
@@ -144,7 +165,7 @@ std::expected<void, std::string> set_log_level(controller::OperatorOptions& o, s
 }
 
 using O = controller::OperatorOptions;
-constexpr std::array<std::pair<std::string_view, Setter>, 20> kValueFlags{{
+constexpr std::array<std::pair<std::string_view, Setter>, 27> kValueFlags{{
     {"--kubeconfig", &set_text<&O::kubeconfig>},
     {"--context", &set_text<&O::context>},
     {"--namespace", &set_text<&O::watch_namespace>},
@@ -163,6 +184,14 @@ constexpr std::array<std::pair<std::string_view, Setter>, 20> kValueFlags{{
     {"--min-kubelet-version", &set_min_kubelet},
     {"--webhook-port", &set_webhook_port},
     {"--webhook-cert-dir", &set_text<&O::webhook_cert_dir>},
+    {"--webhook-cert-secret", &set_text<&O::webhook_cert_secret>},
+    {"--webhook-config", &set_text<&O::webhook_config>},
+    {"--webhook-service", &set_text<&O::webhook_service>},
+    {"--webhook-cert-extra-san", &add_extra_san},
+    // Seconds, so that a test can force a rotation (10 s at least).
+    {"--webhook-cert-validity", &set_seconds<&O::webhook_cert_validity, 10L * 365 * 86400>},
+    {"--webhook-ca-validity", &set_seconds<&O::webhook_ca_validity, 100L * 365 * 86400>},
+    {"--webhook-cert-resync", &set_seconds<&O::webhook_cert_resync, 3600>},
     {"--log-format", &set_log_format},
     {"--log-level", &set_log_level},
 }};
@@ -220,8 +249,17 @@ int run_command(std::span<const std::string_view> args, std::ostream& out, std::
       !(o.lease_duration > o.renew_deadline && o.renew_deadline > o.retry_period)) {
     return fail("leader election needs --lease-duration > --renew-deadline > --retry-period");
   }
-  if (o.webhook_port != 0 && !o.webhook_cert_dir) {
-    return fail("--webhook-port needs --webhook-cert-dir (the serving certificate)");
+  if (o.webhook_port != 0 && !o.webhook_cert_dir == o.webhook_cert_secret.empty()) {
+    return fail(
+        "--webhook-port needs --webhook-cert-dir or --webhook-cert-secret (the serving "
+        "certificate), not both");
+  }
+  if (!o.webhook_cert_secret.empty() && o.webhook_service.empty()) {
+    return fail("--webhook-cert-secret needs --webhook-service (the certificate's names)");
+  }
+  if (o.webhook_cert_validity < std::chrono::seconds(10) ||
+      o.webhook_ca_validity < std::chrono::seconds(10)) {
+    return fail("--webhook-cert-validity and --webhook-ca-validity must be at least 10 seconds");
   }
   return controller::run_operator(o);
 #endif

@@ -37,6 +37,7 @@
 #include "services.h"
 #include "statefulsets.h"
 #include "termination_audit.h"
+#include "webhook/certs.h"
 
 namespace gracekeeper::controller {
 namespace {
@@ -216,7 +217,9 @@ class Operator {
     log::info("connected", {{"server", config_.server},
                             {"version", version->git_version},
                             {"nativeSleep", capabilities.native_sleep ? "true" : "false"}});
-    if (!start_http() || !start_webhook()) co_return;
+    if (!start_http()) co_return;
+    start_certificates();
+    if (!start_webhook()) co_return;
 
     deployments_.add_handlers(rules_.deployment_handlers());
     policies_.add_handlers(rules_.policy_handlers());
@@ -248,6 +251,23 @@ class Operator {
       co_return;
     }
     start_leader_election();
+  }
+
+  void start_certificates() {
+    if (options_.webhook_cert_secret.empty()) return;
+    webhook::CertOptions o;
+    o.namespace_ = config_.namespace_;
+    o.secret_name = options_.webhook_cert_secret;
+    o.service_name = options_.webhook_service;
+    o.webhook_config = options_.webhook_config;
+    o.extra_sans = options_.webhook_extra_sans;
+    o.serving_validity = options_.webhook_cert_validity;
+    o.ca_validity = options_.webhook_ca_validity;
+    o.resync = options_.webhook_cert_resync;
+    // Every replica patches the caBundle within a resync of a new CA.
+    o.trust_delay = 2 * options_.webhook_cert_resync;
+    certs_ = std::make_shared<webhook::SelfManagedCertificates>(client_, std::move(o));
+    asio::co_spawn(io_, certs_->run(), asio::detached);
   }
 
   // Workers start when this replica starts leading; losing the lease ends
@@ -331,14 +351,18 @@ class Operator {
   // which every replica keeps (admission.h).
   bool start_webhook() {
     if (options_.webhook_port == 0) return true;
-    auto tls = std::make_shared<server::TlsDirectory>(*options_.webhook_cert_dir);
-    if (auto error = tls->reload(); !error.empty()) {
-      log::warn("no webhook certificate yet; handshakes fail until there is one",
-                {{"error", error}});
-    }
     server::HttpServerOptions o;
     o.max_body_bytes = kMaxAdmissionBytes;
-    o.tls = std::move(tls);
+    if (certs_) {
+      o.tls = certs_;  // null until the Secret is read: handshakes fail until then
+    } else {
+      auto tls = std::make_shared<server::TlsDirectory>(*options_.webhook_cert_dir);
+      if (auto error = tls->reload(); !error.empty()) {
+        log::warn("no webhook certificate yet; handshakes fail until there is one",
+                  {{"error", error}});
+      }
+      o.tls = std::move(tls);
+    }
     server::PostRoutes routes;
     routes.emplace(std::string(kWebhookPath),
                    [this](std::string_view body) { return admission(body); });
@@ -562,6 +586,7 @@ class Operator {
     statefulsets_.stop();
     slices_.stop();
     for (auto& server : http_) server->stop();
+    if (certs_) certs_->stop();
     log::info(
         "stopped",
         {{"seconds",
@@ -613,6 +638,10 @@ class Operator {
   std::optional<kube::LeaderElector> elector_;
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;
+  // Self-managed webhook certificates (--webhook-cert-secret), on every
+  // replica: each serves admissions. The admission server's TlsSource
+  // (HttpServerOptions::tls) when --webhook-cert-secret is given.
+  std::shared_ptr<webhook::SelfManagedCertificates> certs_;
   budget::Capabilities capabilities_{};
   static constexpr std::string_view kWebhookPath = "/mutate-deployments";
   bool workers_started_ = false;

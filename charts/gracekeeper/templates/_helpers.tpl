@@ -37,3 +37,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "gracekeeper.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/* The admission webhook: its Service, MutatingWebhookConfiguration and the
+     Secret gracekeeper keeps its certificates in (self-managed), or the one
+     cert-manager writes. */}}
+{{- define "gracekeeper.webhookService" -}}
+{{- printf "%s-webhook" (include "gracekeeper.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- define "gracekeeper.webhookCertSecret" -}}
+{{- if .Values.webhook.certManager.enabled -}}
+{{- printf "%s-webhook-tls" (include "gracekeeper.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-webhook-certs" (include "gracekeeper.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- define "gracekeeper.certManager" -}}
+{{- if and .Values.webhook.enabled .Values.webhook.certManager.enabled -}}true{{- end -}}
+{{- end -}}
+{{- define "gracekeeper.selfManagedCerts" -}}
+{{- if and .Values.webhook.enabled (not .Values.webhook.certManager.enabled) -}}true{{- end -}}
+{{- end -}}

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gracekeeper::controller {
 
@@ -49,6 +50,16 @@ struct OperatorOptions {
   // not given: the native sleep action needs the API server and the
   // kubelets at 1.30 or later. Nodes are not read (no RBAC on nodes).
   int min_kubelet_minor = -1;
+
+  // The admission webhook's certificates, managed in a Secret of the pod's
+  // namespace (--webhook-cert-secret; "" = none: e.g. cert-manager's, mounted).
+  std::string webhook_cert_secret{};
+  std::string webhook_config{};                   // the MutatingWebhookConfiguration to patch
+  std::string webhook_service{};                  // the Service: the certificate's names
+  std::vector<std::string> webhook_extra_sans{};  // more DNS names or IP addresses
+  std::chrono::seconds webhook_cert_validity{std::chrono::hours(24 * 365)};
+  std::chrono::seconds webhook_ca_validity{std::chrono::hours(24 * 365 * 10)};
+  std::chrono::seconds webhook_cert_resync{30};  // how often the Secret and caBundle are read
 };
 
 // Runs until SIGTERM/SIGINT; returns the process exit code (0 after a clean

@@ -109,6 +109,55 @@ dx=$(render --set 'extraArgs={--lease-duration=30}' --set image.repository=mirro
 expect "extraArgs appended; image repository and tag" \
   "$(jq -c '[.[] | select(.kind == "Deployment")][0].spec.template.spec.containers[0] | "\(.image) \(.args[-1])"' <<<"$dx")" '"mirror/gk:dev --lease-duration=30"'
 
+# ------------------------------------------------------------- the admission webhook
+rejected 'webhook.timeoutSeconds: 60' --set webhook.timeoutSeconds=60
+rejected 'webhook.certManager.issuerRef.kind: Vault' --set webhook.certManager.issuerRef.kind=Vault
+expect "webhook is off by default" "$(jq -c '[.[] | select(.kind == "MutatingWebhookConfiguration" or (.metadata.name | test("webhook")))] | length' <<<"$d")" 0
+dh=$(render --set webhook.enabled=true)
+expect "webhook.enabled: objects" "$(kinds "$dh")" \
+  "ClusterRole/gracekeeper ClusterRole/gracekeeper-webhook ClusterRoleBinding/gracekeeper ClusterRoleBinding/gracekeeper-webhook Deployment/gracekeeper MutatingWebhookConfiguration/gracekeeper PodDisruptionBudget/gracekeeper Role/gracekeeper-leader-election Role/gracekeeper-webhook-certs RoleBinding/gracekeeper-leader-election RoleBinding/gracekeeper-webhook-certs Service/gracekeeper-metrics Service/gracekeeper-webhook ServiceAccount/gracekeeper"
+wh() { jq -c "[.[] | select(.kind == \"MutatingWebhookConfiguration\")][0].webhooks[0] | $1" <<<"$dh"; }
+expect "webhook: Service, path, port" "$(wh '.clientConfig.service | "\(.namespace)/\(.name):\(.port)\(.path)"')" '"gracekeeper-system/gracekeeper-webhook:443/mutate-deployments"'
+expect "webhook: no caBundle in the chart (gracekeeper patches it)" "$(wh '.clientConfig.caBundle')" null
+expect "webhook: the contract's settings" "$(wh '[.failurePolicy, .timeoutSeconds, .sideEffects, .reinvocationPolicy, (.admissionReviewVersions | join(","))] | join(" ")')" '"Ignore 5 None IfNeeded v1"'
+expect "webhook: rules" "$(wh '.rules')" '[{"apiGroups":["apps"],"apiVersions":["v1"],"operations":["CREATE","UPDATE"],"resources":["deployments"],"scope":"Namespaced"}]'
+expect "webhook: objectSelector" "$(wh '.objectSelector')" '{"matchLabels":{"gracekeeper.dev/enabled":"true"}}'
+expect "webhook: the Service sends 443 to the pod's port webhook (9443)" \
+  "$(jq -c '[.[] | select(.kind == "Service" and .metadata.name == "gracekeeper-webhook")][0] | "\(.spec.ports[0].port)->\(.spec.ports[0].targetPort) \(.spec.selector == ([$d[] | select(.kind == "Deployment")][0].spec.selector.matchLabels))"' --argjson d "$dh" <<<"$dh")" \
+  '"443->webhook true"'
+hd() { local o=""; [ "$1" = -S ] && { o=-S; shift; }; jq -c $o "[.[] | select(.kind == \"Deployment\")][0].spec.template.spec | $1" <<<"$dh"; }
+expect "webhook: self-managed certificate flags" "$(hd '.containers[0].args | map(select(startswith("--webhook")))')" \
+  '["--webhook-port=9443","--webhook-cert-secret=gracekeeper-webhook-certs","--webhook-service=gracekeeper-webhook","--webhook-config=gracekeeper"]'
+expect "webhook: container port" "$(hd -S '.containers[0].ports | map(select(.name == "webhook"))')" '[{"containerPort":9443,"name":"webhook","protocol":"TCP"}]'
+expect "webhook: the Secret's Role (create; get and update of one name)" \
+  "$(jq -cS '.[] | select(.kind == "Role" and .metadata.name == "gracekeeper-webhook-certs") | .rules' <<<"$dh")" \
+  '[{"apiGroups":[""],"resources":["secrets"],"verbs":["create"]},{"apiGroups":[""],"resourceNames":["gracekeeper-webhook-certs"],"resources":["secrets"],"verbs":["get","update"]}]'
+expect "webhook: the caBundle's ClusterRole (get and patch of one name)" \
+  "$(jq -cS '.[] | select(.kind == "ClusterRole" and .metadata.name == "gracekeeper-webhook") | .rules' <<<"$dh")" \
+  '[{"apiGroups":["admissionregistration.k8s.io"],"resourceNames":["gracekeeper"],"resources":["mutatingwebhookconfigurations"],"verbs":["get","patch"]}]'
+dn=$(render --set webhook.enabled=true --set webhook.objectSelector=null --set-json 'webhook.namespaceSelector={"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system"]}]}')
+expect "webhook.objectSelector null sends every Deployment; namespaceSelector" \
+  "$(jq -c '[.[] | select(.kind == "MutatingWebhookConfiguration")][0].webhooks[0] | [.objectSelector, .namespaceSelector.matchExpressions[0].values[0]]' <<<"$dn")" '[null,"kube-system"]'
+dc=$(render --set webhook.enabled=true --set webhook.certManager.enabled=true)
+expect "webhook.certManager: objects (no certificate RBAC)" "$(kinds "$dc")" \
+  "Certificate/gracekeeper-webhook ClusterRole/gracekeeper ClusterRoleBinding/gracekeeper Deployment/gracekeeper Issuer/gracekeeper-selfsigned MutatingWebhookConfiguration/gracekeeper PodDisruptionBudget/gracekeeper Role/gracekeeper-leader-election RoleBinding/gracekeeper-leader-election Service/gracekeeper-metrics Service/gracekeeper-webhook ServiceAccount/gracekeeper"
+expect "webhook.certManager: cainjector annotation" \
+  "$(jq -c '[.[] | select(.kind == "MutatingWebhookConfiguration")][0].metadata.annotations["cert-manager.io/inject-ca-from"]' <<<"$dc")" '"gracekeeper-system/gracekeeper-webhook"'
+expect "webhook.certManager: the Certificate's names and Secret" \
+  "$(jq -c '.[] | select(.kind == "Certificate") | [.spec.secretName, .spec.dnsNames, .spec.issuerRef.name]' <<<"$dc")" \
+  '["gracekeeper-webhook-tls",["gracekeeper-webhook.gracekeeper-system.svc","gracekeeper-webhook.gracekeeper-system.svc.cluster.local"],"gracekeeper-selfsigned"]'
+cd_() { jq -c "[.[] | select(.kind == \"Deployment\")][0].spec.template.spec | $1" <<<"$dc"; }
+expect "webhook.certManager: --webhook-cert-dir, no self-managed flags" "$(cd_ '.containers[0].args | map(select(startswith("--webhook")))')" \
+  '["--webhook-port=9443","--webhook-cert-dir=/etc/gracekeeper/webhook-certs"]'
+expect "webhook.certManager: its Secret mounted read-only" \
+  "$(cd_ '[(.volumes[] | select(.name == "webhook-certs") | .secret.secretName), (.containers[0].volumeMounts[] | select(.name == "webhook-certs") | "\(.mountPath):\(.readOnly)")] | join(" ")')" \
+  '"gracekeeper-webhook-tls /etc/gracekeeper/webhook-certs:true"'
+di=$(render --set webhook.enabled=true --set webhook.certManager.enabled=true --set webhook.certManager.issuerRef.name=corp-ca --set webhook.certManager.issuerRef.kind=ClusterIssuer)
+expect "webhook.certManager.issuerRef: no Issuer of ours" \
+  "$(jq -c '[.[] | select(.kind == "Issuer")] | length' <<<"$di") $(jq -c '.[] | select(.kind == "Certificate") | .spec.issuerRef' <<<"$di")" '0 {"kind":"ClusterIssuer","name":"corp-ca"}'
+"$HELM" lint "$CHART" --strict --set webhook.enabled=true --set webhook.certManager.enabled=true >"$WORK/lint3.out" 2>&1 \
+  && ok "helm lint --strict with the webhook and cert-manager" || { not_ok "helm lint --strict with the webhook"; note <"$WORK/lint3.out"; }
+
 # ------------------------------------------------------------- chart == config/ (kustomize)
 k=$(kubectl kustomize "$ROOT/config/default" | yaml2json)
 expect "kustomize objects" "$(kinds "$k")" \
@@ -128,5 +177,15 @@ same "Deployment: security contexts" '.[] | select(.kind == "Deployment") | .spe
 same "Deployment: image, args, env, ports, probes, resources" \
   '.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0] | [.image, .args[:6], .env, .ports, .livenessProbe, .readinessProbe, .resources]'
 same "metrics Service ports" '.[] | select(.kind == "Service") | .spec.ports'
+
+# The webhook: config/with-webhook == the chart with webhook.enabled.
+d=$dh
+k=$(kubectl kustomize "$ROOT/config/with-webhook" | yaml2json)
+same "webhook: MutatingWebhookConfiguration" '.[] | select(.kind == "MutatingWebhookConfiguration") | .webhooks'
+same "webhook: Service ports" '.[] | select(.kind == "Service" and .metadata.name == "gracekeeper-webhook") | .spec.ports'
+same "webhook: the Secret's Role" '.[] | select(.kind == "Role" and .metadata.name == "gracekeeper-webhook-certs") | .rules'
+same "webhook: the caBundle's ClusterRole" '.[] | select(.kind == "ClusterRole" and .metadata.name == "gracekeeper-webhook") | .rules'
+same "webhook: bindings" '[.[] | select(.kind | endswith("Binding")) | select(.metadata.name | test("webhook")) | [.roleRef, .subjects]] | sort'
+same "webhook: operator flags and ports" '.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0] | [(.args | map(select(startswith("--webhook")))), .ports]'
 
 finish

@@ -79,6 +79,8 @@ notes_has "to create a ShutdownPolicy" 'kind: ShutdownPolicy'
 notes_has "where to look (policies)" 'kubectl get sdp -A'
 notes_has "where to look (events)" 'kubectl describe deployment'
 notes_has "the way back (revert)" 'gracekeeper revert --namespace <namespace>'
+"$HELM" install gracekeeper "$CHART" --namespace ship-watch --dry-run=client --set webhook.enabled=true >"$WORK/notes" 2>&1
+notes_has "the webhook certificates' Secret left by uninstall" 'kubectl -n ship-watch delete secret gracekeeper-webhook-certs'
 
 # ------------------------------------------------------------- RBAC for real
 "${HT[@]}" --show-only templates/serviceaccount.yaml --show-only templates/clusterrole.yaml \
@@ -145,5 +147,26 @@ want=$(printf '%s\n' deployments.apps statefulsets.apps services endpointslices.
 expect "kubectl auth can-i --list -n $NS: resources" "$rules" "$want"
 secrets=$(k auth can-i --as "$SA" --list -n "$NS" --no-headers 2>/dev/null | grep -cE '^(secrets|\*) ' || true)
 expect "... no secrets or * among them" "$secrets" 0
+
+# ------------------------------------------------------------- the admission webhook (self-managed certificates)
+dry_run "helm template (webhook.enabled)" "${HT[@]}" --set webhook.enabled=true
+dry_run "kubectl kustomize config/with-webhook" kubectl kustomize "$ROOT/config/with-webhook"
+"${HT[@]}" --set webhook.enabled=true --show-only templates/webhook-rbac.yaml >"$WORK/webhook-rbac.yaml"
+k apply -f "$WORK/webhook-rbac.yaml" >"$WORK/webhook-rbac.out" 2>&1 && ok "the webhook's RBAC installed ($(wc -l <"$WORK/webhook-rbac.out") objects)" \
+  || { not_ok "installing the webhook's RBAC"; note <"$WORK/webhook-rbac.out"; }
+CERTS=gracekeeper-webhook-certs
+# create cannot be limited by resourceNames: any name, in this namespace only.
+can create secrets -n "$NS"
+cannot create secrets -n shop-prod
+for v in get update; do can "$v" "secrets/$CERTS" -n "$NS"; cannot "$v" secrets/other -n "$NS"; cannot "$v" "secrets/$CERTS" -n shop-prod; done
+for v in list watch patch delete; do cannot "$v" "secrets/$CERTS" -n "$NS"; done
+for v in get list watch; do cannot "$v" secrets -n "$NS"; done
+for v in get patch; do
+  can "$v" mutatingwebhookconfigurations.admissionregistration.k8s.io/gracekeeper
+  cannot "$v" mutatingwebhookconfigurations.admissionregistration.k8s.io/other
+  cannot "$v" validatingwebhookconfigurations.admissionregistration.k8s.io/gracekeeper
+done
+for v in list watch create update delete; do cannot "$v" mutatingwebhookconfigurations.admissionregistration.k8s.io/gracekeeper; done
+cannot list mutatingwebhookconfigurations.admissionregistration.k8s.io
 
 finish

@@ -259,6 +259,23 @@ TEST_F(CliTest, RunFlagsAreCheckedBeforeStarting) {
   EXPECT_EQ(missing.code, 1);
 }
 
+TEST_F(CliTest, WebhookCertificateFlagsAreChecked) {
+  EXPECT_THAT(run({"run", "--help"}).out, HasSubstr("--webhook-cert-secret"));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"run", "--webhook-cert-secret", "certs"}, "--webhook-cert-secret needs --webhook-service"},
+      {{"run", "--webhook-cert-extra-san", "a_b"},
+       "flag --webhook-cert-extra-san: \"a_b\" is neither an IP address nor a DNS name"},
+      {{"run", "--webhook-cert-validity", "5"}, "must be at least 10 seconds"},
+      {{"run", "--webhook-ca-validity", "x"},
+       "flag --webhook-ca-validity: expected a whole number"},
+  };
+  for (const auto& [args, message] : cases) {
+    auto r = run(args);
+    EXPECT_EQ(r.code, 2) << message;
+    EXPECT_THAT(r.err, HasSubstr(message));
+  }
+}
+
 // Unusable input: exit 2, a message naming the file, the line and what was
 // expected, and nothing at all on stdout.
 struct BadInput {
