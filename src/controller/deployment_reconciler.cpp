@@ -128,6 +128,70 @@ DeploymentDecision DeploymentReconciler::decide(const std::string& key,
   return decide_deployment(facts);
 }
 
+std::string DeploymentReconciler::decision_context(std::string_view ns) const {
+  // Length-prefixed, so that no field's content can forge another's.
+  std::string context = capabilities_.native_sleep ? "sleep;" : "exec;";
+  auto add = [&context](std::string_view field) {
+    context += std::to_string(field.size());
+    context += ':';
+    context += field;
+  };
+  deps_.policies.in_namespace(ns, [&](const std::string& key, const CachedPolicy& p) {
+    add(key);
+    add(p.uid);
+    add(std::to_string(p.generation));
+    if (const PropagationState* s = deps_.propagation.state(key)) {
+      add(fmt::format("{}/{}", s->seconds, s->available));
+    } else {
+      add("-");  // not measured yet
+    }
+  });
+  deps_.services.in_namespace(ns, [&](const std::string& key, const CachedService&) {
+    add(key);
+    add(deps_.services.resource_version(key));
+  });
+  return context;
+}
+
+void DeploymentReconciler::remember(const std::string& key,
+                                    const std::shared_ptr<const CachedDeployment>& snapshot,
+                                    const std::string& context, const DeploymentDecision& d) const {
+  NamespaceDecisions& n = decided_[split_key(key).first];
+  if (n.context != context) {
+    n.context = context;
+    n.deployments.clear();
+  }
+  Remembered& r = n.deployments[key];
+  r.snapshot = snapshot;
+  r.until = d.requeue_after ? std::optional<TimePoint>(
+                                  deps_.clock.now() +
+                                  std::chrono::duration_cast<TimePoint::duration>(*d.requeue_after))
+                            : std::nullopt;
+  r.counted = {d.policy_key, d.contenders, d.state};
+}
+
+DeploymentReconciler::Counted DeploymentReconciler::counted(const std::string& key,
+                                                            const CachedDeployment& cached,
+                                                            const std::string& context) const {
+  if (!blocked(key)) {
+    auto n = decided_.find(split_key(key).first);
+    if (n != decided_.end() && n->second.context == context) {
+      auto r = n->second.deployments.find(key);
+      if (r != n->second.deployments.end() && r->second.snapshot.get() == &cached &&
+          (!r->second.until || deps_.clock.now() < *r->second.until)) {
+        return r->second.counted;
+      }
+    }
+  }
+  ++counted_decisions_;
+  DeploymentDecision d = decide(key, cached);
+  // Remembered only for the store's own snapshot (a count reads the store).
+  if (auto snapshot = deps_.deployments.get(key); snapshot.get() == &cached && !blocked(key)) {
+    remember(key, snapshot, context, d);
+  }
+  return {std::move(d.policy_key), std::move(d.contenders), d.state};
+}
+
 // Whether a Service of the namespace selects the pods, as the EndpointSlice
 // controller decides it (services.h).
 bool DeploymentReconciler::behind_service(const budget::Deployment& d) const {
@@ -218,7 +282,15 @@ void DeploymentReconciler::seed_fights(const std::map<std::string, TimePoint>& f
   }
 }
 
+void DeploymentReconciler::forget_decision(const std::string& key) const {
+  if (auto n = decided_.find(split_key(key).first); n != decided_.end()) {
+    n->second.deployments.erase(key);
+    if (n->second.deployments.empty()) decided_.erase(n);
+  }
+}
+
 void DeploymentReconciler::forget(const std::string& key) {
+  forget_decision(key);
   set_backs_.erase(key);
   ledger_.forget(key);
   blocked_.erase(key);
@@ -234,6 +306,14 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
   }
   DeploymentDecision decision = decide(key, *cached);
   const auto [ns, name] = split_key(key);
+  // The counts of its policy read this decision until something changes.
+  // One that writes is stale once its write lands (and holding the
+  // snapshot written over would keep it alive until the next reconcile).
+  if (!decision.write && !decision.blocked && !blocked(key)) {
+    remember(key, cached, decision_context(ns), decision);
+  } else {
+    forget_decision(key);
+  }
   const kube::ObjectRef ref = deployment_ref(ns, name, cached->uid);
   if (decision.wait_for_policy) co_return Result::done();
   if (decision.blocked && co_await conflict_released(key, cached)) {

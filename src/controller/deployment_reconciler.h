@@ -16,7 +16,9 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "cache.h"
@@ -56,8 +58,28 @@ class DeploymentReconciler {
   boost::asio::awaitable<ReconcileResult> reconcile(std::string key);
 
   // The decision for a cached Deployment, as reconcile() would take it now
-  // (no I/O): the policy reconciler counts states with it.
+  // (no I/O).
   DeploymentDecision decide(const std::string& key, const CachedDeployment&) const;
+
+  // What a policy's status counts of a Deployment's decision.
+  struct Counted {
+    std::string policy_key;
+    std::vector<std::string> contenders;
+    DeploymentState state;
+  };
+  // Everything of namespace `ns` that a decision reads besides the
+  // Deployment and the time, as one string: its policies (uid, generation),
+  // their figures, its Services (resourceVersion) and the capabilities.
+  std::string decision_context(std::string_view ns) const;
+  // The counted part of decide(), remembered from the last decision (a
+  // reconcile's or a count's) while the Deployment's snapshot and `context`
+  // are the ones it was taken with and a held-back change is not yet due:
+  // a cold start decides each Deployment once for the counts, not once per
+  // count of its policy.
+  Counted counted(const std::string& key, const CachedDeployment&,
+                  const std::string& context) const;
+  // Decisions taken for `counted` (not remembered ones), for tests.
+  std::uint64_t counted_decisions() const { return counted_decisions_; }
 
   EventLedger& ledger() { return ledger_; }
   // The FieldFights this operator reported before a restart, by the time of
@@ -107,6 +129,24 @@ class DeploymentReconciler {
   // Re-tunes written (or being written) -> the generation they were written
   // over: in flight until the store shows a newer one (rollouts_in_flight).
   std::unordered_map<std::string, std::int64_t> rolling_;
+
+  // The last decision's counted part per Deployment, per namespace with the
+  // context it was taken in (counted()). The snapshot is held, so a new
+  // one can never reuse its address.
+  struct Remembered {
+    std::shared_ptr<const CachedDeployment> snapshot;
+    std::optional<TimePoint> until;  // a held-back change is due then
+    Counted counted;
+  };
+  struct NamespaceDecisions {
+    std::string context;
+    std::unordered_map<std::string, Remembered> deployments;
+  };
+  void remember(const std::string& key, const std::shared_ptr<const CachedDeployment>&,
+                const std::string& context, const DeploymentDecision&) const;
+  void forget_decision(const std::string& key) const;
+  mutable std::unordered_map<std::string, NamespaceDecisions> decided_;
+  mutable std::uint64_t counted_decisions_ = 0;
 };
 
 // "ns/name" -> {ns, name}.

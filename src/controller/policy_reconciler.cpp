@@ -12,9 +12,10 @@ DeploymentCounts PolicyReconciler::count(const std::string& policy_key) const {
   DeploymentCounts c;
   const auto split = split_key(policy_key);
   const std::string& name = split.second;
+  const std::string context = deps_.deployment_controller.decision_context(split.first);
   deps_.deployments.in_namespace(
       split.first, [&](const std::string& key, const CachedDeployment& cached) {
-        const DeploymentDecision d = deps_.deployment_controller.decide(key, cached);
+        const auto d = deps_.deployment_controller.counted(key, cached, context);
         if (d.policy_key.empty() && std::ranges::binary_search(d.contenders, name)) {
           for (const auto& other : d.contenders) {
             if (other != name) c.shared_with[other].push_back(split_key(key).second);

@@ -36,7 +36,7 @@ class PolicyReconciler {
     StatusWriter& writer;
     const Clock& clock;
     server::Metrics& metrics;
-    const DeploymentReconciler& deployment_controller;  // its decide(), for the counts
+    const DeploymentReconciler& deployment_controller;  // its counted(), for the counts
     // The figure of a policy moved: its namespace's Deployments must follow.
     std::function<void(const std::string& ns)> namespace_changed;
     // Every Deployment is listed and none is queued or being reconciled.

@@ -379,13 +379,17 @@ void EventRecorder::record(EventRecord e) {
   start_writers();
 }
 
-std::size_t EventRecorder::writer_limit() const {
+EventRecorder::Limit EventRecorder::writer_limit() const {
   const std::size_t all = std::max<std::size_t>(options_.max_writers, 1);
-  if (!options_.busy || !options_.busy()) return all;
-  // Busy: none until the oldest has waited max_defer, then one at a time.
-  const bool overdue = !held_.empty() &&
-                       std::chrono::steady_clock::now() - held_.front_since() >= options_.max_defer;
-  return overdue ? 1 : 0;
+  if (!options_.busy || !options_.busy()) return {all, false};
+  // Busy: none until the oldest has waited max_defer, then one writer per
+  // overdue_interval, one at a time. A writer that would wait for a free
+  // connection behind the work's requests, or take one from it, costs the
+  // work more than the Event is worth while the work lasts.
+  const auto now = std::chrono::steady_clock::now();
+  const bool overdue = !held_.empty() && now - held_.front_since() >= options_.max_defer &&
+                       now - last_overdue_ >= options_.overdue_interval;
+  return {overdue && writers_ == 0 ? std::size_t{1} : std::size_t{0}, true};
 }
 
 // While held back, look again every 100 ms.
@@ -402,15 +406,16 @@ asio::awaitable<void> EventRecorder::recheck_later() {
 // requests, each with its own connection.
 void EventRecorder::start_writers() {
   while (!held_.empty()) {
-    const std::size_t limit = writer_limit();
-    if (writers_ >= limit) {
+    const Limit limit = writer_limit();
+    if (writers_ >= limit.writers) {
       // Held back by busy(), which says nothing when it ends: look again.
-      if (limit < std::max<std::size_t>(options_.max_writers, 1) && !rechecking_) {
+      if (limit.busy && !rechecking_) {
         rechecking_ = true;
         asio::co_spawn(executor_, recheck_later(), asio::detached);
       }
       return;
     }
+    if (limit.busy) last_overdue_ = std::chrono::steady_clock::now();
     HeldEvents::Held h = held_.pop();
     // Its series: a new Event, or a repeat; a repeat whose writer is busy
     // is picked up by that writer.

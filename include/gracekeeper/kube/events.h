@@ -184,9 +184,12 @@ struct EventRecorderOptions {
       4;  // concurrent Event writes (the default workers); the rest wait in order
   // Events yield to the work they report: while busy() holds (the operator's
   // work queue has work), they wait; once the oldest has waited max_defer,
-  // one is written at a time until busy() ends. Unset: never busy.
+  // one writer is started per overdue_interval (each writes one Event)
+  // until busy() ends: a trickle that never takes more than a sliver of the
+  // API server from the work. Unset: never busy.
   std::function<bool()> busy{};
   std::chrono::milliseconds max_defer{60'000};
+  std::chrono::milliseconds overdue_interval{250};
 };
 
 class EventRecorder {
@@ -237,11 +240,17 @@ class EventRecorder {
   Outcome outcome_{};
   Stats stats_{};
   void start_writers();
-  std::size_t writer_limit() const;  // writers allowed now
+  struct Limit {
+    std::size_t writers;  // allowed now
+    bool busy;            // held back by busy(): look again later
+  };
+  Limit writer_limit() const;
   boost::asio::awaitable<void> recheck_later();
 
   HeldEvents held_{};        // recorded, not yet handed to a writer
   bool rechecking_ = false;  // a recheck_later() is pending
+  // When the last writer was started while busy (overdue_interval).
+  std::chrono::steady_clock::time_point last_overdue_{};
   std::size_t writers_ = 0;
   std::uint64_t sequence_ = 0;
 };

@@ -184,12 +184,14 @@ TEST_F(EventsTest, WaitWhileBusyThenAreWritten) {
 }
 
 // ... but never longer than max_defer: a queue that is never empty does not
-// silence them. They are then written one at a time, not max_writers.
+// silence them. They are then written one at a time, not max_writers, and
+// one per overdue_interval: a trickle beside the work.
 TEST_F(EventsTest, WaitAtMostMaxDeferThenOneAtATime) {
   EventRecorderOptions options;
   options.reporting_instance = "gracekeeper-test-0";
   options.busy = [] { return true; };
   options.max_defer = std::chrono::milliseconds(300);
+  options.overdue_interval = std::chrono::milliseconds(200);
   options.max_writers = 4;
   recorder_ = std::make_unique<EventRecorder>(io_.get_executor(), *client_, options);
   const auto start = std::chrono::steady_clock::now();
@@ -207,7 +209,7 @@ TEST_F(EventsTest, WaitAtMostMaxDeferThenOneAtATime) {
   }
   const auto waited = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(recorder_->in_flight(), 0u);
-  EXPECT_GE(waited, std::chrono::milliseconds(300));
+  EXPECT_GE(waited, std::chrono::milliseconds(300 + 3 * 200));
   EXPECT_EQ(most_writing, 1u);
   EXPECT_EQ(recorder_->stats().created, 4u);
   ASSERT_EQ(events_about().size(), 4u);

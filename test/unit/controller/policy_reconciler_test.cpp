@@ -132,6 +132,88 @@ TEST(PolicyReconciler, AStatusWriteThatHitsAConflictIsRetriedFromTheNextStoreSta
   EXPECT_EQ(world.meter.calls, 1);  // the measurement was kept, not repeated
 }
 
+// The counts reuse each Deployment's last decision while nothing it was
+// taken from changed, and decide again when anything did.
+class CountsReuseDecisions : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    world.put_policy(policy());
+    ASSERT_TRUE(world.reconcile_policy("shop/default"));
+    world.put_deployment(deployment("a"));
+    world.put_deployment(deployment("b"));
+    ASSERT_TRUE(world.reconcile_deployment("shop/a"));  // tuned, then decided as written
+    ASSERT_TRUE(world.reconcile_deployment("shop/a"));
+  }
+  // Decisions a count takes (not reused).
+  std::uint64_t decisions_of_a_count() {
+    const auto before = world.deployment_controller.counted_decisions();
+    last = world.policy_controller.count("shop/default");
+    return world.deployment_controller.counted_decisions() - before;
+  }
+  World world;
+  DeploymentCounts last;
+};
+
+TEST_F(CountsReuseDecisions, NothingChangedNothingDecidedAgain) {
+  // a's last reconcile decided it as the store has it; b was never decided.
+  EXPECT_EQ(decisions_of_a_count(), 1u);
+  EXPECT_EQ(last.managed, 2);
+  EXPECT_EQ(last.compliant, 1);
+  EXPECT_EQ(decisions_of_a_count(), 0u);
+  EXPECT_EQ(last.compliant, 1);
+  EXPECT_THAT(last.not_compliant, ElementsAre("b"));
+  // The policy's own status write (no new generation) changes nothing.
+  world.clock.advance(std::chrono::seconds(1));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  EXPECT_EQ(decisions_of_a_count(), 0u);
+}
+
+TEST_F(CountsReuseDecisions, AChangedDeploymentIsDecidedAgain) {
+  decisions_of_a_count();
+  ASSERT_TRUE(world.reconcile_deployment("shop/b"));  // tuned: a new snapshot, not decided yet
+  EXPECT_EQ(decisions_of_a_count(), 1u);
+  EXPECT_EQ(last.compliant, 2);
+  ASSERT_TRUE(world.reconcile_deployment("shop/b"));  // what the watch of the write brings
+  EXPECT_EQ(decisions_of_a_count(), 0u) << "b's last reconcile decided its written snapshot";
+  EXPECT_EQ(last.compliant, 2);
+  json a = world.objects.at("shop/a");
+  a["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 1;  // set back by hand
+  a["metadata"]["generation"] = a["metadata"]["generation"].get<int>() + 1;
+  world.put_deployment(a);
+  EXPECT_EQ(decisions_of_a_count(), 1u);
+  EXPECT_EQ(last.compliant, 1);
+  EXPECT_THAT(last.not_compliant, ElementsAre("a"));
+}
+
+TEST_F(CountsReuseDecisions, AChangedPolicyIsDecidedAgain) {
+  decisions_of_a_count();
+  json p = policy({{"selector", {{"matchLabels", {{"team", "none"}}}}}});
+  p["metadata"]["generation"] = 2;  // the server's answer to a spec change
+  world.put_policy(p);
+  EXPECT_EQ(decisions_of_a_count(), 2u);
+  EXPECT_EQ(last.managed, 0);  // it selects neither any more
+}
+
+TEST_F(CountsReuseDecisions, ANewFigureIsDecidedAgain) {
+  decisions_of_a_count();
+  world.meter.seconds = 30;  // a's wait no longer covers it
+  world.clock.advance(std::chrono::seconds(61));
+  const auto before = world.deployment_controller.counted_decisions();
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));  // measured again, then counted
+  EXPECT_EQ(world.deployment_controller.counted_decisions() - before, 2u);
+  EXPECT_EQ(decisions_of_a_count(), 0u);
+  EXPECT_EQ(last.compliant, 0);
+  EXPECT_EQ(last.pending, 2);
+}
+
+TEST_F(CountsReuseDecisions, AChangedServiceIsDecidedAgain) {
+  decisions_of_a_count();
+  world.put_service("web", {{"tier", "web"}});  // a new resourceVersion
+  EXPECT_EQ(decisions_of_a_count(), 2u);
+  world.service_core.erase("shop/web");  // the pods are no longer served
+  EXPECT_EQ(decisions_of_a_count(), 2u);
+}
+
 TEST(PolicyReconciler, ADeletedPolicyIsForgotten) {
   World world;
   world.put_policy(policy());
