@@ -11,6 +11,7 @@
 #include <yaml-cpp/parser.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <deque>
 #include <optional>
@@ -211,17 +212,34 @@ class Text {
   char at(std::size_t i) const { return i < s_.size() ? s_[i] : '\0'; }
   bool line_end(std::size_t i) const { return i >= s_.size() || s_[i] == '\n' || s_[i] == '\r'; }
 
-  // Past an `&anchor` or `!tag` and the blanks after it. Neither holds a
-  // flow indicator: `!{a: 1}` is the tag `!` on a flow mapping.
+  // Past an `&anchor` or `!tag` and the blanks after it. An anchor ends at a
+  // blank or a flow indicator; a tag, as yaml-cpp reads one, at anything but
+  // a URI character: `!{a: 1}` is the tag `!` on a flow mapping, and
+  // `!"a]"` the tag `!` on a quoted scalar.
   std::size_t skip_properties(std::size_t i) const {
     while (at(i) == '&' || at(i) == '!') {
-      while (!line_end(i) && at(i) != ' ' && at(i) != '\t' &&
-             std::string_view(",[]{}").find(at(i)) == std::string_view::npos) {
-        ++i;
+      if (at(i) == '!' && at(i + 1) == '<') {  // verbatim: !<...>
+        while (!line_end(i) && at(i) != '>') ++i;
+        if (at(i) == '>') ++i;
+      } else if (at(i) == '!') {
+        for (++i; tag_char(at(i)); ++i) {
+        }
+      } else {
+        while (!line_end(i) && at(i) != ' ' && at(i) != '\t' &&
+               std::string_view(",[]{}").find(at(i)) == std::string_view::npos) {
+          ++i;
+        }
       }
       while (at(i) == ' ' || at(i) == '\t') ++i;
     }
     return i;
+  }
+
+  // yaml-cpp's tag characters (Exp::Tag, and `!` of a named handle).
+  static bool tag_char(char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
+           (c != '\0' &&
+            std::string_view("-#;/?:@&=+$_.~*'()!%").find(c) != std::string_view::npos);
   }
 
   std::size_t quoted_end(std::size_t i) const {

@@ -125,13 +125,13 @@ class DepthScanner {
   bool scan_block(std::size_t indent) {
     while (!at_line_end()) {
       const char c = text_[i_];
-      if (is_space(c)) {
+      const bool indicator =
+          (c == '-' || c == '?' || c == ':') &&
+          (i_ + 1 >= text_.size() || is_space(text_[i_ + 1]) || is_break(text_[i_ + 1]));
+      if (is_space(c) || indicator) {
         ++i_;
       } else if (c == '#') {
         return true;
-      } else if ((c == '-' || c == '?' || c == ':') &&
-                 (i_ + 1 >= text_.size() || is_space(text_[i_ + 1]) || is_break(text_[i_ + 1]))) {
-        ++i_;
       } else if (c == '&' || c == '!') {
         while (!at_line_end() && !is_space(text_[i_])) ++i_;
       } else if (c == '[' || c == '{') {
@@ -148,7 +148,7 @@ class DepthScanner {
       } else if (i_ == line_start_ && !is_marker() && !skip_key()) {
         return false;
       } else if (!skip_plain()) {
-        return true;
+        break;  // the line ends in a plain scalar or a comment
       }
     }
     return true;
@@ -167,7 +167,7 @@ class DepthScanner {
   bool skip_key() {
     const char c = text_[i_];
     if (c == ',' || c == ']' || c == '}' || c == '%' || c == '@' || c == '`') return true;
-    constexpr std::size_t kMaxKeyCharacters = 1024;
+    constexpr std::size_t max_key_characters = 1024;
     std::size_t characters = 0;
     for (std::size_t j = i_; j < text_.size() && !is_break(text_[j]); ++j) {
       const char k = text_[j];
@@ -175,7 +175,7 @@ class DepthScanner {
         return true;
       }
       if (k == '#' && j > i_ && is_space(text_[j - 1])) return true;  // a comment: ends the line
-      if ((static_cast<unsigned char>(k) & 0xC0) != 0x80 && ++characters > kMaxKeyCharacters) {
+      if ((static_cast<unsigned char>(k) & 0xC0) != 0x80 && ++characters > max_key_characters) {
         long_key_ = true;
         too_deep_ = line_start_;
         return false;

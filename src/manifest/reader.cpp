@@ -476,9 +476,12 @@ class DocumentBuilder final : public YAML::EventHandler {
   }
 
   void hand_out(Json value, const YAML::Mark& mark) {
-    Document item{std::move(value), detail::position_at(items_->file, mark), index_,
-                  items_->source};
-    item.item = items_handed_out_++;
+    Document item{std::move(value),
+                  detail::position_at(items_->file, mark),
+                  index_,
+                  items_->source,
+                  items_handed_out_++,
+                  false};
     if (!(*items_->sink)(std::move(item))) throw StopReading{};
   }
 
@@ -679,9 +682,12 @@ std::expected<void, Error> parse_documents(const std::shared_ptr<const std::stri
     previous_start = start;
     auto document = builder.take_document();
     if (!document) continue;
-    Document doc{std::move(document->first), detail::position_at(file, document->second), index,
-                 source};
-    doc.items_recalled = recall_first && index == 0;
+    Document doc{std::move(document->first),
+                 detail::position_at(file, document->second),
+                 index,
+                 source,
+                 std::nullopt,
+                 recall_first && index == 0};
     if (builder.items_handed_out() > 0 && !is_list_object(doc.value)) {
       // Rare (an object with a top-level `items` that is not a List): read
       // it again, whole. It read once, so it reads again.
@@ -724,17 +730,20 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
       Lines lines(*text, file);
       detail::JsonItems items;
       items.sink = [&](Json&& value, std::size_t offset) {
-        Document item{std::move(value), lines.at(offset), 0, text};
-        item.item = items.handed_out - 1;
-        return sink(std::move(item));
+        return sink(
+            Document{std::move(value), lines.at(offset), 0, text, items.handed_out - 1, false});
       };
       const bool by_item = lists == ListItems::OneByOne;
       auto value = detail::read_json_object(*text, first, by_item ? &items : nullptr);
       if (items.stopped) return {};
       if (value) {
-        Document document{std::move(*value), Lines(*text, file).at(first), 0, text};
+        Document document{
+            std::move(*value), Lines(*text, file).at(first), 0, text, std::nullopt, false};
         if (items.handed_out > 0 && !is_list_object(document.value)) {
-          document.value = std::move(*detail::read_json_object(*text, first));  // read before
+          // It read once, so it reads again.
+          if (auto whole = detail::read_json_object(*text, first)) {
+            document.value = std::move(*whole);
+          }
           document.items_recalled = true;
         }
         (void)sink(std::move(document));

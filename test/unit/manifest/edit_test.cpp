@@ -85,6 +85,14 @@ TEST(Edit, ApplyEditsClampsPositionsPastTheText) {
   EXPECT_EQ(apply_edits("abc", {{2, 1, "x"}, {1, 0, "y"}}), "abxy");  // out of order
 }
 
+// A tag ends where yaml-cpp ends it, at a quote too: `!"b]]"` is the tag `!`
+// on the scalar "b]]", whose brackets close nothing (found by the fuzzer: a
+// rewrite ended the document at them and left its tail behind).
+TEST(Edit, TagRightBeforeAQuotedScalar) {
+  EXPECT_EQ(edited("{a: 1, !\"b]]\": {c: 2}}\n---\nc: 2\n", 0, "d", 3),
+            "{a: 1, !\"b]]\": {c: 2}, \"d\": 3}\n---\nc: 2\n");
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";
