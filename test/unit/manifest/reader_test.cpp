@@ -698,6 +698,16 @@ TEST(ReaderListItems, StopsWhenAskedAndKeepsAnchoredItemsWhole) {
 namespace gracekeeper::manifest {
 namespace {
 
+// Strict JSON is read as JSON, as kubectl reads it, even where yaml-cpp
+// would not read it as YAML: a key and its `:` on two lines (found by the
+// fuzzer, as a disagreement of the two readers).
+TEST(Reader, JsonKeyAndColonOnTwoLines) {
+  auto value =
+      read_one("{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"data\": {\"a\"\n  : \"1\"}}");
+  ASSERT_TRUE(value.has_value()) << value.error();
+  EXPECT_EQ((*value)["data"]["a"], "1");
+}
+
 // A line at column 0 with no `:` within the 1024 characters a key may have
 // (YAML 1.2, go-yaml) is rejected where that becomes clear, without yaml-cpp
 // scanning it whole (20 MB of `:` took 5 s, rejected at their end).
