@@ -737,6 +737,20 @@ DocumentEdit edit_tree(const std::string& source, TreeBuilder& builder, const Js
   return result;
 }
 
+// A source that only the JSON reader reads (strict JSON that yaml-cpp
+// cannot parse, such as a key and its `:` on two lines) has no positions:
+// its one object is written whole, as JSON; nothing when it is not one.
+DocumentEdit whole_json(const std::string& source, const Json& updated) {
+  DocumentEdit result;
+  const std::size_t begin = source.find_first_not_of(" \t\r\n");
+  const std::size_t last = source.find_last_not_of(" \t\r\n");
+  if (begin == std::string::npos || source[begin] != '{' || source[last] != '}') return result;
+  result.edits = {
+      {begin, last + 1 - begin, updated.dump(2, ' ', false, Json::error_handler_t::replace)}};
+  result.rewritten = true;
+  return result;
+}
+
 }  // namespace
 
 std::string apply_edits(std::string_view text, const std::vector<TextEdit>& edits) {
@@ -797,7 +811,9 @@ DocumentEdit SourceEditor::edit(const Document& document, Json* release, const J
   } catch (...) {
     state_->failed = true;  // the source was read before, so this is not reached
   }
-  if (state_->failed || builder.root() == nullptr) return result;
+  if (state_->failed || builder.root() == nullptr) {
+    return document.index == 0 ? whole_json(source, updated) : result;
+  }
   return edit_tree(source, builder, document.value, release, updated);
 }
 

@@ -93,6 +93,20 @@ TEST(Edit, TagRightBeforeAQuotedScalar) {
             "{a: 1, !\"b]]\": {c: 2}, \"d\": 3}\n---\nc: 2\n");
 }
 
+// Strict JSON that only the JSON reader reads (a key and its `:` on two
+// lines) is written whole, as JSON, not left unchanged (found by the fuzzer:
+// plan -w reported a change and wrote none).
+TEST(Edit, JsonThatYamlCppCannotParseIsWrittenWhole) {
+  const std::string text = "{\"a\"\n  : 1}\n";
+  auto documents = read_text(text, "e.json");
+  ASSERT_TRUE(documents.has_value());
+  Json updated = documents->front().value;
+  updated["b"] = 2;
+  const auto edit = edit_document(documents->front(), updated);
+  EXPECT_TRUE(edit.rewritten);
+  EXPECT_EQ(apply_edits(text, edit.edits), "{\n  \"a\": 1,\n  \"b\": 2\n}\n");
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";
