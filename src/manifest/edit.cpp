@@ -341,8 +341,9 @@ class Text {
       const char c = s_[i];
       if (c == '"' || c == '\'') {
         i = quoted_end(i);
-      } else if (c == '#' && i > 0 && (s_[i - 1] == ' ' || s_[i - 1] == '\t')) {
-        while (!line_end(i)) ++i;
+      } else if (c == '#' && (i == 0 || std::string_view(" \t\r\n").find(s_[i - 1]) !=
+                                            std::string_view::npos)) {
+        while (!line_end(i)) ++i;  // a comment, after a blank or at a line's start
       } else if (c == '[' || c == '{') {
         ++depth;
         ++i;

@@ -107,6 +107,13 @@ TEST(Edit, JsonThatYamlCppCannotParseIsWrittenWhole) {
   EXPECT_EQ(apply_edits(text, edit.edits), "{\n  \"a\": 1,\n  \"b\": 2\n}\n");
 }
 
+// A comment at the start of a line inside a flow mapping is a comment: a
+// quote in it opens nothing (found by the fuzzer: the rewrite ended early).
+TEST(Edit, CommentAtALineStartInsideAFlowMapping) {
+  EXPECT_EQ(edited("{a: 1,\n# \"x}\nb: 2}\n---\nc: 2\n", 0, "d", 3),
+            "{a: 1,\n# \"x}\nb: 2,\n\"d\": 3}\n---\nc: 2\n");  // one member per line
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";
