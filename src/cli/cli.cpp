@@ -13,6 +13,7 @@
 
 #include "args.h"
 #include "gracekeeper/budget/apply.h"
+#include "gracekeeper/manifest/document.h"
 #include "gracekeeper/manifest/edit.h"
 #include "gracekeeper/manifest/writer.h"
 #include "offline.h"
@@ -274,11 +275,22 @@ std::expected<void, std::string> write_edited(
           "written out whole (comments and layout not kept)\n",
           escaped(where));
     }
+    const std::string text = manifest::apply_edits(*source.text, edited.edits);
+    // A document written whole was placed where the reader said it ends; if
+    // the file does not read back after that, nothing is written (a fuzz
+    // finding, test/fuzz/open/).
+    if (!edited.rewritten.empty()) {
+      if (auto again = manifest::read_text(text, source.name); !again) {
+        return std::unexpected(
+            fmt::format("{}: the edited text would not read back ({}); nothing is written for it: "
+                        "`plan -o json` gives the planned objects",
+                        source.name, again.error().message));
+      }
+    }
     if (options.diff) {
       out << manifest::unified_diff(*source.text, edited.edits, "a/" + source.name,
                                     "b/" + source.name);
     }
-    const std::string text = manifest::apply_edits(*source.text, edited.edits);
     if (options.in_place) {
       if (auto written = replace_file(source.path, text); !written) return written;
     } else if (!options.diff) {

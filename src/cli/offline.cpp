@@ -111,6 +111,9 @@ class Evaluator {
 
   // Takes one document of the input; false when input errors have piled up.
   bool take(const manifest::Document& document, std::size_t source) {
+    if (document.item) return take_item(document, source);
+    if (staged_ && document.items_recalled) unstage();  // they were not objects
+    staged_.reset();
     ++loaded_.document_count;
     if (!has_type_fields(document.value)) {
       error(fmt::format("{}: expected a Kubernetes object with string fields apiVersion and kind",
@@ -143,6 +146,31 @@ class Evaluator {
   }
 
   void error(std::string message) { errors_.push_back(std::move(message)); }
+
+  // An item of a List read item by item (manifest::ListItems::OneByOne),
+  // taken as take_any takes the items of a List read whole. What it adds is
+  // staged until the List itself is read: if that turns out not to be a
+  // List, it is taken back.
+  bool take_item(const manifest::Document& item, std::size_t source) {
+    if (!staged_) {
+      staged_ = Staged{errors_.size(),
+                       policies_.size(),
+                       pending_.size(),
+                       services_.size(),
+                       unsupported_.size(),
+                       loaded_.skipped,
+                       {}};
+    }
+    if (!has_type_fields(item.value)) {
+      error(
+          fmt::format("{}: items[{}]: expected a Kubernetes object (a mapping with apiVersion "
+                      "and kind), got {}",
+                      item.position.format(), *item.item, budget::describe_value(item.value)));
+    } else {
+      take_any(item, item.value, {source, item.index, {*item.item}}, item.position);
+    }
+    return errors_.size() < kMaxReportedErrors;
+  }
   bool has_errors() const { return !errors_.empty(); }
   Loaded& loaded() { return loaded_; }
 
@@ -152,6 +180,25 @@ class Evaluator {
     budget::Deployment deployment;
     ObjectAddress address;
   };
+
+  // What the items of the List being read added, to take it back.
+  struct Staged {
+    std::size_t errors, policies, pending, services, unsupported, skipped;
+    std::vector<std::string> seen;
+  };
+
+  void unstage() {
+    auto cut = [](auto& v, std::size_t size) {
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(size), v.end());
+    };
+    cut(errors_, staged_->errors);
+    cut(policies_, staged_->policies);
+    cut(pending_, staged_->pending);
+    cut(services_, staged_->services);
+    cut(unsupported_, staged_->unsupported);
+    loaded_.skipped = staged_->skipped;
+    for (const auto& key : staged_->seen) seen_.erase(key);
+  }
 
   // An object that passed has_type_fields: a List (whose items are taken
   // one by one, nested Lists included) or a single object.
@@ -170,6 +217,8 @@ class Evaluator {
                                               budget::describe_value(*items)}));
       return;
     }
+    // Read item by item, a List comes with its items taken already.
+    if (items->empty()) return;
     // One parse for every item's position: a List of thousands stays linear.
     std::vector<std::string> segments = items_segments(address.items);
     segments.push_back("items");
@@ -228,6 +277,7 @@ class Evaluator {
     const std::string key = fmt::format("{} {}/{}/{}", api_version.substr(0, api_version.find('/')),
                                         kind, string_at(value, "metadata", "namespace"), name);
     auto [it, inserted] = seen_.emplace(key, position.format());
+    if (inserted && staged_) staged_->seen.push_back(key);
     if (!inserted) {
       const std::string ns = string_at(value, "metadata", "namespace");
       error(fmt::format("{}: duplicate object: {} {} is also at {}", position.format(), kind,
@@ -416,6 +466,7 @@ class Evaluator {
   std::vector<std::string> notes_;
   std::set<std::string> noted_;
   std::unordered_map<std::string, std::string> seen_;  // object identity -> where first seen
+  std::optional<Staged> staged_;
 };
 
 // Reads one source and hands each document to `take`; the text, when read.
@@ -423,7 +474,7 @@ template <typename Take>
 std::shared_ptr<const std::string> read_documents(const manifest::Source& source,
                                                   std::istream& stdin_stream, Evaluator& evaluator,
                                                   manifest::ReadBudget& budget, std::size_t& count,
-                                                  Take take) {
+                                                  manifest::ListItems lists, Take take) {
   auto text = manifest::read_source(source, stdin_stream);
   if (!text) {
     evaluator.error(text.error().format());
@@ -433,10 +484,10 @@ std::shared_ptr<const std::string> read_documents(const manifest::Source& source
   auto result = manifest::for_each_document(
       shared, source.name,
       [&](manifest::Document&& document) {
-        ++count;
+        if (!document.item) ++count;
         return take(std::move(document));
       },
-      {}, &budget);
+      {}, &budget, lists);
   if (!result) evaluator.error(result.error().format());
   return shared;
 }
@@ -455,10 +506,11 @@ std::expected<Loaded, InputErrors> load_and_evaluate(const OfflineOptions& optio
     if (!sources) return std::unexpected(InputErrors{sources.error().format()});
     for (const auto& source : *sources) {
       std::size_t count = 0;
-      read_documents(source, stdin_stream, evaluator, budget, count, [&](manifest::Document&& d) {
-        evaluator.take_policy_file(std::move(d));
-        return true;
-      });
+      read_documents(source, stdin_stream, evaluator, budget, count, manifest::ListItems::Whole,
+                     [&](manifest::Document&& d) {
+                       evaluator.take_policy_file(std::move(d));
+                       return true;
+                     });
       if (count == 0) {
         evaluator.error(
             fmt::format("{}: expected a ShutdownPolicy, found no document", source.name));
@@ -471,7 +523,10 @@ std::expected<Loaded, InputErrors> load_and_evaluate(const OfflineOptions& optio
   std::size_t total = 0;
   for (const auto& source : *sources) {
     const std::size_t index = evaluator.loaded().sources.size();
+    // A List item by item: a `kubectl get -o yaml` List of thousands is not
+    // held decoded whole.
     auto text = read_documents(source, stdin_stream, evaluator, budget, total,
+                               manifest::ListItems::OneByOne,
                                [&](manifest::Document&& d) { return evaluator.take(d, index); });
     evaluator.loaded().sources.push_back(
         SourceText{source.name, source.path, keep_sources ? std::move(text) : nullptr});

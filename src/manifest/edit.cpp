@@ -11,6 +11,7 @@
 #include <yaml-cpp/parser.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <deque>
 #include <optional>
@@ -35,6 +36,9 @@ struct TextNode {
     int key_line = 0;
     int key_column = 0;
     TextNode* value = nullptr;
+    // A key that is not a scalar (`? [a, b]`, an alias): where its text
+    // ends is that of a node, not of a scalar.
+    TextNode* key_node = nullptr;
   };
   std::vector<Entry> entries;
   std::vector<TextNode*> items;
@@ -104,10 +108,15 @@ class TreeBuilder final : public YAML::EventHandler {
 
   void leaf(const YAML::Mark& mark, TextNode::Kind kind, const std::string& text) {
     if (key_expected()) {
+      const bool scalar = kind == TextNode::Kind::Scalar;
+      TextNode* key_node = scalar ? nullptr : make(mark, kind, false);
       Open& parent = open_.back();
-      parent.pending = TextNode::Entry{kind == TextNode::Kind::Scalar ? text : std::string("\x01"),
+      parent.pending = TextNode::Entry{scalar ? text : std::string("\x01"),
                                        static_cast<std::size_t>(std::max(mark.pos, 0)) + offset_,
-                                       mark.line, mark.column, nullptr};
+                                       mark.line,
+                                       mark.column,
+                                       nullptr,
+                                       key_node};
       parent.expect_key = false;
       return;
     }
@@ -120,7 +129,8 @@ class TreeBuilder final : public YAML::EventHandler {
     TextNode* node = make(mark, kind, flow);
     if (key_expected()) {
       // A collection as a key: never one of ours; remembered as unmatchable.
-      open_.back().pending = TextNode::Entry{"\x01", node->pos, mark.line, mark.column, nullptr};
+      open_.back().pending =
+          TextNode::Entry{"\x01", node->pos, mark.line, mark.column, nullptr, nullptr};
       open_.back().expect_key = false;
       key_depth_.push_back(open_.size());
     }
@@ -132,6 +142,7 @@ class TreeBuilder final : public YAML::EventHandler {
     open_.pop_back();
     if (!key_depth_.empty() && key_depth_.back() == open_.size()) {
       key_depth_.pop_back();
+      open_.back().pending.key_node = done.node;
       return;  // it was a key
     }
     attach(done.node);
@@ -201,17 +212,34 @@ class Text {
   char at(std::size_t i) const { return i < s_.size() ? s_[i] : '\0'; }
   bool line_end(std::size_t i) const { return i >= s_.size() || s_[i] == '\n' || s_[i] == '\r'; }
 
-  // Past an `&anchor` or `!tag` and the blanks after it. Neither holds a
-  // flow indicator: `!{a: 1}` is the tag `!` on a flow mapping.
+  // Past an `&anchor` or `!tag` and the blanks after it. An anchor ends at a
+  // blank or a flow indicator; a tag, as yaml-cpp reads one, at anything but
+  // a URI character: `!{a: 1}` is the tag `!` on a flow mapping, and
+  // `!"a]"` the tag `!` on a quoted scalar.
   std::size_t skip_properties(std::size_t i) const {
     while (at(i) == '&' || at(i) == '!') {
-      while (!line_end(i) && at(i) != ' ' && at(i) != '\t' &&
-             std::string_view(",[]{}").find(at(i)) == std::string_view::npos) {
-        ++i;
+      if (at(i) == '!' && at(i + 1) == '<') {  // verbatim: !<...>
+        while (!line_end(i) && at(i) != '>') ++i;
+        if (at(i) == '>') ++i;
+      } else if (at(i) == '!') {
+        for (++i; tag_char(at(i)); ++i) {
+        }
+      } else {
+        while (!line_end(i) && at(i) != ' ' && at(i) != '\t' &&
+               std::string_view(",[]{}").find(at(i)) == std::string_view::npos) {
+          ++i;
+        }
       }
       while (at(i) == ' ' || at(i) == '\t') ++i;
     }
     return i;
+  }
+
+  // yaml-cpp's tag characters (Exp::Tag, and `!` of a named handle).
+  static bool tag_char(char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
+           (c != '\0' &&
+            std::string_view("-#;/?:@&=+$_.~*'()!%").find(c) != std::string_view::npos);
   }
 
   std::size_t quoted_end(std::size_t i) const {
@@ -313,8 +341,9 @@ class Text {
       const char c = s_[i];
       if (c == '"' || c == '\'') {
         i = quoted_end(i);
-      } else if (c == '#' && i > 0 && (s_[i - 1] == ' ' || s_[i - 1] == '\t')) {
-        while (!line_end(i)) ++i;
+      } else if (c == '#' && (i == 0 || std::string_view(" \t\r\n").find(s_[i - 1]) !=
+                                            std::string_view::npos)) {
+        while (!line_end(i)) ++i;  // a comment, after a blank or at a line's start
       } else if (c == '[' || c == '{') {
         ++depth;
         ++i;
@@ -335,16 +364,30 @@ class Text {
     return s_.size();
   }
 
-  // Where the key that starts at `key` ends: its `:`.
-  std::size_t colon_after_key(std::size_t key, bool flow) const {
-    std::size_t i = skip_properties(key);
-    if (at(i) == '"' || at(i) == '\'') {
-      i = quoted_end(i);
-    } else {
-      i = plain_end(i, flow);
+  // Where the scalar key that starts at `key` ends.
+  std::size_t scalar_key_end(std::size_t key, bool flow) const {
+    const std::size_t i = skip_properties(key);
+    if (at(i) == '"' || at(i) == '\'') return quoted_end(i);
+    return plain_end(i, flow);
+  }
+
+  // The `:` that follows a key ending at `key_end`, past blanks, comments
+  // and line breaks (`? key` may put it on a later line); npos when the next
+  // token is something else: a key without a value (`? key`, `{key}`) has
+  // no `:`, and a search further on would find the next key's.
+  std::size_t colon_after(std::size_t key_end) const {
+    for (std::size_t i = key_end; i < s_.size();) {
+      const char c = s_[i];
+      if (c == ':') return i;
+      if (c == '#') {
+        while (!line_end(i)) ++i;
+      } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+        ++i;
+      } else {
+        break;
+      }
     }
-    while (i < s_.size() && s_[i] != ':') ++i;
-    return i;
+    return std::string_view::npos;
   }
 
  private:
@@ -359,6 +402,8 @@ class Editor {
   }
 
   std::vector<TextEdit>& edits() { return edits_; }
+  // Some edit's position could not be found: the document is rewritten whole.
+  bool lost() const { return lost_; }
 
   std::size_t node_end(const TextNode& node) const {
     const std::size_t start = text_.skip_properties(node.pos);
@@ -389,10 +434,12 @@ class Editor {
     return start;
   }
 
-  // An empty value (`key:` and nothing) has no text of its own.
+  // An empty value (`key:` and nothing, or a key without `:`) has no text
+  // of its own.
   bool empty_value(const TextNode::Entry& entry) const {
     if (entry.value->kind != TextNode::Kind::Null) return false;
-    if (entry.value->pos <= colon(entry)) return true;
+    const std::size_t c = colon(entry);
+    if (c == std::string_view::npos || entry.value->pos <= c) return true;
     // yaml-cpp marks an empty value at the next token, which may be lines
     // further on (a `---`, the next key): only a null written out is text
     // of the value's own.
@@ -402,12 +449,25 @@ class Editor {
     return !(word == "~" || word == "null" || word == "Null" || word == "NULL");
   }
 
+  std::size_t key_end(const TextNode::Entry& entry) const {
+    if (entry.key_node != nullptr) {
+      // A null key has no text; yaml-cpp marks it after its `?`.
+      if (entry.key_node->kind == TextNode::Kind::Null) return entry.key_pos;
+      return node_end(*entry.key_node);
+    }
+    return text_.scalar_key_end(entry.key_pos, entry.value && entry.value->flow);
+  }
+
+  // The entry's `:`, or npos when it has none.
   std::size_t colon(const TextNode::Entry& entry) const {
-    return text_.colon_after_key(entry.key_pos, entry.value && entry.value->flow);
+    return text_.colon_after(key_end(entry));
   }
 
   std::size_t entry_end(const TextNode::Entry& entry) const {
-    if (empty_value(entry)) return colon(entry) + 1;
+    if (empty_value(entry)) {
+      const std::size_t c = colon(entry);
+      return c == std::string_view::npos ? key_end(entry) : c + 1;
+    }
     return node_end(*entry.value);
   }
 
@@ -521,7 +581,13 @@ class Editor {
 
   void replace_value(const TextNode& map, const TextNode::Entry& entry, const Json& value) {
     const TextNode& node = *entry.value;
-    const std::size_t after_colon = colon(entry) + 1;
+    const std::size_t the_colon = colon(entry);
+    if (the_colon == std::string_view::npos) {
+      // A key without `:` given a value: rare enough to rewrite the document.
+      lost_ = true;
+      return;
+    }
+    const std::size_t after_colon = the_colon + 1;
     if (map.flow) {
       if (empty_value(entry)) {
         add(after_colon, 0, " " + flow_text(value));
@@ -562,7 +628,10 @@ class Editor {
       insert_flow_entry(map, key, value);
       return;
     }
-    const std::size_t indent = map.entries.empty()
+    // The first key's column, unless it is an explicit one (`? key`): the
+    // `?` is at the map's.
+    const bool explicit_key = text_.at(text_.skip_properties(map.pos)) == '?';
+    const std::size_t indent = map.entries.empty() || explicit_key
                                    ? static_cast<std::size_t>(map.column)
                                    : static_cast<std::size_t>(map.entries.front().key_column);
     const std::size_t at = map.entries.empty() ? node_end(map) : entry_end(map.entries.back());
@@ -596,6 +665,7 @@ class Editor {
   bool json_;
   std::string newline_;
   std::vector<TextEdit> edits_;
+  bool lost_ = false;
 };
 
 bool first_char_is_brace(std::string_view text, std::size_t from) {
@@ -609,9 +679,10 @@ bool first_char_is_brace(std::string_view text, std::size_t from) {
 // True when the document's text, with the edits applied, reads back as `updated`.
 bool reads_back(const std::string& source, std::size_t begin, std::size_t end,
                 const std::vector<TextEdit>& edits, const Json& updated) {
+  if (begin > end || end > source.size()) return false;  // positions gone wrong
   std::vector<TextEdit> local;
   for (const auto& e : edits) {
-    if (e.offset < begin || e.offset + e.length > end) return false;  // positions gone wrong
+    if (e.offset < begin || e.length > end - e.offset) return false;
     local.push_back({e.offset - begin, e.length, e.text});
   }
   std::string fragment = apply_edits(std::string_view(source).substr(begin, end - begin), local);
@@ -642,10 +713,13 @@ DocumentEdit edit_tree(const std::string& source, TreeBuilder& builder, const Js
   const TextNode& root = *builder.root();
   const bool json = first_char_is_brace(source, root.pos);
   Editor editor(source, json);
-  const std::size_t begin = root.pos;
-  const std::size_t end = editor.node_end(root);
+  // Clamped: a position past the text is a bug, but one that must cost a
+  // rewrite, not an abort.
+  const std::size_t end = std::min(editor.node_end(root), source.size());
+  const std::size_t begin = std::min(root.pos, end);
   const bool in_place = root.kind == TextNode::Kind::Map && before.is_object() &&
-                        updated.is_object() && editor.edit_map(root, before, updated);
+                        updated.is_object() && editor.edit_map(root, before, updated) &&
+                        !editor.lost();
   builder.clear();
   if (release_before != nullptr) *release_before = Json();
   if (in_place) {
@@ -664,18 +738,34 @@ DocumentEdit edit_tree(const std::string& source, TreeBuilder& builder, const Js
   return result;
 }
 
+// A source that only the JSON reader reads (strict JSON that yaml-cpp
+// cannot parse, such as a key and its `:` on two lines) has no positions:
+// its one object is written whole, as JSON; nothing when it is not one.
+DocumentEdit whole_json(const std::string& source, const Json& updated) {
+  DocumentEdit result;
+  const std::size_t begin = source.find_first_not_of(" \t\r\n");
+  const std::size_t last = source.find_last_not_of(" \t\r\n");
+  if (begin == std::string::npos || source[begin] != '{' || source[last] != '}') return result;
+  result.edits = {
+      {begin, last + 1 - begin, updated.dump(2, ' ', false, Json::error_handler_t::replace)}};
+  result.rewritten = true;
+  return result;
+}
+
 }  // namespace
 
 std::string apply_edits(std::string_view text, const std::vector<TextEdit>& edits) {
   std::string out;
   out.reserve(text.size());
-  std::size_t at = 0;
+  std::size_t at = 0;  // never past the text
   for (const auto& e : edits) {
-    out.append(text.substr(at, e.offset - at));
+    // Out of order, overlapping or past the end: clamped, never thrown.
+    const std::size_t offset = std::clamp(e.offset, at, text.size());
+    out.append(text.substr(at, offset - at));
     out += e.text;
-    at = e.offset + e.length;
+    at = offset + std::min(e.length, text.size() - offset);
   }
-  out.append(text.substr(std::min(at, text.size())));
+  out.append(text.substr(at));
   return out;
 }
 
@@ -722,7 +812,9 @@ DocumentEdit SourceEditor::edit(const Document& document, Json* release, const J
   } catch (...) {
     state_->failed = true;  // the source was read before, so this is not reached
   }
-  if (state_->failed || builder.root() == nullptr) return result;
+  if (state_->failed || builder.root() == nullptr) {
+    return document.index == 0 ? whole_json(source, updated) : result;
+  }
   return edit_tree(source, builder, document.value, release, updated);
 }
 

@@ -12,6 +12,7 @@
 // reader, which then reports it as before.
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -26,8 +27,40 @@
 namespace gracekeeper::manifest::detail {
 namespace {
 
+// A pointer into the text that publishes where the parser is: nlohmann's
+// SAX interface tells no position, and a List item handed out on its own
+// should know its line.
+class Cursor {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  Cursor(const char* at, const char** shared) : at_(at), shared_(shared) {}
+  reference operator*() const { return *at_; }
+  Cursor& operator++() {
+    *shared_ = ++at_;
+    return *this;
+  }
+  Cursor operator++(int) {
+    Cursor before = *this;
+    ++*this;
+    return before;
+  }
+  bool operator==(const Cursor& other) const { return at_ == other.at_; }
+
+ private:
+  const char* at_;
+  const char** shared_;
+};
+
 class Builder {
  public:
+  Builder(JsonItems* items, const char* const* cursor, const char* text)
+      : items_(items), cursor_(cursor), text_(text) {}
+
   using number_integer_t = Json::number_integer_t;
   using number_unsigned_t = Json::number_unsigned_t;
   using number_float_t = Json::number_float_t;
@@ -52,6 +85,7 @@ class Builder {
   bool string(string_t& value) { return attach(Json(std::move(value))); }
   bool binary(binary_t&) { return false; }
   bool start_object(std::size_t) {
+    note_item_start();
     frames_.emplace_back().is_map = true;
     return true;
   }
@@ -72,7 +106,11 @@ class Builder {
     return attach(std::move(value));
   }
   bool start_array(std::size_t) {
-    frames_.emplace_back();
+    note_item_start();
+    // The root object's `items`, handed out item by item when asked.
+    const bool hand_out = items_ != nullptr && frames_.size() == 1 && frames_.front().is_map &&
+                          frames_.front().key == "items";
+    frames_.emplace_back().hand_out = hand_out;
     return true;
   }
   bool end_array() {
@@ -87,6 +125,7 @@ class Builder {
  private:
   struct Frame {
     bool is_map = false;
+    bool hand_out = false;
     std::string key;
     // Mutable keys, moved into the object at the end (as the YAML reader does).
     std::vector<std::pair<std::string, Json>> members;
@@ -104,12 +143,29 @@ class Builder {
            }) != order.end();
   }
 
+  // Where a collection that is an item to hand out starts (the parser has
+  // just read its `[` or `{`).
+  void note_item_start() {
+    if (!frames_.empty() && frames_.back().hand_out) item_start_ = offset() - 1;
+  }
+
+  std::size_t offset() const { return static_cast<std::size_t>(*cursor_ - text_); }
+
   bool attach(Json value) {
     if (frames_.empty()) {
       result_ = std::move(value);
       return true;
     }
     Frame& frame = frames_.back();
+    if (frame.hand_out) {
+      const std::size_t start = value.is_structured() ? item_start_ : offset();
+      ++items_->handed_out;
+      if (!items_->sink(std::move(value), start)) {
+        items_->stopped = true;
+        return false;
+      }
+      return true;
+    }
     if (frame.is_map) {
       frame.members.emplace_back(std::move(frame.key), std::move(value));
     } else {
@@ -118,18 +174,23 @@ class Builder {
     return true;
   }
 
+  JsonItems* items_;
+  const char* const* cursor_;
+  const char* text_;
+  std::size_t item_start_ = 0;
   std::vector<Frame> frames_;
   std::optional<Json> result_;
 };
 
 }  // namespace
 
-std::optional<Json> read_json_object(std::string_view text, std::size_t first) {
+std::optional<Json> read_json_object(std::string_view text, std::size_t first, JsonItems* items) {
   if (first >= text.size() || text[first] != '{') return std::nullopt;
   if (text.size() > std::numeric_limits<std::uint32_t>::max()) return std::nullopt;
-  Builder builder;
+  const char* at = text.data() + first;
+  Builder builder(items, &at, text.data());
   try {
-    if (!Json::sax_parse(text.begin() + static_cast<std::ptrdiff_t>(first), text.end(), &builder,
+    if (!Json::sax_parse(Cursor(at, &at), Cursor(text.data() + text.size(), &at), &builder,
                          Json::input_format_t::json, /*strict=*/true, /*ignore_comments=*/false)) {
       return std::nullopt;
     }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -11,13 +12,24 @@
 
 namespace gracekeeper::manifest::detail {
 
-// The offset of the first `[` or `{` that opens a flow collection nested
-// deeper than `max_depth`, or nullopt. yaml-cpp scans a whole flow collection
-// into tokens before its parser (and our depth limit) sees the first one, so
-// two megabytes of `[` would cost hundreds of megabytes first: this scan
-// finds the problem in one pass and holds nothing. It follows quotes,
-// comments and block scalars, so brackets inside strings never count.
-std::optional<std::size_t> find_too_deep(std::string_view text, int max_depth);
+// What a scan of the raw text finds before yaml-cpp sees it (nullopt when
+// nothing):
+// - the first `[` or `{` that opens a flow collection nested deeper than
+//   `max_depth`. yaml-cpp scans a whole flow collection into tokens before
+//   its parser (and our depth limit) sees the first one, so two megabytes of
+//   `[` would cost hundreds of megabytes first;
+// - a line at column 0 of block context that opens a plain scalar with no
+//   `:` within 1024 characters (YAML 1.2's limit on implicit keys, as go-yaml
+//   has it): garbage that yaml-cpp would scan to its end (about 4 MB/s) is
+//   rejected where it becomes invalid.
+// One pass that holds nothing. It follows quotes, comments and block
+// scalars, so brackets inside strings never count.
+struct Prescan {
+  enum class Problem { TooDeep, NoColonAfterKey };
+  std::size_t offset = 0;  // the `[` or `{` too deep, or the line's start
+  Problem problem = Problem::TooDeep;
+};
+std::optional<Prescan> prescan(std::string_view text, int max_depth);
 
 // YAML allows a lone CR as a line break (old Mac files); yaml-cpp does not.
 // Rewrites each lone CR to LF in place, byte for byte, so every offset and
@@ -30,6 +42,16 @@ bool has_lone_cr(std::string_view text);
 // (json_fast.cpp); nullopt when it is anything else, which the YAML reader
 // then reads (and names the error of) as before. yaml-cpp tokenises a whole
 // flow document before its first event: ~8x the text.
-std::optional<Json> read_json_object(std::string_view text, std::size_t first);
+//
+// With `items`, each item of the object's top-level `items` array goes to
+// items->sink as soon as it is read (with the offset where it starts), not
+// into the value; the sink returns false to stop (then nullopt, `stopped`).
+struct JsonItems {
+  std::function<bool(Json&&, std::size_t)> sink;
+  std::size_t handed_out = 0;
+  bool stopped = false;
+};
+std::optional<Json> read_json_object(std::string_view text, std::size_t first,
+                                     JsonItems* items = nullptr);
 
 }  // namespace gracekeeper::manifest::detail

@@ -38,6 +38,31 @@ struct ReadFailure {
   throw ReadFailure{mark, std::move(message)};
 }
 
+// Thrown when the sink wants no more documents in the middle of a List read
+// item by item; caught in parse_documents.
+struct StopReading {};
+
+// A List as the CLI takes one: `kind: List` or a typed list (DeploymentList),
+// with a string apiVersion.
+bool is_list_object(const Json& value) {
+  if (!value.is_object()) return false;
+  auto kind = value.find("kind");
+  auto api_version = value.find("apiVersion");
+  if (kind == value.end() || !kind->is_string() || api_version == value.end() ||
+      !api_version->is_string()) {
+    return false;
+  }
+  const auto& text = kind->get_ref<const std::string&>();
+  return text == "List" || (text.size() > 4 && text.ends_with("List"));
+}
+
+// Where a List read item by item sends its items.
+struct ItemSink {
+  const DocumentSink* sink = nullptr;
+  std::string_view file;
+  std::shared_ptr<const std::string> source;
+};
+
 bool is_core(std::string_view tag, std::string_view name) {
   return tag.size() == detail::kCoreTagPrefix.size() + name.size() &&
          tag.starts_with(detail::kCoreTagPrefix) && tag.ends_with(name);
@@ -75,8 +100,9 @@ std::string repair_escapes(const std::string& text) {
 
 class DocumentBuilder final : public YAML::EventHandler {
  public:
-  DocumentBuilder(std::string_view text, const Limits& limits, ReadBudget& budget)
-      : text_(text), limits_(limits), budget_(budget) {
+  DocumentBuilder(std::string_view text, const Limits& limits, ReadBudget& budget,
+                  const ItemSink* items = nullptr)
+      : text_(text), limits_(limits), budget_(budget), items_(items) {
     // yaml-cpp's positions start after a byte order mark.
     if (text_.starts_with("\xEF\xBB\xBF")) text_.remove_prefix(3);
   }
@@ -90,6 +116,11 @@ class DocumentBuilder final : public YAML::EventHandler {
   // Where the current document's first token is.
   const YAML::Mark& document_start() const { return document_start_; }
 
+  // Items of the current document handed out one by one (ItemSink).
+  std::size_t items_handed_out() const { return items_handed_out_; }
+  // The index the next document gets, for the items handed out of it.
+  void set_index(int index) { index_ = index; }
+
   // The character at a mark, for messages; '\0' when unknown.
   char char_at(const YAML::Mark& mark) const {
     if (mark.pos < 0 || static_cast<std::size_t>(mark.pos) >= text_.size()) return '\0';
@@ -102,6 +133,7 @@ class DocumentBuilder final : public YAML::EventHandler {
     anchors_.clear();
     root_.reset();
     nodes_ = bytes_ = 0;
+    items_handed_out_ = 0;
   }
   void OnDocumentEnd() override {}
 
@@ -221,6 +253,7 @@ class DocumentBuilder final : public YAML::EventHandler {
     std::string key;
     std::unique_ptr<std::unordered_set<std::string>> index;
     std::unique_ptr<std::unordered_set<std::string>> merged;
+    bool hand_out = false;  // the root's `items`: each item goes to items_ when read
   };
 
   struct Anchored {
@@ -302,8 +335,15 @@ class DocumentBuilder final : public YAML::EventHandler {
     if (stack_.empty() && !is_map) fail(mark, fmt::format("{}, found {}", kNotAnObject, what));
     if (stack_.size() >= static_cast<std::size_t>(limits_.max_depth)) fail_depth(mark);
     if (anchor != YAML::NullAnchor) reserve_anchor(anchor);
+    // The root mapping's `items` sequence, read item by item (not when it
+    // is anchored: an alias to it would need it whole).
+    const bool hand_out = items_ != nullptr && !is_map && stack_.size() == 1 &&
+                          stack_.front().is_map && stack_.front().key == "items" &&
+                          !stack_.front().merge_pending && !stack_.front().replace_at &&
+                          anchor == YAML::NullAnchor;
     Frame& frame = stack_.emplace_back();
     frame.is_map = is_map;
+    frame.hand_out = hand_out;
     frame.mark = mark;
     frame.anchor = anchor;
     frame.nodes_at_start = nodes_;
@@ -416,6 +456,10 @@ class DocumentBuilder final : public YAML::EventHandler {
     Frame& frame = stack_.back();
     frame.height = std::max(frame.height, height + 1);
     if (!frame.is_map) {
+      if (frame.hand_out) {
+        hand_out(std::move(value), mark);
+        return;
+      }
       frame.items.push_back(std::move(value));
       return;
     }
@@ -431,9 +475,22 @@ class DocumentBuilder final : public YAML::EventHandler {
     }
   }
 
+  void hand_out(Json value, const YAML::Mark& mark) {
+    Document item{std::move(value),
+                  detail::position_at(items_->file, mark),
+                  index_,
+                  items_->source,
+                  items_handed_out_++,
+                  false};
+    if (!(*items_->sink)(std::move(item))) throw StopReading{};
+  }
+
   std::string_view text_;
   const Limits& limits_;
   ReadBudget& budget_;
+  const ItemSink* items_;
+  int index_ = 0;
+  std::size_t items_handed_out_ = 0;
   std::vector<Frame> stack_;
   std::vector<Anchored> anchors_;  // by yaml-cpp's anchor id, which restarts per document
   std::optional<Json> root_;
@@ -543,18 +600,62 @@ std::string Error::format() const {
 
 namespace {
 
+// Document `index` of `source` read again whole: it had a top-level `items`
+// sequence read item by item, but is not a List. Its aliases were counted
+// the first time.
+std::optional<Json> read_whole_again(const std::shared_ptr<const std::string>& source, int index,
+                                     const Limits& limits, ReadBudget budget) {
+  detail::MemoryStream stream(*source);
+  YAML::Parser parser(stream);
+  detail::SkipEvents skip;
+  for (int i = 0; i < index; ++i) (void)parser.HandleNextDocument(skip);
+  DocumentBuilder builder(*source, limits, budget);
+  (void)parser.HandleNextDocument(builder);
+  auto document = builder.take_document();
+  if (!document) return std::nullopt;
+  return std::move(document->first);
+}
+
+// Offsets to positions, for offsets that only grow: linear over a whole text.
+class Lines {
+ public:
+  Lines(std::string_view text, std::string_view file) : text_(text), file_(file) {}
+  Position at(std::size_t offset) {
+    for (; counted_ < offset && counted_ < text_.size(); ++counted_) {
+      if (text_[counted_] == '\n') {
+        ++line_;
+        line_start_ = counted_ + 1;
+      }
+    }
+    return Position{std::string(file_), line_, static_cast<int>(offset - line_start_) + 1};
+  }
+
+ private:
+  std::string_view text_;
+  std::string_view file_;
+  std::size_t counted_ = 0;
+  std::size_t line_start_ = 0;
+  int line_ = 1;
+};
+
 // Reads documents one by one from text that has passed check_text.
 std::expected<void, Error> parse_documents(const std::shared_ptr<const std::string>& source,
                                            const std::string& file, const DocumentSink& sink,
-                                           const Limits& limits, ReadBudget& budget) {
+                                           const Limits& limits, ReadBudget& budget,
+                                           ListItems lists, bool recall_first = false) {
   detail::MemoryStream stream(*source);
   YAML::Parser parser(stream);
-  DocumentBuilder builder(*source, limits, budget);
+  const ItemSink items{&sink, file, source};
+  DocumentBuilder builder(*source, limits, budget, lists == ListItems::OneByOne ? &items : nullptr);
   YAML::Mark previous_start;
   for (int index = 0;; ++index) {
     bool more = false;
+    builder.set_index(index);
+    const ReadBudget budget_before = budget;
     try {
       more = parser.HandleNextDocument(builder);
+    } catch (const StopReading&) {
+      return {};
     } catch (const ReadFailure& failure) {
       return std::unexpected(Error{detail::position_at(file, failure.mark), failure.message});
     } catch (const YAML::Exception& e) {
@@ -581,8 +682,19 @@ std::expected<void, Error> parse_documents(const std::shared_ptr<const std::stri
     previous_start = start;
     auto document = builder.take_document();
     if (!document) continue;
-    Document doc{std::move(document->first), detail::position_at(file, document->second), index,
-                 source};
+    Document doc{std::move(document->first),
+                 detail::position_at(file, document->second),
+                 index,
+                 source,
+                 std::nullopt,
+                 recall_first && index == 0};
+    if (builder.items_handed_out() > 0 && !is_list_object(doc.value)) {
+      // Rare (an object with a top-level `items` that is not a List): read
+      // it again, whole. It read once, so it reads again.
+      auto whole = read_whole_again(source, index, limits, budget_before);
+      if (whole) doc.value = std::move(*whole);
+      doc.items_recalled = true;
+    }
     if (!sink(std::move(doc))) break;
   }
   return {};
@@ -592,15 +704,20 @@ std::expected<void, Error> parse_documents(const std::shared_ptr<const std::stri
 
 std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> text,
                                              std::string_view name, const DocumentSink& sink,
-                                             const Limits& limits, ReadBudget* budget) {
+                                             const Limits& limits, ReadBudget* budget,
+                                             ListItems lists) {
   const std::string file(name);
   try {
     if (auto bad = check_text(*text, name, limits)) return std::unexpected(std::move(*bad));
-    if (auto deep = detail::find_too_deep(*text, limits.max_depth)) {
-      return std::unexpected(
-          error_at(name, *text, *deep,
-                   fmt::format("nesting is deeper than {} levels (`[` or `{{` opened here)",
-                               limits.max_depth)));
+    if (auto found = detail::prescan(*text, limits.max_depth)) {
+      return std::unexpected(error_at(
+          name, *text, found->offset,
+          found->problem == detail::Prescan::Problem::TooDeep
+              ? fmt::format("nesting is deeper than {} levels (`[` or `{{` opened here)",
+                            limits.max_depth)
+              : std::string("invalid YAML: no `:` within the first 1024 characters of this "
+                            "line (a line of a mapping must be `key: value`, and a key is at "
+                            "most 1024 characters)")));
     }
     if (detail::has_lone_cr(*text)) {
       std::string copy = *text;
@@ -608,20 +725,36 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
       text = std::make_shared<const std::string>(std::move(copy));
     }
     const std::size_t first = text->find_first_not_of(" \t\r\n");
+    bool recall_first = false;
     if (first != std::string::npos && (*text)[first] == '{') {
-      if (auto value = detail::read_json_object(*text, first)) {
-        const std::size_t line_start = text->find_last_of('\n', first) + 1;  // npos + 1 == 0
-        const auto line =
-            std::count(text->begin(), text->begin() + static_cast<std::ptrdiff_t>(first), '\n');
-        (void)sink(Document{
-            std::move(*value),
-            Position{file, static_cast<int>(line) + 1, static_cast<int>(first - line_start) + 1}, 0,
-            text});
+      Lines lines(*text, file);
+      detail::JsonItems items;
+      items.sink = [&](Json&& value, std::size_t offset) {
+        return sink(
+            Document{std::move(value), lines.at(offset), 0, text, items.handed_out - 1, false});
+      };
+      const bool by_item = lists == ListItems::OneByOne;
+      auto value = detail::read_json_object(*text, first, by_item ? &items : nullptr);
+      if (items.stopped) return {};
+      if (value) {
+        Document document{
+            std::move(*value), Lines(*text, file).at(first), 0, text, std::nullopt, false};
+        if (items.handed_out > 0 && !is_list_object(document.value)) {
+          // It read once, so it reads again.
+          if (auto whole = detail::read_json_object(*text, first)) {
+            document.value = std::move(*whole);
+          }
+          document.items_recalled = true;
+        }
+        (void)sink(std::move(document));
         return {};
       }
+      // The YAML reader reads it whole: its items handed out are taken back.
+      recall_first = items.handed_out > 0;
     }
     ReadBudget local;
-    return parse_documents(text, file, sink, limits, budget ? *budget : local);
+    return parse_documents(text, file, sink, limits, budget ? *budget : local,
+                           recall_first ? ListItems::Whole : lists, recall_first);
   } catch (const std::bad_alloc&) {
     return std::unexpected(Error{Position{file}, "out of memory while reading the input"});
   }
@@ -629,10 +762,10 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
 
 std::expected<void, Error> for_each_document(std::string text, std::string_view name,
                                              const DocumentSink& sink, const Limits& limits,
-                                             ReadBudget* budget) {
+                                             ReadBudget* budget, ListItems lists) {
   detail::normalise_line_breaks(text);
   return for_each_document(std::make_shared<const std::string>(std::move(text)), name, sink, limits,
-                           budget);
+                           budget, lists);
 }
 
 std::expected<std::vector<Document>, Error> read_text(std::string text, std::string_view name,

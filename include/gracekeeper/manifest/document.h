@@ -10,6 +10,7 @@
 #include <istream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,23 @@ struct Document {
   // The text it was read from, kept (shared, not copied) so that `locate` can
   // find the line of a field when an error about it is reported.
   std::shared_ptr<const std::string> source;
+  // Read with ListItems::OneByOne, an item of a List document's `items`
+  // comes as a document of its own, as soon as it is read: this is its
+  // index there (`index` is the List's). The List itself comes after its
+  // items, with `items` empty.
+  std::optional<std::size_t> item;
+  // The document had a top-level `items` sequence handed out item by item,
+  // but is not a List (its kind or apiVersion says otherwise): it comes
+  // whole, and the items handed out for it were not objects of their own.
+  bool items_recalled = false;
+};
+
+// How for_each_document hands out a List (`kind: List` or `kind: FooList`,
+// with a string apiVersion, as `kubectl get -o yaml` writes it).
+enum class ListItems {
+  Whole,     // one document, items and all
+  OneByOne,  // each item of its top-level `items` on its own, then the List:
+             // memory bounded by the largest item, not the List
 };
 
 struct Limits {
@@ -78,11 +96,12 @@ using DocumentSink = std::function<bool(Document&&)>;
 // Never throws: running out of memory is an error like any other.
 std::expected<void, Error> for_each_document(std::string text, std::string_view name,
                                              const DocumentSink& sink, const Limits& = {},
-                                             ReadBudget* = nullptr);
+                                             ReadBudget* = nullptr, ListItems = ListItems::Whole);
 // The same over text that is already shared (the documents keep it).
 std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> text,
                                              std::string_view name, const DocumentSink& sink,
-                                             const Limits& = {}, ReadBudget* = nullptr);
+                                             const Limits& = {}, ReadBudget* = nullptr,
+                                             ListItems = ListItems::Whole);
 
 // Expands command-line inputs: "-" is standard input, a directory is walked
 // recursively for *.yaml, *.yml and *.json in sorted order, a file is itself.

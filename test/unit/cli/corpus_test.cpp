@@ -96,5 +96,30 @@ TEST(Corpus, PlanInPlaceEditsOnlyWhatItMust) {
   fs::remove_all(work);
 }
 
+// An open fuzz finding (test/fuzz/open/): its whole-document rewrite ends
+// early. Until that is fixed, `plan -w` must refuse to write it, and leave
+// the file as it was, rather than write a file that does not read back.
+TEST(Corpus, PlanInPlaceNeverWritesWhatDoesNotReadBack) {
+  const fs::path input =
+      fs::path(GK_SOURCE_DIR) / "test/fuzz/open/flow-comment-after-comma-rewrite-ends-early.json";
+  const fs::path copy =
+      fs::temp_directory_path() / ("gk-open-" + std::to_string(::getpid()) + ".yaml");
+  fs::copy_file(input, copy, fs::copy_options::overwrite_existing);
+  const std::string before = slurp(copy);
+  auto edited = run({"plan", "-w", "-f", copy.string()});
+  const std::string after = slurp(copy);
+  if (edited.code == 0) {
+    // Fixed at its root: the edited file must then read back.
+    auto again = run({"check", "-f", copy.string()});
+    fs::remove(copy);
+    EXPECT_NE(again.code, 2) << again.err;
+    return;
+  }
+  fs::remove(copy);
+  EXPECT_EQ(edited.code, 2) << edited.err;
+  EXPECT_NE(edited.err.find("would not read back"), std::string::npos) << edited.err;
+  EXPECT_EQ(after, before);
+}
+
 }  // namespace
 }  // namespace gracekeeper::cli

@@ -51,6 +51,69 @@ TEST(Edit, TagRightBeforeAFlowMapping) {
   EXPECT_EQ(edited("!{a: 1, b: [2]}\n", 0, "c", 3), "!{a: 1, b: [2], c: 3}\n");
 }
 
+// A key without `:` (an explicit `? key` with no value) last in a document:
+// its value has no text, so a key added after it goes after the key, not
+// past the end of the source (found by the fuzzer: two keys added there made
+// apply_edits throw std::out_of_range).
+TEST(Edit, ExplicitKeyWithoutValueLastInADocument) {
+  auto documents = read_text(std::string("a: 1\n? z\n"), "e.yaml");
+  ASSERT_TRUE(documents.has_value());
+  const Document& document = documents->front();
+  Json updated = document.value;
+  updated["c"] = 3;
+  updated["d"] = 4;
+  const auto edit = edit_document(document, updated);
+  for (const auto& e : edit.edits) EXPECT_LE(e.offset + e.length, document.source->size());
+  const std::string text = apply_edits(*document.source, edit.edits);
+  auto reread = read_text(text, "e.yaml");
+  ASSERT_TRUE(reread.has_value()) << text;
+  EXPECT_EQ(reread->front().value, updated) << text;
+}
+
+// The same in a flow mapping and before the next key of a block mapping.
+TEST(Edit, KeysWithoutValues) {
+  EXPECT_EQ(edited("{a: 1, z}\n", 0, "c", 3), "{a: 1, z, \"c\": 3}\n");  // JSON-like
+  EXPECT_EQ(edited("? z\nb: 2\n", 0, "c", 3), "? z\nb: 2\nc: 3\n");
+  EXPECT_EQ(edited("a: 1\n? z\n", 0, "c", 3), "a: 1\n? z\nc: 3\n");
+}
+
+// Edits at positions past the text (a wrong position) never throw: they
+// are clamped to the text's end.
+TEST(Edit, ApplyEditsClampsPositionsPastTheText) {
+  EXPECT_EQ(apply_edits("ab", {{3, 0, "x"}, {3, 0, "y"}}), "abxy");
+  EXPECT_EQ(apply_edits("ab", {{1, 5, "x"}, {2, 0, "y"}}), "axy");
+  EXPECT_EQ(apply_edits("abc", {{2, 1, "x"}, {1, 0, "y"}}), "abxy");  // out of order
+}
+
+// A tag ends where yaml-cpp ends it, at a quote too: `!"b]]"` is the tag `!`
+// on the scalar "b]]", whose brackets close nothing (found by the fuzzer: a
+// rewrite ended the document at them and left its tail behind).
+TEST(Edit, TagRightBeforeAQuotedScalar) {
+  EXPECT_EQ(edited("{a: 1, !\"b]]\": {c: 2}}\n---\nc: 2\n", 0, "d", 3),
+            "{a: 1, !\"b]]\": {c: 2}, \"d\": 3}\n---\nc: 2\n");
+}
+
+// Strict JSON that only the JSON reader reads (a key and its `:` on two
+// lines) is written whole, as JSON, not left unchanged (found by the fuzzer:
+// plan -w reported a change and wrote none).
+TEST(Edit, JsonThatYamlCppCannotParseIsWrittenWhole) {
+  const std::string text = "{\"a\"\n  : 1}\n";
+  auto documents = read_text(text, "e.json");
+  ASSERT_TRUE(documents.has_value());
+  Json updated = documents->front().value;
+  updated["b"] = 2;
+  const auto edit = edit_document(documents->front(), updated);
+  EXPECT_TRUE(edit.rewritten);
+  EXPECT_EQ(apply_edits(text, edit.edits), "{\n  \"a\": 1,\n  \"b\": 2\n}\n");
+}
+
+// A comment at the start of a line inside a flow mapping is a comment: a
+// quote in it opens nothing (found by the fuzzer: the rewrite ended early).
+TEST(Edit, CommentAtALineStartInsideAFlowMapping) {
+  EXPECT_EQ(edited("{a: 1,\n# \"x}\nb: 2}\n---\nc: 2\n", 0, "d", 3),
+            "{a: 1,\n# \"x}\nb: 2,\n\"d\": 3}\n---\nc: 2\n");  // one member per line
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";

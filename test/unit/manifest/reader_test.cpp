@@ -619,3 +619,118 @@ TEST(Reader, BlockKeysNeedAColonOnTheirLine) {
 
 }  // namespace
 }  // namespace gracekeeper::manifest
+
+namespace gracekeeper::manifest {
+namespace {
+
+// What for_each_document hands out with ListItems::OneByOne, as
+// "index[/item]:value" lines (value without `items`).
+std::string read_items(std::string text, int stop_after = -1) {
+  std::string out;
+  int count = 0;
+  auto done = for_each_document(
+      std::move(text), "l.yaml",
+      [&](Document&& d) {
+        out += std::to_string(d.index);
+        if (d.item) out += "/" + std::to_string(*d.item);
+        if (d.items_recalled) out += " recalled";
+        out += " " + std::to_string(d.position.line) + ": " + d.value.dump() + "\n";
+        return ++count != stop_after;
+      },
+      {}, nullptr, ListItems::OneByOne);
+  if (!done) out += done.error().format() + "\n";
+  return out;
+}
+
+// A List is handed out item by item, each as soon as it is read, then the
+// List without its items; `kubectl get -o yaml` writes `items` before `kind`.
+TEST(ReaderListItems, ItemsComeOneByOneBeforeTheirList) {
+  EXPECT_EQ(read_items("a: 1\n---\napiVersion: v1\nitems:\n- {kind: A}\n- kind: B\n  x: 2\n"
+                       "kind: List\nmetadata: {}\n"),
+            "0 1: {\"a\":1}\n"
+            "1/0 5: {\"kind\":\"A\"}\n"
+            "1/1 6: {\"kind\":\"B\",\"x\":2}\n"
+            "1 3: {\"apiVersion\":\"v1\",\"items\":[],\"kind\":\"List\",\"metadata\":{}}\n");
+  // Typed lists too; nested Lists come whole, as items of the outer one.
+  EXPECT_EQ(read_items("kind: DeploymentList\napiVersion: apps/v1\nitems: [{kind: List, items: "
+                       "[{a: 1}]}]\n"),
+            "0/0 3: {\"kind\":\"List\",\"items\":[{\"a\":1}]}\n"
+            "0 1: {\"kind\":\"DeploymentList\",\"apiVersion\":\"apps/v1\",\"items\":[]}\n");
+}
+
+// An object with a top-level `items` that is not a List (no apiVersion, or
+// another kind) comes whole after all, marked so that its items are taken back.
+TEST(ReaderListItems, NotAListComesWholeAndRecallsItsItems) {
+  EXPECT_EQ(read_items("kind: ConfigMap\napiVersion: v1\nitems: [1, 2]\n"),
+            "0/0 3: 1\n0/1 3: 2\n"
+            "0 recalled 1: {\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",\"items\":[1,2]}\n");
+  EXPECT_EQ(read_items("kind: List\nitems: [{a: 1}]\n"),
+            "0/0 2: {\"a\":1}\n0 recalled 1: {\"kind\":\"List\",\"items\":[{\"a\":1}]}\n");
+}
+
+// `kubectl get -o json`'s List, read by the streaming JSON reader, likewise;
+// each item knows its line. What that reader leaves to the YAML reader (a
+// duplicate key) is read whole there, and the items handed out are recalled.
+TEST(ReaderListItems, JsonListsToo) {
+  EXPECT_EQ(read_items("{\n  \"apiVersion\": \"v1\",\n  \"items\": [\n    {\"a\": 1},\n    "
+                       "{\"a\": 2}\n  ],\n  \"kind\": \"List\"\n}\n"),
+            "0/0 4: {\"a\":1}\n0/1 5: {\"a\":2}\n"
+            "0 1: {\"apiVersion\":\"v1\",\"items\":[],\"kind\":\"List\"}\n");
+  EXPECT_EQ(read_items("{\"kind\": \"Foo\", \"apiVersion\": \"v1\", \"items\": [1]}"),
+            "0/0 1: 1\n"
+            "0 recalled 1: {\"kind\":\"Foo\",\"apiVersion\":\"v1\",\"items\":[1]}\n");
+  EXPECT_EQ(read_items("{\"kind\": \"List\", \"apiVersion\": \"v1\", \"items\": [1], \"x\": 1, "
+                       "\"x\": 2}"),
+            "0/0 1: 1\nl.yaml:1:60: duplicate key \"x\": it is already set in this mapping\n");
+}
+
+// The sink may stop in the middle of a List; an anchored `items` is read whole.
+TEST(ReaderListItems, StopsWhenAskedAndKeepsAnchoredItemsWhole) {
+  EXPECT_EQ(read_items("apiVersion: v1\nkind: List\nitems: [{a: 1}, {a: 2}, {a: 3}]\n", 2),
+            "0/0 3: {\"a\":1}\n0/1 3: {\"a\":2}\n");
+  EXPECT_EQ(read_items("apiVersion: v1\nkind: List\nitems: &i [{a: 1}]\n"),
+            "0 1: {\"apiVersion\":\"v1\",\"kind\":\"List\",\"items\":[{\"a\":1}]}\n");
+}
+
+}  // namespace
+}  // namespace gracekeeper::manifest
+
+namespace gracekeeper::manifest {
+namespace {
+
+// Strict JSON is read as JSON, as kubectl reads it, even where yaml-cpp
+// would not read it as YAML: a key and its `:` on two lines (found by the
+// fuzzer, as a disagreement of the two readers).
+TEST(Reader, JsonKeyAndColonOnTwoLines) {
+  auto value =
+      read_one("{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"data\": {\"a\"\n  : \"1\"}}");
+  ASSERT_TRUE(value.has_value()) << value.error();
+  EXPECT_EQ((*value)["data"]["a"], "1");
+}
+
+// A line at column 0 with no `:` within the 1024 characters a key may have
+// (YAML 1.2, go-yaml) is rejected where that becomes clear, without yaml-cpp
+// scanning it whole (20 MB of `:` took 5 s, rejected at their end).
+TEST(Reader, NoColonWithinTheLengthOfAKey) {
+  const std::string start = "apiVersion: v1\nkind: ConfigMap\ndata:\n  a: b\n";
+  EXPECT_EQ(error_of(start + std::string(2000, ':')),
+            "in.yaml:5:1: invalid YAML: no `:` within the first 1024 characters of this line (a "
+            "line of a mapping must be `key: value`, and a key is at most 1024 characters)");
+  EXPECT_THAT(error_of(start + std::string(1500, 'x') + ": 1\n"), HasSubstr("in.yaml:5:1: "));
+  // Keys up to 1024 characters (not bytes), long values, and long lines that
+  // are not at column 0 or not in block context still read.
+  const std::string wide(1023, 'k');
+  EXPECT_TRUE(read_text(start + wide + ": 1\n", "in.yaml").has_value());
+  EXPECT_TRUE(read_text(start + "l: " + std::string(5000, 'v') + "\n", "in.yaml").has_value());
+  EXPECT_TRUE(read_text("apiVersion: v1\nkind: ConfigMap\ndata: {a: [\n" + std::string(3000, 'x') +
+                            "\n]}\n",
+                        "in.yaml")
+                  .has_value());
+  EXPECT_TRUE(read_text("apiVersion: v1\nkind: ConfigMap\ndata:\n  a: \"x\n" +
+                            std::string(3000, 'x') + "\"\n",
+                        "in.yaml")
+                  .has_value());
+}
+
+}  // namespace
+}  // namespace gracekeeper::manifest
