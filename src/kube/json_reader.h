@@ -4,7 +4,6 @@
 // env, resources and status are most of its text). Internal to src/kube.
 #pragma once
 
-#include <cstddef>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -28,17 +27,12 @@ class FilteringReader {
   using string_t = json::string_t;
   using Node = FieldSet::Node;
 
-  // `max_depth`: a document nested deeper (containers kept or dropped
-  // alike) is refused, "nested deeper than N", as it is read: copying and
-  // comparing a json are recursive.
   FilteringReader(std::string member, const FieldSet& fields,
-                  std::function<void(json&&)> on_item = {},
-                  std::size_t max_depth = static_cast<std::size_t>(-1))
+                  std::function<void(json&&)> on_item = {})
       : member_(std::move(member)),
         fields_(fields.root().whole ? nullptr : &fields.root()),
         wanted_(fields.wanted() ? &fields.wanted() : nullptr),
-        on_item_(std::move(on_item)),
-        max_depth_(max_depth) {}
+        on_item_(std::move(on_item)) {}
 
   bool null() { return value(json(nullptr)); }
   bool boolean(bool v) { return value(json(v)); }
@@ -107,10 +101,6 @@ class FilteringReader {
     return true;
   }
   bool open(json::value_t type) {
-    if (stack_.size() + skipping_ >= max_depth_) {
-      error_ = "nested deeper than " + std::to_string(max_depth_);
-      return false;
-    }
     if (dropped()) {
       ++skipping_;
       return true;
@@ -163,7 +153,6 @@ class FilteringReader {
   const Node* fields_;
   const FieldSet::Wanted* wanted_;
   std::function<void(json&&)> on_item_;
-  std::size_t max_depth_;
   std::vector<Frame> stack_;
   std::size_t skipping_ = 0;
   json root_;

@@ -94,16 +94,14 @@ struct LineError {
 // One trimmed, non-empty line -> one event.
 std::expected<WatchEvent, LineError> decode_event(std::string_view line,
                                                   const WatchDecoderOptions& options) {
-  Json doc;
-  const bool filtered = options.fields != nullptr && !options.fields->keeps_everything();
-  // The filtering reader checks the depth as it reads; a whole parse is
-  // checked first, in one more pass over the line.
-  if (!filtered && !within_depth(line, options.max_depth)) {
+  if (!within_depth(line, options.max_depth)) {
     return std::unexpected(LineError{WatchErrorKind::MalformedJson,
                                      fmt::format("nested deeper than {}", options.max_depth)});
   }
+  Json doc;
+  const bool filtered = options.fields != nullptr && !options.fields->keeps_everything();
   if (filtered) {
-    detail::FilteringReader reader("object", *options.fields, {}, options.max_depth);
+    detail::FilteringReader reader("object", *options.fields);
     if (!Json::sax_parse(line, &reader)) {
       return std::unexpected(LineError{WatchErrorKind::MalformedJson, reader.error()});
     }

@@ -7,8 +7,6 @@
 #include <string_view>
 #include <vector>
 
-#include "gracekeeper/kube/fields.h"
-
 namespace gracekeeper::kube {
 namespace {
 
@@ -196,35 +194,6 @@ TEST(WatchDecoder, RejectsMalformedInputs) {
     EXPECT_EQ(result.error().kind, c.kind) << c.line.substr(0, 80);
     EXPECT_FALSE(result.error().format().empty());
     EXPECT_FALSE(decoder.next());
-  }
-}
-
-// max_depth holds whether the whole event is built or only some fields of
-// it (the filtering reader counts the containers it drops too): the event,
-// its object and `extra` more levels, inside a member the fields drop.
-TEST(WatchDecoder, DepthLimitWithAndWithoutFields) {
-  auto line = [](std::size_t extra) {
-    return "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"},\"spec\":" +
-           std::string(extra, '[') + std::string(extra, ']') + "}}\n";
-  };
-  const FieldSet metadata_only({"metadata.name"});
-  for (const FieldSet* fields : {static_cast<const FieldSet*>(nullptr), &metadata_only}) {
-    WatchDecoderOptions options;
-    options.max_depth = 8;
-    options.fields = fields;
-    WatchDecoder within(options);
-    ASSERT_TRUE(within.feed(line(6))) << (fields ? "filtered" : "whole");
-    auto event = within.next();
-    ASSERT_TRUE(event);
-    EXPECT_EQ(event->object["metadata"]["name"], "a");
-    EXPECT_EQ(event->object.contains("spec"), fields == nullptr);
-
-    WatchDecoder beyond(options);
-    auto result = beyond.feed(line(7));
-    ASSERT_FALSE(result) << (fields ? "filtered" : "whole");
-    EXPECT_EQ(result.error().kind, WatchErrorKind::MalformedJson);
-    EXPECT_NE(result.error().format().find("nested deeper than 8"), std::string::npos)
-        << result.error().format();
   }
 }
 
