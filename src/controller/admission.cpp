@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deployment_decision.h"
+#include "gracekeeper/kube/watch_decoder.h"
 #include "takeover.h"
 
 namespace gracekeeper::controller {
@@ -18,34 +19,8 @@ using nlohmann::json;
 // nlohmann (copy, compare, destroy) far from the stack's end.
 constexpr std::size_t kMaxDepth = 128;
 
-bool within_depth(std::string_view text) {
-  std::size_t depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxDepth) return false;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return true;
-}
-
 std::string base64(std::string_view in) {
-  static constexpr char kAlphabet[] =
+  static constexpr char alphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   out.reserve((in.size() + 2) / 3 * 4);
@@ -53,17 +28,17 @@ std::string base64(std::string_view in) {
   for (; i + 2 < in.size(); i += 3) {
     const auto n = (std::uint32_t(std::uint8_t(in[i])) << 16) |
                    (std::uint32_t(std::uint8_t(in[i + 1])) << 8) | std::uint8_t(in[i + 2]);
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += kAlphabet[(n >> 6) & 63];
-    out += kAlphabet[n & 63];
+    out += alphabet[(n >> 18) & 63];
+    out += alphabet[(n >> 12) & 63];
+    out += alphabet[(n >> 6) & 63];
+    out += alphabet[n & 63];
   }
   if (i < in.size()) {
     std::uint32_t n = std::uint32_t(std::uint8_t(in[i])) << 16;
     if (i + 1 < in.size()) n |= std::uint32_t(std::uint8_t(in[i + 1])) << 8;
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += i + 1 < in.size() ? kAlphabet[(n >> 6) & 63] : '=';
+    out += alphabet[(n >> 18) & 63];
+    out += alphabet[(n >> 12) & 63];
+    out += i + 1 < in.size() ? alphabet[(n >> 6) & 63] : '=';
     out += '=';
   }
   return out;
@@ -264,7 +239,7 @@ AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {
     return bad_request(413, fmt::format("AdmissionReview of {} bytes: the limit is {} bytes",
                                         body.size(), kMaxAdmissionBytes));
   }
-  if (!within_depth(body)) {
+  if (!kube::json_within_depth(body, kMaxDepth)) {
     return bad_request(400, fmt::format("AdmissionReview nested deeper than {}", kMaxDepth));
   }
   // The old object is never read: it is dropped while parsing, which halves

@@ -20,42 +20,6 @@ std::string_view trim(std::string_view s) {
   return s.substr(first, s.find_last_not_of(space) - first + 1);
 }
 
-// nlohmann's parser itself is iterative, but copying and comparing a json are
-// recursive; reject absurd nesting before it becomes a value anyone copies.
-bool within_depth(std::string_view text, std::size_t max_depth) {
-  std::size_t depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        in_string = true;
-        break;
-      case '[':
-      case '{':
-        if (++depth > max_depth) return false;
-        break;
-      case ']':
-      case '}':
-        if (depth > 0) --depth;
-        break;
-      default:
-        break;
-    }
-  }
-  return true;
-}
-
 std::optional<WatchEventType> parse_type(std::string_view type) {
   if (type == "ADDED") return WatchEventType::Added;
   if (type == "MODIFIED") return WatchEventType::Modified;
@@ -94,7 +58,7 @@ struct LineError {
 // One trimmed, non-empty line -> one event.
 std::expected<WatchEvent, LineError> decode_event(std::string_view line,
                                                   const WatchDecoderOptions& options) {
-  if (!within_depth(line, options.max_depth)) {
+  if (!json_within_depth(line, options.max_depth)) {
     return std::unexpected(LineError{WatchErrorKind::MalformedJson,
                                      fmt::format("nested deeper than {}", options.max_depth)});
   }
@@ -151,6 +115,42 @@ std::expected<WatchEvent, LineError> decode_event(std::string_view line,
 }
 
 }  // namespace
+
+// nlohmann's parser itself is iterative, but copying and comparing a json are
+// recursive; reject absurd nesting before it becomes a value anyone copies.
+bool json_within_depth(std::string_view text, std::size_t max_depth) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        break;
+      case '[':
+      case '{':
+        if (++depth > max_depth) return false;
+        break;
+      case ']':
+      case '}':
+        if (depth > 0) --depth;
+        break;
+      default:
+        break;
+    }
+  }
+  return true;
+}
 
 std::string_view to_string(WatchEventType type) {
   switch (type) {

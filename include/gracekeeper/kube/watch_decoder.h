@@ -117,4 +117,9 @@ class WatchDecoder final {
   std::uint64_t event_index_ = 0;  // lines with content decoded so far
 };
 
+// True when no JSON array or object in `text` nests deeper than `max_depth`
+// (brackets inside strings do not count). One pass, no allocation: run it
+// before nlohmann builds a value, whose copies and comparisons recurse.
+bool json_within_depth(std::string_view text, std::size_t max_depth);
+
 }  // namespace gracekeeper::kube
