@@ -76,7 +76,34 @@ struct PopulateState {
   int existed = 0;
   int failed = 0;
   std::string first_error;
+
+  // Counts one create: made, already there (idempotent runs), or failed.
+  template <typename Result>
+  void record(const Result& r) {
+    if (r) {
+      ++created;
+    } else if (r.error().reason == kube::ApiError::Reason::AlreadyExists) {
+      ++existed;
+    } else {
+      ++failed;
+      if (first_error.empty()) first_error = r.error().format();
+    }
+  }
 };
+
+// Runs kPopulateInFlight copies of `worker()` on `io` until all have ended.
+template <typename MakeWorker>
+void run_in_flight(asio::io_context& io, MakeWorker make_worker) {
+  int done = 0;
+  for (int w = 0; w < kPopulateInFlight; ++w) {
+    asio::co_spawn(io, make_worker(), [&](std::exception_ptr e, int) {
+      ++done;
+      if (e) std::rethrow_exception(e);
+    });
+  }
+  io.restart();
+  while (done < kPopulateInFlight) io.run_one();
+}
 
 asio::awaitable<int> populate_worker(kube::Client& client, PopulateState& st) {
   while (st.next < st.todo.size()) {
@@ -84,16 +111,8 @@ asio::awaitable<int> populate_worker(kube::Client& client, PopulateState& st) {
     json object = deployment(set, i);
     kube::WriteOptions wo;
     wo.field_manager = "operator-bench";
-    auto r =
-        co_await client.create(kube::resources::deployments, ns_name(i), std::move(object), wo);
-    if (r) {
-      ++st.created;
-    } else if (r.error().reason == kube::ApiError::Reason::AlreadyExists) {
-      ++st.existed;
-    } else {
-      ++st.failed;
-      if (st.first_error.empty()) st.first_error = r.error().format();
-    }
+    st.record(
+        co_await client.create(kube::resources::deployments, ns_name(i), std::move(object), wo));
   }
   co_return 0;
 }
@@ -139,15 +158,7 @@ int populate(asio::io_context& io, kube::Client& client, int n, int r) {
     st.todo.emplace_back("off", i);
   }
   for (int j = 0; j < r; ++j) st.todo.emplace_back("react", j);
-  int done = 0;
-  for (int w = 0; w < kPopulateInFlight; ++w) {
-    asio::co_spawn(io, populate_worker(client, st), [&](std::exception_ptr e, int) {
-      ++done;
-      if (e) std::rethrow_exception(e);
-    });
-  }
-  io.restart();
-  while (done < kPopulateInFlight) io.run_one();
+  run_in_flight(io, [&] { return populate_worker(client, st); });
   const double secs = seconds_since(t0);
   std::printf(
       "populate: %zu Deployments (%d on, %d off, %d react) in %d namespaces: %d created, %d "
@@ -204,15 +215,7 @@ asio::awaitable<int> services_worker(kube::Client& client, int n, int& next, Pop
       json object = k == 0 ? bench_service(i) : bench_slice(i);
       kube::WriteOptions wo;
       wo.field_manager = "operator-bench";
-      auto r = co_await client.create(resource, ns_name(i), std::move(object), wo);
-      if (r) {
-        ++st.created;
-      } else if (r.error().reason == kube::ApiError::Reason::AlreadyExists) {
-        ++st.existed;
-      } else {
-        ++st.failed;
-        if (st.first_error.empty()) st.first_error = r.error().format();
-      }
+      st.record(co_await client.create(resource, ns_name(i), std::move(object), wo));
     }
   }
   co_return 0;
@@ -222,15 +225,7 @@ int services(asio::io_context& io, kube::Client& client, int n) {
   const auto t0 = Clock::now();
   PopulateState st;
   int next = 0;
-  int done = 0;
-  for (int w = 0; w < kPopulateInFlight; ++w) {
-    asio::co_spawn(io, services_worker(client, n, next, st), [&](std::exception_ptr e, int) {
-      ++done;
-      if (e) std::rethrow_exception(e);
-    });
-  }
-  io.restart();
-  while (done < kPopulateInFlight) io.run_one();
+  run_in_flight(io, [&] { return services_worker(client, n, next, st); });
   std::printf(
       "services: %d Services and %d EndpointSlices: %d created, %d already existed, %d failed "
       "in %.1f s\n",
