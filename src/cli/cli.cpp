@@ -256,45 +256,60 @@ void write_source(std::ostream& out, std::string_view text, bool& first) {
 }
 
 // The YAML output of plan: each input with its edits applied, written to
-// `out`, or as a diff, or back to its file (-w).
+// `out`, or as a diff, or back to its file (-w). Every edited file is read
+// back before anything is written: when one does not read, no file is
+// written and nothing goes to `out`.
 std::expected<void, std::string> write_edited(
     const OfflineOptions& options, const Loaded& loaded,
     const std::vector<std::vector<const PlannedChange*>>& by_source,
     std::chrono::system_clock::time_point now, std::ostream& out, std::ostream& summary) {
-  bool first = true;
+  struct Edited {
+    std::vector<manifest::TextEdit> edits;
+    std::shared_ptr<const std::string> text;
+  };
+  std::vector<std::optional<Edited>> edited(loaded.sources.size());
   for (std::size_t s = 0; s < loaded.sources.size(); ++s) {
+    if (by_source[s].empty()) continue;
     const SourceText& source = loaded.sources[s];
-    if (by_source[s].empty()) {
-      if (!options.in_place && !options.diff) write_source(out, *source.text, first);
-      continue;
-    }
-    EditedSource edited = edit_source(source, by_source[s], now);
-    for (const auto& where : edited.rewritten) {
+    EditedSource made = edit_source(source, by_source[s], now);
+    for (const auto& where : made.rewritten) {
       summary << fmt::format(
           "{}: note: this document could not be edited in place and was "
           "written out whole (comments and layout not kept)\n",
           escaped(where));
     }
-    const std::string text = manifest::apply_edits(*source.text, edited.edits);
-    // A document written whole was placed where the reader said it ends; if
-    // the file does not read back after that, nothing is written (a fuzz
-    // finding, test/fuzz/open/).
-    if (!edited.rewritten.empty()) {
-      if (auto again = manifest::read_text(text, source.name); !again) {
-        return std::unexpected(
-            fmt::format("{}: the edited text would not read back ({}); nothing is written for it: "
-                        "`plan -o json` gives the planned objects",
-                        source.name, again.error().message));
-      }
+    auto text =
+        std::make_shared<const std::string>(manifest::apply_edits(*source.text, made.edits));
+    // Each document's edit was read back on its own; the whole file is read
+    // again (item by item, documents dropped), because text around a
+    // document reads in its context (fuzz findings: a document written whole
+    // where the reader said it ends; a blank line after an insertion).
+    if (auto again = manifest::for_each_document(
+            text, source.name, [](manifest::Document&&) { return true; }, {}, nullptr,
+            manifest::ListItems::OneByOne);
+        !again) {
+      return std::unexpected(
+          fmt::format("{}: the edited text would not read back ({}); no file is written: "
+                      "`plan -o json` gives the planned objects",
+                      source.name, again.error().message));
+    }
+    edited[s] = Edited{std::move(made.edits), std::move(text)};
+  }
+  bool first = true;
+  for (std::size_t s = 0; s < loaded.sources.size(); ++s) {
+    const SourceText& source = loaded.sources[s];
+    if (!edited[s]) {
+      if (!options.in_place && !options.diff) write_source(out, *source.text, first);
+      continue;
     }
     if (options.diff) {
-      out << manifest::unified_diff(*source.text, edited.edits, "a/" + source.name,
+      out << manifest::unified_diff(*source.text, edited[s]->edits, "a/" + source.name,
                                     "b/" + source.name);
     }
     if (options.in_place) {
-      if (auto written = replace_file(source.path, text); !written) return written;
+      if (auto written = replace_file(source.path, *edited[s]->text); !written) return written;
     } else if (!options.diff) {
-      write_source(out, text, first);
+      write_source(out, *edited[s]->text, first);
     }
   }
   return {};

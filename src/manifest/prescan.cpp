@@ -25,7 +25,12 @@ bool is_break(char c) {
 // scan the whole line first, at about 4 MB/s.
 class DepthScanner {
  public:
-  DepthScanner(std::string_view text, int max_depth) : text_(text), max_depth_(max_depth) {}
+  // With `blank_tabs`, the tabs of blank lines (see normalise_blank_lines)
+  // are rewritten there, a copy of `text`, at the same offsets.
+  DepthScanner(std::string_view text, int max_depth, std::string* blank_tabs = nullptr)
+      : text_(text), max_depth_(max_depth), blank_tabs_(blank_tabs) {}
+
+  bool saw_blank_tabs() const { return saw_blank_tabs_; }
 
   std::optional<Prescan> run() {
     auto deep = run_lines();
@@ -43,12 +48,24 @@ class DepthScanner {
         ++i_;
         ++indent;
       }
+      bool scalar_ended = false;
       if (block_scalar_indent_ >= 0) {
         if (at_line_end() || static_cast<long>(indent) > block_scalar_indent_) {
           skip_line();
           continue;
         }
         block_scalar_indent_ = -1;
+        scalar_ended = true;
+      }
+      if (depth_ == 0 && quote_ == 0 && !scalar_ended && blank_with_tab()) {
+        saw_blank_tabs_ = true;
+        if (blank_tabs_ != nullptr) {
+          for (std::size_t j = i_; j < text_.size() && !is_break(text_[j]); ++j) {
+            (*blank_tabs_)[j] = ' ';
+          }
+        }
+        skip_line();
+        continue;
       }
       if (quote_ != 0) {
         if (!scan_quoted()) return too_deep_;
@@ -63,6 +80,16 @@ class DepthScanner {
   }
 
   bool at_line_end() const { return i_ >= text_.size() || is_break(text_[i_]); }
+
+  // The rest of the line is blanks, and one of them a tab.
+  bool blank_with_tab() const {
+    bool tab = false;
+    for (std::size_t j = i_; j < text_.size() && !is_break(text_[j]); ++j) {
+      if (!is_space(text_[j])) return false;
+      tab = tab || text_[j] == '\t';
+    }
+    return tab;
+  }
 
   void skip_line() {
     while (i_ < text_.size() && !is_break(text_[i_])) ++i_;
@@ -200,6 +227,8 @@ class DepthScanner {
 
   std::string_view text_;
   int max_depth_;
+  std::string* blank_tabs_;
+  bool saw_blank_tabs_ = false;
   bool long_key_ = false;
   std::size_t line_start_ = 0;
   std::size_t i_ = 0;
@@ -211,8 +240,17 @@ class DepthScanner {
 
 }  // namespace
 
-std::optional<Prescan> prescan(std::string_view text, int max_depth) {
-  return DepthScanner(text, max_depth).run();
+std::optional<Prescan> prescan(std::string_view text, int max_depth, bool* blank_tabs) {
+  DepthScanner scanner(text, max_depth);
+  auto found = scanner.run();
+  if (blank_tabs != nullptr) *blank_tabs = scanner.saw_blank_tabs();
+  return found;
+}
+
+std::string blank_lines_without_tabs(std::string_view text, int max_depth) {
+  std::string copy(text);
+  DepthScanner(text, max_depth, &copy).run();
+  return copy;
 }
 
 bool has_lone_cr(std::string_view text) {

@@ -29,13 +29,27 @@ struct Prescan {
   std::size_t offset = 0;  // the `[` or `{` too deep, or the line's start
   Problem problem = Problem::TooDeep;
 };
-std::optional<Prescan> prescan(std::string_view text, int max_depth);
+// `blank_tabs`, when given, is set when the text has a blank line with a
+// tab that blank_lines_without_tabs rewrites.
+std::optional<Prescan> prescan(std::string_view text, int max_depth, bool* blank_tabs = nullptr);
 
 // YAML allows a lone CR as a line break (old Mac files); yaml-cpp does not.
 // Rewrites each lone CR to LF in place, byte for byte, so every offset and
 // line number stays the same. True when something changed.
 bool normalise_line_breaks(std::string& text);
 bool has_lone_cr(std::string_view text);
+
+// A line of nothing but blanks is an empty line to YAML wherever it stands
+// (tabs included: YAML 1.2's l-empty and l-comment), but yaml-cpp refuses a
+// tab on it in block context, except right after a flow collection. So a
+// stray tab made a file read or not depending on what came before it, and
+// an edit above it could make a file that read stop reading. A copy of the
+// text with those tabs made spaces, byte for byte (offsets and line numbers
+// stay), outside quoted scalars and flow collections (where yaml-cpp takes
+// them), block scalars (where they are content) and the line that ends a
+// block scalar. `max_depth` as for prescan, which must have found nothing
+// (and said there is such a line).
+std::string blank_lines_without_tabs(std::string_view text, int max_depth);
 
 // The text as one strict JSON object starting at offset `first` (the first
 // byte that is not a blank or line break), decoded in one streaming pass

@@ -709,7 +709,8 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
   const std::string file(name);
   try {
     if (auto bad = check_text(*text, name, limits)) return std::unexpected(std::move(*bad));
-    if (auto found = detail::prescan(*text, limits.max_depth)) {
+    bool blank_tabs = false;
+    if (auto found = detail::prescan(*text, limits.max_depth, &blank_tabs)) {
       return std::unexpected(error_at(
           name, *text, found->offset,
           found->problem == detail::Prescan::Problem::TooDeep
@@ -723,6 +724,10 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
       std::string copy = *text;
       detail::normalise_line_breaks(copy);
       text = std::make_shared<const std::string>(std::move(copy));
+    }
+    if (blank_tabs) {
+      text = std::make_shared<const std::string>(
+          detail::blank_lines_without_tabs(*text, limits.max_depth));
     }
     const std::size_t first = text->find_first_not_of(" \t\r\n");
     bool recall_first = false;

@@ -121,5 +121,32 @@ TEST(Corpus, PlanInPlaceNeverWritesWhatDoesNotReadBack) {
   EXPECT_EQ(after, before);
 }
 
+// Every edited file is read back before any is written: with -w over two
+// files, one that would not read back leaves both as they were.
+TEST(Corpus, PlanInPlaceWritesNoFileWhenOneDoesNotReadBack) {
+  const fs::path open =
+      fs::path(GK_SOURCE_DIR) / "test/fuzz/open/flow-comment-after-comma-rewrite-ends-early.json";
+  const fs::path dir = fs::temp_directory_path() / ("gk-two-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(GK_SOURCE_DIR) / "test/corpus/plan/01-comments.yaml", dir / "a.yaml",
+                fs::copy_options::overwrite_existing);
+  fs::copy_file(open, dir / "b.yaml", fs::copy_options::overwrite_existing);
+  const std::string a = slurp(dir / "a.yaml"), b = slurp(dir / "b.yaml");
+  auto alone = run({"plan", "-f", (dir / "b.yaml").string()});
+  if (alone.code == 0) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "the open finding is fixed: this test needs another input that does not "
+                    "read back after its edit";
+  }
+  auto edited =
+      run({"plan", "-w", "-f", (dir / "a.yaml").string(), "-f", (dir / "b.yaml").string()});
+  EXPECT_EQ(edited.code, 2) << edited.err;
+  EXPECT_NE(edited.err.find("no file is written"), std::string::npos) << edited.err;
+  EXPECT_EQ(slurp(dir / "a.yaml"), a);
+  EXPECT_EQ(slurp(dir / "b.yaml"), b);
+  EXPECT_FALSE(fs::exists(dir / "a.yaml.gracekeeper-tmp"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gracekeeper::cli
