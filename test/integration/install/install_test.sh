@@ -169,6 +169,18 @@ else
   k logs -n "$NS" "$LEADER" --tail=20
 fi
 check "its new pods roll out and become Ready" k rollout status deploy/checkout -n shop --timeout=90s
+
+# The admission webhook, on by default with self-managed certificates: once
+# the caBundle is patched, a labelled Deployment is stored tuned at its
+# creation (generation 1: no second write, no second rollout).
+has_ca_bundle() { [ -n "$(k get mutatingwebhookconfiguration gracekeeper -o jsonpath='{.webhooks[0].clientConfig.caBundle}')" ]; }
+check "the webhook's caBundle is patched by the operator" eventually 60 has_ca_bundle
+t0=$(now)
+deployment hooked | sed 's|^  annotations: |  labels: {gracekeeper.dev/enabled: "true"}\n  annotations: |' | k apply -f - >/dev/null
+generation=$(k get deploy hooked -n shop -o jsonpath='{.metadata.generation}')
+check "a labelled Deployment is stored tuned by the webhook at generation 1 (got $generation)" test "$generation" = 1
+check "... with the budget (preStop 6, grace 26, 0 unavailable, surge 1)" tuned hooked
+figure "webhook-create-seconds $(sub "$(now)" "$t0")"
 k get shutdownpolicies -A >"$TMP/sdp.txt" 2>&1
 check "kubectl get shutdownpolicies -A shows the policy with its figures ($(tail -n 1 "$TMP/sdp.txt" | tr -s ' '))" \
   grep -qE '^shop +default +.*6' "$TMP/sdp.txt"
@@ -183,12 +195,14 @@ if [ "$SMOKE" = 0 ]; then
   # ---------------------------------------------------------------- RBAC
   # The rules the ServiceAccount holds, as `kubectl auth can-i --list` sees
   # them in the release namespace, against the rules the chart installed
-  # (ClusterRole + the leader-election Role), resource by resource. What any
+  # (ClusterRole + the leader-election Role, and the webhook's ClusterRole
+  # and Role, on by default), resource by resource. What any
   # ServiceAccount may do (self-reviews, discovery, ...) is what the namespace's
   # default ServiceAccount may do: set aside.
   k auth can-i --list --as="$SA" -n "$NS" >"$TMP/can-i.txt" 2>&1
   k auth can-i --list --as="system:serviceaccount:$NS:default" -n "$NS" >"$TMP/can-i-default.txt" 2>&1
-  { k get clusterrole gracekeeper -o json; k get role gracekeeper-leader-election -n "$NS" -o json; } |
+  { k get clusterrole gracekeeper -o json; k get role gracekeeper-leader-election -n "$NS" -o json
+    k get clusterrole gracekeeper-webhook -o json; k get role gracekeeper-webhook-certs -n "$NS" -o json; } |
     jq -s '[.[].rules[]]' >"$TMP/rules.json"
   diff_out=$(python3 - "$TMP/can-i.txt" "$TMP/rules.json" "$TMP/can-i-default.txt" <<'PY'
 import json, re, sys

@@ -62,8 +62,10 @@ rejected 'terminationGracePeriodSeconds: 5 (the operator needs 10 s)' --set term
 rejected 'resources.requests.gpu' --set resources.requests.gpu=1
 
 # ------------------------------------------------------------- what renders
-d=$(render)
-expect "default objects" "$(kinds "$d")" \
+# Most checks below read the chart without the webhook; the webhook's own
+# section reads the default (webhook on).
+d=$(render --set webhook.enabled=false)
+expect "objects without the webhook" "$(kinds "$d")" \
   "ClusterRole/gracekeeper ClusterRoleBinding/gracekeeper Deployment/gracekeeper PodDisruptionBudget/gracekeeper Role/gracekeeper-leader-election RoleBinding/gracekeeper-leader-election Service/gracekeeper-metrics ServiceAccount/gracekeeper"
 dep() { jq -c "[.[] | select(.kind == \"Deployment\")][0] | $1" <<<"$d"; }
 expect "replicas" "$(dep .spec.replicas)" 2
@@ -80,7 +82,7 @@ expect "PDB minAvailable" "$(jq -c '.[] | select(.kind == "PodDisruptionBudget")
 expect "metrics Service selects the operator pods" \
   "$(jq -c '[.[] | select(.kind == "Service")][0].spec.selector == ([.[] | select(.kind == "Deployment")][0].spec.selector.matchLabels)' <<<"$d")" true
 
-d1=$(render --set replicas=1 --set leaderElection.enabled=false)
+d1=$(render --set webhook.enabled=false --set replicas=1 --set leaderElection.enabled=false)
 expect "one replica, no leader election: no PDB, no Lease Role" "$(kinds "$d1")" \
   "ClusterRole/gracekeeper ClusterRoleBinding/gracekeeper Deployment/gracekeeper Service/gracekeeper-metrics ServiceAccount/gracekeeper"
 expect "... and no --leader-elect" "$(jq -c '[.[] | select(.kind == "Deployment")][0].spec.template.spec.containers[0].args | map(select(startswith("--leader"))) | length' <<<"$d1")" 0
@@ -88,7 +90,7 @@ expect "... and no --leader-elect" "$(jq -c '[.[] | select(.kind == "Deployment"
   && not_ok "2 replicas without leader election rendered" \
   || ok "2 replicas without leader election fail to render ($(grep -o 'replicas > 1 needs leaderElection.enabled' "$WORK/err"))"
 
-dw=$(render --set watchNamespace=shop-prod)
+dw=$(render --set webhook.enabled=false --set watchNamespace=shop-prod)
 expect "watchNamespace: --namespace flag" "$(jq -c '[.[] | select(.kind == "Deployment")][0].spec.template.spec.containers[0].args | map(select(startswith("--namespace")))' <<<"$dw")" '["--namespace=shop-prod"]'
 expect "watchNamespace: the ClusterRole is bound in that namespace only" \
   "$(jq -c '[.[] | select(.roleRef.kind == "ClusterRole")] | map("\(.kind) \(.metadata.namespace)")' <<<"$dw")" '["RoleBinding shop-prod"]'
@@ -112,9 +114,10 @@ expect "extraArgs appended; image repository and tag" \
 # ------------------------------------------------------------- the admission webhook
 rejected 'webhook.timeoutSeconds: 60' --set webhook.timeoutSeconds=60
 rejected 'webhook.certManager.issuerRef.kind: Vault' --set webhook.certManager.issuerRef.kind=Vault
-expect "webhook is off by default" "$(jq -c '[.[] | select(.kind == "MutatingWebhookConfiguration" or (.metadata.name | test("webhook")))] | length' <<<"$d")" 0
-dh=$(render --set webhook.enabled=true)
-expect "webhook.enabled: objects" "$(kinds "$dh")" \
+expect "webhook.enabled=false renders no webhook object" "$(jq -c '[.[] | select(.kind == "MutatingWebhookConfiguration" or (.metadata.name | test("webhook")))] | length' <<<"$d")" 0
+dh=$(render)
+expect "the webhook is on by default (the same as webhook.enabled=true)" "$(kinds "$dh")" "$(kinds "$(render --set webhook.enabled=true)")"
+expect "default objects" "$(kinds "$dh")" \
   "ClusterRole/gracekeeper ClusterRole/gracekeeper-webhook ClusterRoleBinding/gracekeeper ClusterRoleBinding/gracekeeper-webhook Deployment/gracekeeper MutatingWebhookConfiguration/gracekeeper PodDisruptionBudget/gracekeeper Role/gracekeeper-leader-election Role/gracekeeper-webhook-certs RoleBinding/gracekeeper-leader-election RoleBinding/gracekeeper-webhook-certs Service/gracekeeper-metrics Service/gracekeeper-webhook ServiceAccount/gracekeeper"
 wh() { jq -c "[.[] | select(.kind == \"MutatingWebhookConfiguration\")][0].webhooks[0] | $1" <<<"$dh"; }
 expect "webhook: Service, path, port" "$(wh '.clientConfig.service | "\(.namespace)/\(.name):\(.port)\(.path)"')" '"gracekeeper-system/gracekeeper-webhook:443/mutate-deployments"'
@@ -159,8 +162,8 @@ expect "webhook.certManager.issuerRef: no Issuer of ours" \
   && ok "helm lint --strict with the webhook and cert-manager" || { not_ok "helm lint --strict with the webhook"; note <"$WORK/lint3.out"; }
 
 # ------------------------------------------------------------- chart == config/ (kustomize)
-k=$(kubectl kustomize "$ROOT/config/default" | yaml2json)
-expect "kustomize objects" "$(kinds "$k")" \
+k=$(kubectl kustomize "$ROOT/config/without-webhook" | yaml2json)
+expect "kustomize objects without the webhook" "$(kinds "$k")" \
   "ClusterRole/gracekeeper ClusterRoleBinding/gracekeeper CustomResourceDefinition/shutdownpolicies.gracekeeper.dev Deployment/gracekeeper Namespace/gracekeeper-system Role/gracekeeper-leader-election RoleBinding/gracekeeper-leader-election Service/gracekeeper-metrics ServiceAccount/gracekeeper"
 same() {  # same WHAT JQ: the jq expression gives the same JSON on both
   local a b
@@ -178,9 +181,13 @@ same "Deployment: image, args, env, ports, probes, resources" \
   '.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0] | [.image, .args[:6], .env, .ports, .livenessProbe, .readinessProbe, .resources]'
 same "metrics Service ports" '.[] | select(.kind == "Service") | .spec.ports'
 
-# The webhook: config/with-webhook == the chart with webhook.enabled.
+# The webhook: config/default == the chart's default, both with the webhook.
 d=$dh
-k=$(kubectl kustomize "$ROOT/config/with-webhook" | yaml2json)
+k=$(kubectl kustomize "$ROOT/config/default" | yaml2json)
+expect "config/default is config/without-webhook plus the webhook's objects" "$(kinds "$k")" \
+  "$(kinds "$(kubectl kustomize "$ROOT/config/without-webhook" | yaml2json)" | tr ' ' '\n' |
+    cat - <(echo "ClusterRole/gracekeeper-webhook ClusterRoleBinding/gracekeeper-webhook MutatingWebhookConfiguration/gracekeeper Role/gracekeeper-webhook-certs RoleBinding/gracekeeper-webhook-certs Service/gracekeeper-webhook" | tr ' ' '\n') |
+    LC_ALL=C sort | tr '\n' ' ' | sed 's/ $//')"
 same "webhook: MutatingWebhookConfiguration" '.[] | select(.kind == "MutatingWebhookConfiguration") | .webhooks'
 same "webhook: Service ports" '.[] | select(.kind == "Service" and .metadata.name == "gracekeeper-webhook") | .spec.ports'
 same "webhook: the Secret's Role" '.[] | select(.kind == "Role" and .metadata.name == "gracekeeper-webhook-certs") | .rules'

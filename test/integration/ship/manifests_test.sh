@@ -150,7 +150,7 @@ expect "... no secrets or * among them" "$secrets" 0
 
 # ------------------------------------------------------------- the admission webhook (self-managed certificates)
 dry_run "helm template (webhook.enabled)" "${HT[@]}" --set webhook.enabled=true
-dry_run "kubectl kustomize config/with-webhook" kubectl kustomize "$ROOT/config/with-webhook"
+dry_run "kubectl kustomize config/without-webhook" kubectl kustomize "$ROOT/config/without-webhook"
 "${HT[@]}" --set webhook.enabled=true --show-only templates/webhook-rbac.yaml >"$WORK/webhook-rbac.yaml"
 k apply -f "$WORK/webhook-rbac.yaml" >"$WORK/webhook-rbac.out" 2>&1 && ok "the webhook's RBAC installed ($(wc -l <"$WORK/webhook-rbac.out") objects)" \
   || { not_ok "installing the webhook's RBAC"; note <"$WORK/webhook-rbac.out"; }
