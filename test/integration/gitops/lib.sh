@@ -17,6 +17,7 @@ HOOK=gracekeeper-gitops-test
 cleanup() {
   [ -n "${HEAL_PID:-}" ] && kill "$HEAL_PID" 2>/dev/null && wait "$HEAL_PID" 2>/dev/null
   [ -n "${OP_PID:-}" ] && kill -KILL "$OP_PID" 2>/dev/null
+  [ -n "${HUNG_PID:-}" ] && kill "$HUNG_PID" 2>/dev/null
   if [ "$FAILED" -gt 0 ]; then
     for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
   fi

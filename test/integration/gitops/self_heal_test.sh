@@ -16,10 +16,13 @@
 # set-back, and every later apply is unchanged. A kube-controller-manager runs; no node.
 #
 # usage: test/integration/gitops/self_heal_test.sh GRACEKEEPER_BINARY
-#          [DURATION_SECONDS [PERIOD_SECONDS [MIN_INTERVAL_SECONDS]]]
-#   Defaults 120, 10 and 3600 (the policy's changes.minIntervalSeconds; it
+#          [DURATION_SECONDS [PERIOD_SECONDS [MIN_INTERVAL_SECONDS [refused|hung]]]]
+#   Defaults 120, 10, 3600 (the policy's changes.minIntervalSeconds; it
 #   must exceed the duration, or gracekeeper tunes again once the first
-#   set-back has left the interval). Starts its own control plane.
+#   set-back has left the interval) and refused: nothing listens on the
+#   webhook's port. With hung, a listener there accepts connections and
+#   never answers, so each admission waits the whole timeout. Starts its
+#   own control plane.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -27,6 +30,11 @@ GK="${1:?usage: self_heal_test.sh GRACEKEEPER_BINARY [DURATION [PERIOD [MIN_INTE
 DURATION=${2:-120}
 PERIOD=${3:-10}
 MIN_INTERVAL=${4:-3600}
+HOOK_MODE=${5:-refused}
+[[ "$HOOK_MODE" =~ ^(refused|hung)$ ]] || {
+  echo "self_heal_test.sh: the webhook mode must be refused or hung, got '$HOOK_MODE'"
+  exit 2
+}
 for v in "$DURATION" "$PERIOD" "$MIN_INTERVAL"; do
   [[ "$v" =~ ^[1-9][0-9]*$ ]] || {
     echo "self_heal_test.sh: DURATION, PERIOD and MIN_INTERVAL must be positive integers, got '$v'"
@@ -40,12 +48,27 @@ if [ "$MIN_INTERVAL" -le "$DURATION" ] || [ "$DURATION" -lt $((3 * PERIOD)) ]; t
 fi
 WORK="$(mktemp -d)"
 . "$ROOT/test/integration/gitops/lib.sh"
-echo "# self-heal every ${PERIOD}s for ${DURATION}s; changes.minIntervalSeconds ${MIN_INTERVAL}"
+echo "# self-heal every ${PERIOD}s for ${DURATION}s; changes.minIntervalSeconds ${MIN_INTERVAL}; webhook $HOOK_MODE"
 
 setup_namespace "$MIN_INTERVAL"
 k create service clusterip checkout -n "$NS" --tcp=80:8080 >/dev/null
-# The webhook is down: its configuration stays, nothing listens on its port.
+# The webhook is down: its configuration stays, nothing listens on its port
+# (refused) or nothing answers there (hung).
 DEAD_PORT=$(free_port)
+if [ "$HOOK_MODE" = hung ]; then
+  python3 - "$DEAD_PORT" >"$WORK/hung.log" 2>&1 <<'PY' &
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(64)
+held = []
+while True:
+    held.append(s.accept()[0])  # never read, never answered
+PY
+  HUNG_PID=$!
+  wait_for 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DEAD_PORT"
+fi
 register_webhook "$DEAD_PORT"
 start_operator op
 
@@ -129,11 +152,17 @@ jq -r --arg since "$start" 'select(.stage == "ResponseComplete" and .objectRef.r
     - ((.requestReceivedTimestamp | sub("\\.[0-9]+Z$"; "Z") | fromdate) + (.requestReceivedTimestamp | capture("\\.(?<f>[0-9]+)Z$").f | "0." + . | tonumber))' \
   "$CLUSTER/audit.log" >"$WORK/admission"
 n=$(wc -l <"$WORK/admission")
-max=$(sort -g "$WORK/admission" | tail -1)
+max=$(sort -g "$WORK/admission" | tail -1 | awk '{ printf "%.3f", $1 }')
 echo "# admission of kubectl's writes (API server, received -> response): n=$n, max ${max}s"
 awk -v m="$max" 'BEGIN { exit !(m != "" && m < 3.0) }' &&
   ok "kubectl's writes were admitted within timeoutSeconds + 1 s ($n writes, slowest ${max}s)" ||
   not_ok "admission took ${max}s"
+if [ "$HOOK_MODE" = hung ]; then
+  fastest=$(sort -g "$WORK/admission" | head -1 | awk '{ printf "%.3f", $1 }')
+  awk -v m="$fastest" 'BEGIN { exit !(m >= 1.9) }' &&
+    ok "...each after waiting out the hung webhook's 2 s timeout (fastest ${fastest}s)" ||
+    not_ok "an admission took ${fastest}s: the webhook did not hang it"
+fi
 writes=$(audit_deployment_writes checkout "$start")
 expect "every kubectl write failed open at the webhook (audit log)" \
   "$(grep '^[a-z]* kubectl' <<<"$writes" | sort | uniq -c | tr -s ' ' | sed 's/^ //' | tr '\n' ';')" \
