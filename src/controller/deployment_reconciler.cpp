@@ -272,6 +272,22 @@ boost::asio::awaitable<std::optional<kube::EventRecord>> DeploymentReconciler::f
                   who, decision.min_interval.count(), what, who, decision.write->changes)};
 }
 
+// Whether gracekeeper's last write of the Deployment was applied over this
+// snapshot or a newer one. Then the snapshot is stale (an event of the
+// object from before the write, e.g. the Deployment controller's status
+// update, woke the reconcile before the watch brought the write): writing
+// the same fields again would be a second request, a second Tuned Event
+// and, with a new time in gracekeeper.dev/applied, a new generation. The
+// write's own watch event reconciles again: a written change always bumps
+// the generation (spec, or annotations, which bump a Deployment's too).
+bool DeploymentReconciler::written_over(const std::string& key, const CachedDeployment& cached) {
+  const auto it = written_.find(key);
+  if (it == written_.end()) return false;
+  if (it->second.uid == cached.uid && cached.generation <= it->second.generation) return true;
+  written_.erase(it);
+  return false;
+}
+
 void DeploymentReconciler::seed_fights(const std::map<std::string, TimePoint>& fights) {
   for (const auto& [key, at] : fights) {
     // Counted as set back twice then, and at the Deployment's current
@@ -292,6 +308,7 @@ void DeploymentReconciler::forget_decision(const std::string& key) const {
 void DeploymentReconciler::forget(const std::string& key) {
   forget_decision(key);
   set_backs_.erase(key);
+  written_.erase(key);
   ledger_.forget(key);
   blocked_.erase(key);
   rolling_.erase(key);
@@ -316,6 +333,10 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
   }
   const kube::ObjectRef ref = deployment_ref(ns, name, cached->uid);
   if (decision.wait_for_policy) co_return Result::done();
+  if (decision.write && written_over(key, *cached)) {
+    log::debug("stale snapshot, already written", {{"deployment", key}});
+    co_return Result::done();
+  }
   if (decision.blocked && co_await conflict_released(key, cached)) {
     log::info("conflicting fields released, trying again", {{"deployment", key}});
     blocked_.erase(key);
@@ -352,6 +373,7 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
     if (!outcome || !outcome->applied) rolling_.erase(key);
     if (!outcome) co_return transient(outcome.error());
     if (outcome->applied) {
+      written_.insert_or_assign(key, WrittenOver{cached->uid, cached->generation});
       if (blocked_.erase(key)) deps_.policy_changed(decision.policy_key);
       // One Event for the tune, with the findings of the written Deployment
       // folded in; its next reconcile reports only what differs from them.

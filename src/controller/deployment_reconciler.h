@@ -108,6 +108,7 @@ class DeploymentReconciler {
   void report(const std::string& key, const kube::ObjectRef&, std::vector<kube::EventRecord>);
   void forget(const std::string& key);
   bool behind_service(const budget::Deployment&) const;
+  bool written_over(const std::string& key, const CachedDeployment&);
   boost::asio::awaitable<std::optional<kube::EventRecord>> field_fight(const std::string& key,
                                                                        const CachedDeployment&,
                                                                        const DeploymentDecision&);
@@ -126,6 +127,13 @@ class DeploymentReconciler {
     std::int64_t generation = 0;
   };
   std::unordered_map<std::string, SetBacks> set_backs_;
+  // Writes applied -> the object (uid, generation) they were written over,
+  // until the store shows a newer generation (written_over).
+  struct WrittenOver {
+    std::string uid;
+    std::int64_t generation = 0;
+  };
+  std::unordered_map<std::string, WrittenOver> written_;
   // Re-tunes written (or being written) -> the generation they were written
   // over: in flight until the store shows a newer one (rollouts_in_flight).
   std::unordered_map<std::string, std::int64_t> rolling_;

@@ -228,6 +228,50 @@ TEST_F(DeploymentReconcilerTest, AnEventThatStopsApplyingIsReportedAgainWhenItCo
   EXPECT_EQ(world.events.recorded.size(), first + 1 + first);
 }
 
+// Seen against a real API server (test/integration/gitops): the Deployment
+// controller's status update of the generation gracekeeper had just written
+// over woke a second reconcile before the watch brought the write, which
+// then applied the same fields again with a new applied time: a second
+// request, a second Tuned Event and one generation more.
+TEST_F(DeploymentReconcilerTest, AStaleSnapshotOfAWrittenGenerationIsNotWrittenAgain) {
+  json d = deployment();
+  world.put_deployment(d);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_EQ(world.writer.calls.size(), 1u);
+  const json written = world.objects.at("shop/web");
+  ASSERT_EQ(written["metadata"]["generation"], 2);
+
+  // The status update of generation 1, after the write: stale.
+  json status_update = d;
+  status_update["status"] = {{"observedGeneration", 1}};
+  world.put_deployment(status_update);
+  auto r = world.reconcile_deployment("shop/web");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(*r, Result::done());  // the write's own watch event comes next
+  EXPECT_EQ(world.writer.calls.size(), 1u);
+  EXPECT_EQ(world.events.recorded.size(), 1u);
+
+  // The write arrives: nothing to do.
+  world.put_deployment(written);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 1u);
+
+  // A newer generation that needs the budget again is written.
+  json set_back = d;
+  set_back["metadata"]["generation"] = 3;
+  world.put_deployment(set_back);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 2u);
+
+  // So is a Deployment deleted and created again under the same name, at
+  // generation 1 but with another uid.
+  json recreated = d;
+  recreated["metadata"]["uid"] = "u-web-2";
+  world.put_deployment(recreated);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 3u);
+}
+
 TEST_F(DeploymentReconcilerTest, ADeletedDeploymentIsForgotten) {
   json d = deployment();
   d["metadata"]["managedFields"] = {{{"manager", "flux"}, {"operation", "Apply"}}};
