@@ -15,6 +15,7 @@
 #include <cmath>
 #include <deque>
 #include <optional>
+#include <utility>
 
 #include "gracekeeper/manifest/writer.h"
 #include "yaml_support.h"
@@ -334,34 +335,57 @@ class Text {
 
   // The end of the flow collection opening at `i`. A quote opens a quoted
   // scalar only where a node starts; inside a plain scalar (`a"b`, `a "b`)
-  // it is an ordinary character, so plain scalars are skipped whole.
+  // it is an ordinary character, so plain scalars are skipped whole. A `#`
+  // where a token starts is a comment, as yaml-cpp reads it, blank before it
+  // or not (`a,# [x`): only a plain scalar holds one (`a#b`, `:#b`).
   std::size_t flow_end(std::size_t i) const {
     int depth = 0;
+    bool token_start = true;
+    // After a quoted scalar or a flow collection a `:` is an indicator
+    // whatever follows it (yaml-cpp's JSON-like value).
+    bool json_node = false;
     while (i < s_.size()) {
       const char c = s_[i];
+      const bool was_json_node = std::exchange(json_node, false);
       if (c == '"' || c == '\'') {
         i = quoted_end(i);
-      } else if (c == '#' && (i == 0 || std::string_view(" \t\r\n").find(s_[i - 1]) !=
-                                            std::string_view::npos)) {
-        while (!line_end(i)) ++i;  // a comment, after a blank or at a line's start
+        token_start = json_node = true;
+      } else if (c == '#' && token_start) {
+        while (!line_end(i)) ++i;  // a comment
+        json_node = was_json_node;
       } else if (c == '[' || c == '{') {
         ++depth;
         ++i;
+        token_start = true;
       } else if (c == ']' || c == '}') {
         if (--depth == 0) return i + 1;
         ++i;
+        token_start = json_node = true;
       } else if (c == '&' || c == '!') {
         const std::size_t next = skip_properties(i);
         i = next > i ? next : i + 1;
-      } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' || c == ':' ||
-                 c == '?') {
+        token_start = s_[i - 1] == ' ' || s_[i - 1] == '\t';
+      } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',') {
         ++i;
+        token_start = true;
+        json_node = was_json_node && c != ',';
+      } else if ((c == ':' && (was_json_node || indicator_end(i + 1))) ||
+                 (c == '?' && (line_end(i + 1) || at(i + 1) == ' ' || at(i + 1) == '\t'))) {
+        ++i;
+        token_start = true;
       } else {
         const std::size_t end = plain_end(i, true);
         i = end > i ? end : i + 1;
+        token_start = false;
       }
     }
     return s_.size();
+  }
+
+  // What may follow a `:` indicator in a flow collection.
+  bool indicator_end(std::size_t i) const {
+    return line_end(i) || at(i) == ' ' || at(i) == '\t' || at(i) == ',' || at(i) == ']' ||
+           at(i) == '}';
   }
 
   // Where the scalar key that starts at `key` ends.

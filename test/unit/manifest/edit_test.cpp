@@ -114,6 +114,19 @@ TEST(Edit, CommentAtALineStartInsideAFlowMapping) {
             "{a: 1,\n# \"x}\nb: 2,\n\"d\": 3}\n---\nc: 2\n");  // one member per line
 }
 
+// A `#` right after a `,` (or a quoted scalar, or a bracket) starts a
+// comment, blank before it or not; brackets in it open nothing. Inside a
+// plain scalar it does not (found by the fuzzer: the rewrite ended one `}`
+// early).
+TEST(Edit, CommentRightAfterACommaInsideAFlowMapping) {
+  EXPECT_EQ(edited("{a: 1,# {x: [\nb: 2}\n---\nc: 2\n", 0, "d", 3),
+            "{a: 1,# {x: [\nb: 2,\n\"d\": 3}\n---\nc: 2\n");
+  EXPECT_EQ(edited("{\"a\": \"1\"# }\n, \"b\": 2}\n---\nc: 2\n", 0, "d", 3),
+            "{\"a\": \"1\"# }\n, \"b\": 2,\n  \"d\": 3}\n---\nc: 2\n");
+  EXPECT_EQ(edited("{a: [1]#}\n, b: x#y, c: :#y}\n---\nc: 2\n", 0, "d", 3),
+            "{a: [1]#}\n, b: x#y, c: :#y,\n          \"d\": 3}\n---\nc: 2\n");
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";
