@@ -140,9 +140,80 @@ TEST(Edit, SourceEditorEditsDocumentsInOrder) {
     auto edit = editor.edit((*documents)[static_cast<std::size_t>(i)], updated);
     edits.insert(edits.end(), edit.edits.begin(), edit.edits.end());
   }
-  // A document before the last one edited gets no edits.
-  EXPECT_TRUE(editor.edit((*documents)[1], Json::object()).edits.empty());
+  // A document before the last one edited is reached by parsing again.
+  Json one = (*documents)[1].value;
+  one["z"] = 1;
+  const auto again = editor.edit((*documents)[1], one);
+  ASSERT_EQ(again.edits.size(), 1u);
+  EXPECT_EQ(again.edits[0].text, "\nz: 1");
   EXPECT_EQ(apply_edits(text, edits), "a: 1\nx: 0\n---\nb: 2\n---\nc: 3\nx: 2\n");
+}
+
+// Each item of a List read item by item, given a key `x`, edited whole and
+// item by item: the same edits (the List is never decoded whole).
+void expect_items_edit_as_whole(const std::string& text) {
+  SCOPED_TRACE(text);
+  auto whole = read_text(text, "l.yaml");
+  ASSERT_TRUE(whole.has_value());
+  const Document& list = whole->back();
+  Json updated = list.value;
+  for (auto& item : updated["items"]) item["x"] = 1;
+  const auto expected = edit_document(list, updated);
+  ASSERT_FALSE(expected.rewritten);
+
+  SourceEditor editor(list.source);
+  ASSERT_TRUE(editor.edits_items(list.index));
+  std::vector<TextEdit> edits;
+  auto done = for_each_document(
+      text, "l.yaml",
+      [&](Document&& d) {
+        if (!d.item || d.index != list.index) return true;
+        Json item = d.value;
+        item["x"] = 1;
+        auto edit = editor.edit_item(std::move(d), item);
+        EXPECT_FALSE(edit.rewritten);
+        edits.insert(edits.end(), edit.edits.begin(), edit.edits.end());
+        return true;
+      },
+      {}, nullptr, ListItems::OneByOne);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(apply_edits(text, edits), apply_edits(text, expected.edits));
+}
+
+TEST(Edit, ListItemsEditedOneByOneAsWhole) {
+  expect_items_edit_as_whole(
+      "apiVersion: v1\nitems:\n- a: 1\n  b:\n    c: 2\n- {a: 2}\n-   a: 3 # three\n"
+      "kind: List\n");
+  expect_items_edit_as_whole("apiVersion: v1\nkind: List\nitems:\n  - a: 1\n  - a: 2\n");
+  expect_items_edit_as_whole(
+      "{\n  \"apiVersion\": \"v1\",\n  \"items\": [\n    {\n      \"a\": 1\n    },\n"
+      "    {\"a\": 2}\n  ],\n  \"kind\": \"List\"\n}\n");
+  expect_items_edit_as_whole(
+      "x: 0\n---\n{\"kind\": \"List\", \"items\": [{\"a\": 1}, {\"a\": 2}]}\n");
+}
+
+// An item that cannot be edited in place is written whole in its place, at
+// its indentation; an anchor or alias in a List keeps it from being edited
+// item by item (an item may share text with another).
+TEST(Edit, ListItemsWrittenWholeOrNotOneByOne) {
+  const std::string text = "kind: List\nitems:\n- a: 1\n  b: 2\n- c: 3\n";
+  auto documents = read_text(text, "l.yaml");
+  ASSERT_TRUE(documents.has_value());
+  SourceEditor editor(documents->front().source);
+  ASSERT_TRUE(editor.edits_items(0));
+  Document item{Json{{"a", 1}, {"b", 2}}, {}, 0, documents->front().source, 0, false};
+  auto edit = editor.edit_item(std::move(item), Json{{"a", 1}, {"d", {{"e", 1}, {"f", 2}}}});
+  EXPECT_TRUE(edit.rewritten);  // a key removed
+  EXPECT_EQ(apply_edits(text, edit.edits),
+            "kind: List\nitems:\n- a: 1\n  d:\n    e: 1\n    f: 2\n- c: 3\n");
+
+  auto aliased = read_text(std::string("kind: List\nitems:\n- &a {a: 1}\n- *a\n"), "l.yaml");
+  ASSERT_TRUE(aliased.has_value());
+  SourceEditor no(aliased->front().source);
+  EXPECT_FALSE(no.edits_items(0));
+  Json updated = aliased->front().value;
+  updated["x"] = 1;
+  EXPECT_FALSE(no.edit(aliased->front(), updated).edits.empty());  // edited whole instead
 }
 
 }  // namespace
