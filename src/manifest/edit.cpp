@@ -536,6 +536,13 @@ class Editor {
   }
 
   void add(std::size_t offset, std::size_t length, std::string text) {
+    // A `#` right after a quoted scalar or a flow collection is a comment
+    // (`{a: 1}#c`); right after what is written here it could be read as
+    // part of a plain scalar (`0#c`): a blank keeps it a comment.
+    if (text_.at(offset + length) == '#' && !text.empty() && text.back() != ' ' &&
+        text.back() != '\n') {
+      text += ' ';
+    }
     edits_.push_back({offset, length, std::move(text)});
   }
 

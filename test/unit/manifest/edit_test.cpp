@@ -127,6 +127,16 @@ TEST(Edit, CommentRightAfterACommaInsideAFlowMapping) {
             "{a: [1]#}\n, b: x#y, c: :#y,\n          \"d\": 3}\n---\nc: 2\n");
 }
 
+// A `#` right after a flow collection or a quoted scalar is a comment; an
+// edit that ends right before it puts a blank there, or the comment would be
+// read as part of the plain scalar written before it (found by the fuzzer:
+// `maxUnavailable: 0#` read as the string "0#").
+TEST(Edit, CommentRightAfterAnEditStaysAComment) {
+  EXPECT_EQ(edited("a: {b: 1}#c\n", 0, "d", 3), "a: {b: 1}\nd: 3 #c\n");
+  EXPECT_EQ(edited("{a: \"x\"#c\n}\n", 0, "d", 3), "{a: \"x\", \"d\": 3 #c\n}\n");
+  EXPECT_EQ(edited("a: \"x\"#c\n", 0, "a", 3), "a: 3 #c\n");
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";
