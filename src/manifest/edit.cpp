@@ -727,6 +727,8 @@ class ItemSpans final : public YAML::EventHandler {
       : source_(source), editor_(source, false), offset_(offset) {}
   // False when the items cannot be edited one by one.
   bool usable() const { return usable_ && found_items_; }
+  // `items: [...]`: an item written whole must be flow too.
+  bool items_flow() const { return items_flow_; }
   // Where the document's root starts.
   std::size_t root_pos() const { return root_pos_; }
   std::vector<Span> take() { return std::move(spans_); }
@@ -749,6 +751,9 @@ class ItemSpans final : public YAML::EventHandler {
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                        YAML::EmitterStyle::value style) override {
+    if (depth_ == 1 && !expect_key_ && key_ == "items") {
+      items_flow_ = style == YAML::EmitterStyle::Flow;
+    }
     start(mark, anchor, /*seq=*/true,
           [&](TreeBuilder& b) { b.OnSequenceStart(mark, tag, anchor, style); });
   }
@@ -831,6 +836,7 @@ class ItemSpans final : public YAML::EventHandler {
   std::string key_;
   bool items_open_ = false;
   bool found_items_ = false;
+  bool items_flow_ = false;
   bool usable_ = true;
   std::unique_ptr<TreeBuilder> item_;
   std::vector<Span> spans_;
@@ -866,8 +872,10 @@ std::string indent_later_lines(std::string text, std::size_t pad) {
   return out;
 }
 
-// Written whole: the same style (JSON stays JSON), comments around it kept.
-std::string whole_text(const Json& updated, bool json, std::size_t pad) {
+// Written whole: the same style (JSON stays JSON, flow stays flow),
+// comments around it kept.
+std::string whole_text(const Json& updated, bool json, std::size_t pad, bool flow = false) {
+  if (flow && !json) return to_flow_yaml(updated);
   std::string whole =
       json ? updated.dump(2, ' ', false, Json::error_handler_t::replace) : to_yaml(updated);
   if (!json && whole.ends_with('\n')) whole.pop_back();
@@ -894,7 +902,7 @@ bool overlapping(const std::vector<TextEdit>& edits) {
 // as the document, and they would otherwise all be held at once.
 DocumentEdit edit_tree(const std::string& source, TreeBuilder& builder, const Json& before,
                        Json* release_before, const Json& updated, std::size_t pad = 0,
-                       std::optional<bool> json_style = std::nullopt) {
+                       std::optional<bool> json_style = std::nullopt, bool flow = false) {
   DocumentEdit result;
   const TextNode& root = *builder.root();
   // JSON when the document is (an item takes the style of its List).
@@ -916,7 +924,7 @@ DocumentEdit edit_tree(const std::string& source, TreeBuilder& builder, const Js
       return result;
     }
   }
-  result.edits = {{begin, end - begin, whole_text(updated, json, pad)}};
+  result.edits = {{begin, end - begin, whole_text(updated, json, pad, flow)}};
   result.rewritten = true;
   return result;
 }
@@ -970,6 +978,7 @@ struct SourceEditor::State {
   int items_of = -1;
   std::vector<ItemSpan> spans;
   bool items_json = false;  // the List is JSON: so are its edits
+  bool items_flow = false;  // its `items` is a flow sequence
 };
 
 SourceEditor::SourceEditor(std::shared_ptr<const std::string> source)
@@ -1094,6 +1103,7 @@ bool SourceEditor::edits_items(int index) {
     state_->items_of = index;
     state_->spans = std::move(*spans);
     state_->items_json = true;
+    state_->items_flow = true;
     return true;
   }
   if (!skip_to(index)) return false;
@@ -1109,6 +1119,7 @@ bool SourceEditor::edits_items(int index) {
   state_->items_of = index;
   state_->spans = spans.take();
   state_->items_json = first_char_is_brace(source, spans.root_pos());
+  state_->items_flow = spans.items_flow();
   return true;
 }
 
@@ -1137,11 +1148,13 @@ DocumentEdit SourceEditor::edit_item(Document&& item, const Json& updated) {
   }
   if (builder.root() == nullptr || builder.root()->pos != begin) {
     // It does not parse on its own: written whole, in its place.
-    result.edits = {{begin, end - begin, whole_text(updated, state_->items_json, pad)}};
+    result.edits = {
+        {begin, end - begin, whole_text(updated, state_->items_json, pad, state_->items_flow)}};
     result.rewritten = true;
     return result;
   }
-  return edit_tree(source, builder, item.value, &item.value, updated, pad, state_->items_json);
+  return edit_tree(source, builder, item.value, &item.value, updated, pad, state_->items_json,
+                   state_->items_flow);
 }
 
 DocumentEdit edit_document(const Document& document, const Json& updated) {

@@ -217,6 +217,17 @@ TEST(Edit, ListItemsWrittenWholeOrNotOneByOne) {
   EXPECT_EQ(apply_edits(text, edit.edits),
             "kind: List\nitems:\n- a: 1\n  d:\n    e: 1\n    f: 2\n- c: 3\n");
 
+  // In a flow sequence, written whole in flow style.
+  const std::string flow = "kind: List\nitems: [{a: 1, b: 2}, {c: 3}]\n";
+  auto flow_documents = read_text(flow, "l.yaml");
+  ASSERT_TRUE(flow_documents.has_value());
+  SourceEditor flow_editor(flow_documents->front().source);
+  ASSERT_TRUE(flow_editor.edits_items(0));
+  Document first{Json{{"a", 1}, {"b", 2}}, {}, 0, flow_documents->front().source, 0, false};
+  auto flow_edit = flow_editor.edit_item(std::move(first), Json{{"a", 1}});
+  EXPECT_TRUE(flow_edit.rewritten);
+  EXPECT_EQ(apply_edits(flow, flow_edit.edits), "kind: List\nitems: [{a: 1}, {c: 3}]\n");
+
   auto aliased = read_text(std::string("kind: List\nitems:\n- &a {a: 1}\n- *a\n"), "l.yaml");
   ASSERT_TRUE(aliased.has_value());
   SourceEditor no(aliased->front().source);
