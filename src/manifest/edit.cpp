@@ -1098,6 +1098,9 @@ bool SourceEditor::edits_items(int index) {
   const std::string& source = *state_->source;
   const std::size_t first = source.find_first_not_of(" \t\r\n");
   if (index == 0 && first != std::string::npos && source[first] == '{') {
+    // Strict JSON only (checked without building anything): what else
+    // starts with `{` is edited whole, as one document.
+    if (!Json::accept(source)) return false;
     auto spans = json_item_spans(source, first);
     if (!spans) return false;
     state_->items_of = index;
