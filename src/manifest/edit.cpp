@@ -388,11 +388,12 @@ class Text {
            at(i) == '}';
   }
 
-  // Where the scalar key that starts at `key` ends.
-  std::size_t scalar_key_end(std::size_t key, bool flow) const {
+  // Where the scalar key that starts at `key` ends. A plain key, like a plain value, may go on over
+  // more lines (`a,\n }` is the key "a, }"): `value_size` is its length once read.
+  std::size_t scalar_key_end(std::size_t key, bool flow, std::size_t value_size) const {
     const std::size_t i = skip_properties(key);
     if (at(i) == '"' || at(i) == '\'') return quoted_end(i);
-    return plain_end(i, flow);
+    return plain_scalar_end(i, flow, value_size);
   }
 
   // The `:` that follows a key ending at `key_end`, past blanks, comments
@@ -479,7 +480,7 @@ class Editor {
       if (entry.key_node->kind == TextNode::Kind::Null) return entry.key_pos;
       return node_end(*entry.key_node);
     }
-    return text_.scalar_key_end(entry.key_pos, entry.value && entry.value->flow);
+    return text_.scalar_key_end(entry.key_pos, entry.value && entry.value->flow, entry.key.size());
   }
 
   // The entry's `:`, or npos when it has none.

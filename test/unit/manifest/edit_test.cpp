@@ -137,6 +137,21 @@ TEST(Edit, CommentRightAfterAnEditStaysAComment) {
   EXPECT_EQ(edited("a: \"x\"#c\n", 0, "a", 3), "a: 3 #c\n");
 }
 
+// A plain key may go on over two lines (`s,` and ` }` is the key "s, }"),
+// here without a value: the document ends after its last line (found by the
+// fuzzer: the rewrite left ` }` behind). A key added after it would continue
+// it, so the document is written whole.
+TEST(Edit, KeyAfterAPlainKeyOverTwoLines) {
+  const std::string text = "a: 1\n! s,\n }\n";
+  auto documents = read_text(text, "e.yaml");
+  ASSERT_TRUE(documents.has_value());
+  Json updated = documents->front().value;
+  updated["d"] = 3;
+  const auto edit = edit_document(documents->front(), updated);
+  EXPECT_TRUE(edit.rewritten);
+  EXPECT_EQ(apply_edits(text, edit.edits), "a: 1\ns, }: null\nd: 3\n");
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";
