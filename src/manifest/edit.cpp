@@ -171,6 +171,31 @@ class TreeBuilder final : public YAML::EventHandler {
   TextNode* root_ = nullptr;
 };
 
+// JSON text the reader takes back: nlohmann writes code points past ASCII
+// as they are, and the C1 controls (U+0080-U+009F but U+0085) and
+// U+FFFE/U+FFFF, which a string may hold escaped, would make it binary data.
+std::string json_dump(const Json& value, int indent = -1) {
+  std::string text = value.dump(indent, ' ', false, Json::error_handler_t::replace);
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    const auto third = i + 2 < text.size() ? static_cast<unsigned char>(text[i + 2]) : 0;
+    if (c == 0xC2 && next >= 0x80 && next <= 0x9F && next != 0x85) {
+      if (out.empty()) out.assign(text, 0, i);
+      out += fmt::format("\\u{:04x}", next);
+      ++i;
+    } else if (c == 0xEF && next == 0xBF && (third == 0xBE || third == 0xBF)) {
+      if (out.empty()) out.assign(text, 0, i);
+      out += third == 0xBE ? "\\ufffe" : "\\uffff";
+      i += 2;
+    } else if (!out.empty()) {
+      out += text[i];
+    }
+  }
+  return out.empty() ? text : out;
+}
+
 // Equality that keeps types apart (1 vs 1.0), as reading back must give,
 // but not key order: a key that is edited in place keeps its place.
 bool same(const Json& a, const Json& b) {
@@ -548,19 +573,19 @@ class Editor {
   }
 
   std::string key_text(const std::string& key) const {
-    if (json_) return Json(key).dump();
+    if (json_) return json_dump(Json(key));
     return plain_yaml_ok(key) && key.find_first_of(",[]{}") == std::string::npos
                ? key
                : double_quoted_yaml(key);
   }
 
   std::string flow_text(const Json& value) const {
-    return json_ ? value.dump(-1, ' ', false, Json::error_handler_t::replace) : to_flow_yaml(value);
+    return json_ ? json_dump(value) : to_flow_yaml(value);
   }
 
   // Pretty JSON whose lines after the first start at `indent`.
   std::string json_text(const Json& value, std::size_t indent, int unit) const {
-    const std::string dumped = value.dump(unit, ' ', false, Json::error_handler_t::replace);
+    const std::string dumped = json_dump(value, unit);
     std::string out;
     for (char c : dumped) {
       if (c == '\n') {
@@ -596,7 +621,7 @@ class Editor {
   // A scalar that replaces one written in some quoting style keeps it when
   // the style can still hold the value.
   std::string scalar_in_style(const Json& value, char style) const {
-    if (json_) return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+    if (json_) return json_dump(value);
     if (!value.is_string()) return scalar_yaml(value);
     const auto& s = value.get_ref<const std::string&>();
     const bool printable = std::none_of(s.begin(), s.end(), [](char c) {
@@ -877,8 +902,7 @@ std::string indent_later_lines(std::string text, std::size_t pad) {
 // comments around it kept.
 std::string whole_text(const Json& updated, bool json, std::size_t pad, bool flow = false) {
   if (flow && !json) return to_flow_yaml(updated);
-  std::string whole =
-      json ? updated.dump(2, ' ', false, Json::error_handler_t::replace) : to_yaml(updated);
+  std::string whole = json ? json_dump(updated, 2) : to_yaml(updated);
   if (!json && whole.ends_with('\n')) whole.pop_back();
   return indent_later_lines(std::move(whole), pad);
 }
@@ -938,8 +962,7 @@ DocumentEdit whole_json(const std::string& source, const Json& updated) {
   const std::size_t begin = source.find_first_not_of(" \t\r\n");
   const std::size_t last = source.find_last_not_of(" \t\r\n");
   if (begin == std::string::npos || source[begin] != '{' || source[last] != '}') return result;
-  result.edits = {
-      {begin, last + 1 - begin, updated.dump(2, ' ', false, Json::error_handler_t::replace)}};
+  result.edits = {{begin, last + 1 - begin, json_dump(updated, 2)}};
   result.rewritten = true;
   return result;
 }

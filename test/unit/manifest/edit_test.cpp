@@ -152,6 +152,23 @@ TEST(Edit, KeyAfterAPlainKeyOverTwoLines) {
   EXPECT_EQ(apply_edits(text, edit.edits), "a: 1\ns, }: null\nd: 3\n");
 }
 
+// A C1 control character, escaped in the source, stays escaped in JSON
+// written out: raw, the reader takes it for binary data (found by the fuzzer).
+TEST(Edit, JsonWrittenOutKeepsControlCharactersEscaped) {
+  const std::string text = "{\"a\": \"\\u008e\\ufffe\",\n\"b\"\n: 1}\n";  // yaml-cpp cannot
+  auto documents = read_text(text, "e.json");
+  ASSERT_TRUE(documents.has_value());
+  Json updated = documents->front().value;
+  updated["c"] = 2;
+  const auto edit = edit_document(documents->front(), updated);
+  ASSERT_TRUE(edit.rewritten);
+  const std::string edited = apply_edits(text, edit.edits);
+  EXPECT_NE(edited.find("\\u008e\\ufffe"), std::string::npos) << edited;
+  auto again = read_text(edited, "e.json");
+  ASSERT_TRUE(again.has_value()) << again.error().format();
+  EXPECT_EQ(again->front().value, updated);
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";
