@@ -9,6 +9,7 @@
 #include <fstream>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "args.h"
@@ -163,27 +164,101 @@ struct EditedSource {
   std::vector<std::string> rewritten;  // positions of documents written whole
 };
 
+// Document `index` of a source, read again whole (a List whose items could
+// not be edited one by one).
+std::optional<manifest::Document> read_whole(const SourceText& source, int index) {
+  std::optional<manifest::Document> found;
+  (void)manifest::for_each_document(source.text, source.name, [&](manifest::Document&& document) {
+    if (document.index < index) return true;
+    if (document.index == index) found = std::move(document);
+    return false;
+  });
+  return found;
+}
+
 EditedSource edit_source(const SourceText& source, const std::vector<const PlannedChange*>& changes,
                          std::chrono::system_clock::time_point now) {
   EditedSource out;
   manifest::SourceEditor editor(source.text);
   std::size_t next = 0;
-  (void)manifest::for_each_document(source.text, source.name, [&](manifest::Document&& document) {
-    if (next >= changes.size()) return false;
-    if (changes[next]->address.document != document.index) return true;
+  auto keep = [&](manifest::DocumentEdit&& edit, const manifest::Position& where) {
+    if (edit.rewritten) out.rewritten.push_back(where.format());
+    out.edits.insert(out.edits.end(), std::make_move_iterator(edit.edits.begin()),
+                     std::make_move_iterator(edit.edits.end()));
+  };
+  // The changes of one document: applied to it, and its text edited.
+  auto edit_whole = [&](manifest::Document&& document) {
     Json updated = document.value;
     for (; next < changes.size() && changes[next]->address.document == document.index; ++next) {
       const PlannedChange& change = *changes[next];
       budget::apply_plan(*object_at(updated, change.address.items), change.plan, change.policy_name,
                          now);
     }
-    const std::string where = document.position.format();
-    auto edit = editor.edit(std::move(document), updated);
-    if (edit.rewritten) out.rewritten.push_back(where);
-    out.edits.insert(out.edits.end(), std::make_move_iterator(edit.edits.begin()),
-                     std::make_move_iterator(edit.edits.end()));
-    return true;
-  });
+    const manifest::Position where = document.position;
+    keep(editor.edit(std::move(document), updated), where);
+  };
+  // The changes of one item of a List, whose items are edited one by one.
+  auto edit_item = [&](manifest::Document&& item) {
+    Json updated = item.value;
+    for (; next < changes.size() && changes[next]->address.document == item.index &&
+           !changes[next]->address.items.empty() &&
+           changes[next]->address.items.front() == *item.item;
+         ++next) {
+      const PlannedChange& change = *changes[next];
+      const std::vector<std::size_t> rest(change.address.items.begin() + 1,
+                                          change.address.items.end());
+      budget::apply_plan(*object_at(updated, rest), change.plan, change.policy_name, now);
+    }
+    const manifest::Position where = item.position;
+    keep(editor.edit_item(std::move(item), updated), where);
+  };
+  // A List is read item by item, and its items edited one by one: memory
+  // bounded by the largest item, not by the List (decoded, a List costs
+  // 15x its text). When its items cannot be edited so, the List is edited
+  // whole, read again.
+  std::optional<int> whole_list, by_items;
+  (void)manifest::for_each_document(
+      source.text, source.name,
+      [&](manifest::Document&& document) {
+        if (next >= changes.size()) return false;
+        const ObjectAddress& address = changes[next]->address;
+        if (address.document != document.index) return true;
+        if (document.item) {
+          if (address.items.empty() || address.items.front() != *document.item) return true;
+          if (whole_list == document.index) return true;
+          if (by_items != document.index) {
+            if (!editor.edits_items(document.index)) {
+              whole_list = document.index;
+              return true;
+            }
+            by_items = document.index;
+          }
+          edit_item(std::move(document));
+          return true;
+        }
+        if (whole_list == document.index) {
+          if (auto whole = read_whole(source, document.index)) edit_whole(std::move(*whole));
+        } else if (by_items != document.index) {
+          edit_whole(std::move(document));
+        } else if (document.items_recalled && document.value.contains("items")) {
+          // Items handed out, then taken back (a JSON-looking text that only
+          // the YAML reader reads): the rest come with the List.
+          Json& items = document.value["items"];
+          while (next < changes.size() && changes[next]->address.document == document.index &&
+                 !changes[next]->address.items.empty() &&
+                 changes[next]->address.items.front() < items.size()) {
+            const std::size_t k = changes[next]->address.items.front();
+            edit_item(manifest::Document{std::move(items[k]), document.position, document.index,
+                                         document.source, k, false});
+          }
+        }
+        // Changes left for a List edited item by item would be for items
+        // out of order, which the first pass never gives.
+        for (; next < changes.size() && changes[next]->address.document == document.index; ++next) {
+        }
+        return true;
+      },
+      {}, nullptr, manifest::ListItems::OneByOne);
   return out;
 }
 
@@ -293,6 +368,9 @@ std::expected<void, std::string> write_edited(
                       "`plan -o json` gives the planned objects",
                       source.name, again.error().message));
     }
+    // The edits are kept for the diff only: on a large List they cost about
+    // as much as the text they add.
+    if (!options.diff) made.edits = {};
     edited[s] = Edited{std::move(made.edits), std::move(text)};
   }
   bool first = true;

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <deque>
 #include <optional>
+#include <utility>
 
 #include "gracekeeper/manifest/writer.h"
 #include "yaml_support.h"
@@ -169,6 +170,31 @@ class TreeBuilder final : public YAML::EventHandler {
   std::vector<std::size_t> key_depth_;
   TextNode* root_ = nullptr;
 };
+
+// JSON text the reader takes back: nlohmann writes code points past ASCII
+// as they are, and the C1 controls (U+0080-U+009F but U+0085) and
+// U+FFFE/U+FFFF, which a string may hold escaped, would make it binary data.
+std::string json_dump(const Json& value, int indent = -1) {
+  std::string text = value.dump(indent, ' ', false, Json::error_handler_t::replace);
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    const auto third = i + 2 < text.size() ? static_cast<unsigned char>(text[i + 2]) : 0;
+    if (c == 0xC2 && next >= 0x80 && next <= 0x9F && next != 0x85) {
+      if (out.empty()) out.assign(text, 0, i);
+      out += fmt::format("\\u{:04x}", next);
+      ++i;
+    } else if (c == 0xEF && next == 0xBF && (third == 0xBE || third == 0xBF)) {
+      if (out.empty()) out.assign(text, 0, i);
+      out += third == 0xBE ? "\\ufffe" : "\\uffff";
+      i += 2;
+    } else if (!out.empty()) {
+      out += text[i];
+    }
+  }
+  return out.empty() ? text : out;
+}
 
 // Equality that keeps types apart (1 vs 1.0), as reading back must give,
 // but not key order: a key that is edited in place keeps its place.
@@ -334,41 +360,65 @@ class Text {
 
   // The end of the flow collection opening at `i`. A quote opens a quoted
   // scalar only where a node starts; inside a plain scalar (`a"b`, `a "b`)
-  // it is an ordinary character, so plain scalars are skipped whole.
+  // it is an ordinary character, so plain scalars are skipped whole. A `#`
+  // where a token starts is a comment, as yaml-cpp reads it, blank before it
+  // or not (`a,# [x`): only a plain scalar holds one (`a#b`, `:#b`).
   std::size_t flow_end(std::size_t i) const {
     int depth = 0;
+    bool token_start = true;
+    // After a quoted scalar or a flow collection a `:` is an indicator
+    // whatever follows it (yaml-cpp's JSON-like value).
+    bool json_node = false;
     while (i < s_.size()) {
       const char c = s_[i];
+      const bool was_json_node = std::exchange(json_node, false);
       if (c == '"' || c == '\'') {
         i = quoted_end(i);
-      } else if (c == '#' && (i == 0 || std::string_view(" \t\r\n").find(s_[i - 1]) !=
-                                            std::string_view::npos)) {
-        while (!line_end(i)) ++i;  // a comment, after a blank or at a line's start
+        token_start = json_node = true;
+      } else if (c == '#' && token_start) {
+        while (!line_end(i)) ++i;  // a comment
+        json_node = was_json_node;
       } else if (c == '[' || c == '{') {
         ++depth;
         ++i;
+        token_start = true;
       } else if (c == ']' || c == '}') {
         if (--depth == 0) return i + 1;
         ++i;
+        token_start = json_node = true;
       } else if (c == '&' || c == '!') {
         const std::size_t next = skip_properties(i);
         i = next > i ? next : i + 1;
-      } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' || c == ':' ||
-                 c == '?') {
+        token_start = s_[i - 1] == ' ' || s_[i - 1] == '\t';
+      } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',') {
         ++i;
+        token_start = true;
+        json_node = was_json_node && c != ',';
+      } else if ((c == ':' && (was_json_node || indicator_end(i + 1))) ||
+                 (c == '?' && (line_end(i + 1) || at(i + 1) == ' ' || at(i + 1) == '\t'))) {
+        ++i;
+        token_start = true;
       } else {
         const std::size_t end = plain_end(i, true);
         i = end > i ? end : i + 1;
+        token_start = false;
       }
     }
     return s_.size();
   }
 
-  // Where the scalar key that starts at `key` ends.
-  std::size_t scalar_key_end(std::size_t key, bool flow) const {
+  // What may follow a `:` indicator in a flow collection.
+  bool indicator_end(std::size_t i) const {
+    return line_end(i) || at(i) == ' ' || at(i) == '\t' || at(i) == ',' || at(i) == ']' ||
+           at(i) == '}';
+  }
+
+  // Where the scalar key that starts at `key` ends. A plain key, like a plain value, may go on over
+  // more lines (`a,\n }` is the key "a, }"): `value_size` is its length once read.
+  std::size_t scalar_key_end(std::size_t key, bool flow, std::size_t value_size) const {
     const std::size_t i = skip_properties(key);
     if (at(i) == '"' || at(i) == '\'') return quoted_end(i);
-    return plain_end(i, flow);
+    return plain_scalar_end(i, flow, value_size);
   }
 
   // The `:` that follows a key ending at `key_end`, past blanks, comments
@@ -455,7 +505,7 @@ class Editor {
       if (entry.key_node->kind == TextNode::Kind::Null) return entry.key_pos;
       return node_end(*entry.key_node);
     }
-    return text_.scalar_key_end(entry.key_pos, entry.value && entry.value->flow);
+    return text_.scalar_key_end(entry.key_pos, entry.value && entry.value->flow, entry.key.size());
   }
 
   // The entry's `:`, or npos when it has none.
@@ -512,23 +562,30 @@ class Editor {
   }
 
   void add(std::size_t offset, std::size_t length, std::string text) {
+    // A `#` right after a quoted scalar or a flow collection is a comment
+    // (`{a: 1}#c`); right after what is written here it could be read as
+    // part of a plain scalar (`0#c`): a blank keeps it a comment.
+    if (text_.at(offset + length) == '#' && !text.empty() && text.back() != ' ' &&
+        text.back() != '\n') {
+      text += ' ';
+    }
     edits_.push_back({offset, length, std::move(text)});
   }
 
   std::string key_text(const std::string& key) const {
-    if (json_) return Json(key).dump();
+    if (json_) return json_dump(Json(key));
     return plain_yaml_ok(key) && key.find_first_of(",[]{}") == std::string::npos
                ? key
                : double_quoted_yaml(key);
   }
 
   std::string flow_text(const Json& value) const {
-    return json_ ? value.dump(-1, ' ', false, Json::error_handler_t::replace) : to_flow_yaml(value);
+    return json_ ? json_dump(value) : to_flow_yaml(value);
   }
 
   // Pretty JSON whose lines after the first start at `indent`.
   std::string json_text(const Json& value, std::size_t indent, int unit) const {
-    const std::string dumped = value.dump(unit, ' ', false, Json::error_handler_t::replace);
+    const std::string dumped = json_dump(value, unit);
     std::string out;
     for (char c : dumped) {
       if (c == '\n') {
@@ -564,7 +621,7 @@ class Editor {
   // A scalar that replaces one written in some quoting style keeps it when
   // the style can still hold the value.
   std::string scalar_in_style(const Json& value, char style) const {
-    if (json_) return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+    if (json_) return json_dump(value);
     if (!value.is_string()) return scalar_yaml(value);
     const auto& s = value.get_ref<const std::string&>();
     const bool printable = std::none_of(s.begin(), s.end(), [](char c) {
@@ -676,18 +733,178 @@ bool first_char_is_brace(std::string_view text, std::size_t from) {
   return from < text.size() && text[from] == '{';
 }
 
-// True when the document's text, with the edits applied, reads back as `updated`.
+// Where each item of a List's `items` is in the text, from one parse of
+// the document: each item's position tree is built on its own and freed as
+// soon as its end is known, so memory is bounded by the largest item, not
+// the List. The items are those the reader hands out one by one
+// (ListItems::OneByOne): the root mapping's one `items` sequence. An anchor
+// or alias anywhere in the document makes its items unfit to be edited one
+// by one (an item may be used, or use text, elsewhere).
+struct ItemSpan {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+
+class ItemSpans final : public YAML::EventHandler {
+ public:
+  using Span = ItemSpan;
+
+  ItemSpans(std::string_view source, std::size_t offset)
+      : source_(source), editor_(source, false), offset_(offset) {}
+  // False when the items cannot be edited one by one.
+  bool usable() const { return usable_ && found_items_; }
+  // `items: [...]`: an item written whole must be flow too.
+  bool items_flow() const { return items_flow_; }
+  // Where the document's root starts.
+  std::size_t root_pos() const { return root_pos_; }
+  std::vector<Span> take() { return std::move(spans_); }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    if (depth_ == 1 && expect_key_) key_.clear();
+    leaf(anchor, [&](TreeBuilder& b) { b.OnNull(mark, anchor); });
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& text) override {
+    if (depth_ == 1 && expect_key_) key_ = text;
+    leaf(anchor, [&](TreeBuilder& b) { b.OnScalar(mark, tag, anchor, text); });
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    usable_ = false;
+    if (depth_ == 1 && expect_key_) key_.clear();
+    leaf(anchor, [&](TreeBuilder& b) { b.OnAlias(mark, anchor); });
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value style) override {
+    if (depth_ == 1 && !expect_key_ && key_ == "items") {
+      items_flow_ = style == YAML::EmitterStyle::Flow;
+    }
+    start(mark, anchor, /*seq=*/true,
+          [&](TreeBuilder& b) { b.OnSequenceStart(mark, tag, anchor, style); });
+  }
+  void OnSequenceEnd() override {
+    end([](TreeBuilder& b) { b.OnSequenceEnd(); });
+  }
+  void OnMapStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value style) override {
+    start(mark, anchor, /*seq=*/false,
+          [&](TreeBuilder& b) { b.OnMapStart(mark, tag, anchor, style); });
+  }
+  void OnMapEnd() override {
+    end([](TreeBuilder& b) { b.OnMapEnd(); });
+  }
+
+ private:
+  // Depth: 0 outside the root, 1 inside the root mapping, 2 inside its
+  // `items`, 3 and more inside an item.
+  template <typename Event>
+  void leaf(YAML::anchor_t anchor, Event&& event) {
+    if (anchor != YAML::NullAnchor) usable_ = false;
+    if (depth_ == 1) {
+      expect_key_ = !expect_key_;
+    } else if (in_items()) {
+      if (depth_ == 2) item_ = std::make_unique<TreeBuilder>(offset_);
+      event(*item_);
+      if (depth_ == 2) item_done();
+    }
+  }
+
+  template <typename Event>
+  void start(const YAML::Mark& mark, YAML::anchor_t anchor, bool seq, Event&& event) {
+    if (anchor != YAML::NullAnchor) usable_ = false;
+    if (depth_ == 0 && seq) usable_ = false;  // not an object: no List
+    if (depth_ == 0) root_pos_ = static_cast<std::size_t>(std::max(mark.pos, 0)) + offset_;
+    if (depth_ == 1) {
+      if (expect_key_) usable_ = false;  // a collection as a key
+      if (seq && !expect_key_ && key_ == "items") {
+        if (found_items_) usable_ = false;  // two of them: the reader takes the last
+        found_items_ = true;
+        items_open_ = true;
+      }
+    } else if (in_items()) {
+      if (depth_ == 2) item_ = std::make_unique<TreeBuilder>(offset_);
+      event(*item_);
+    }
+    ++depth_;
+  }
+
+  template <typename Event>
+  void end(Event&& event) {
+    --depth_;
+    if (depth_ == 1) {
+      items_open_ = false;
+      expect_key_ = true;
+    } else if (in_items()) {
+      event(*item_);
+      if (depth_ == 2) item_done();
+    }
+  }
+
+  bool in_items() const { return items_open_ && depth_ >= 2; }
+
+  void item_done() {
+    if (item_->root() != nullptr) {
+      const TextNode& root = *item_->root();
+      const std::size_t end = std::min(editor_.node_end(root), source_.size());
+      spans_.push_back({std::min(root.pos, end), end});
+    } else {
+      usable_ = false;
+    }
+    item_.reset();
+  }
+
+  std::string_view source_;
+  Editor editor_;  // for node_end only
+  std::size_t offset_;
+  int depth_ = 0;
+  bool expect_key_ = true;
+  std::string key_;
+  bool items_open_ = false;
+  bool found_items_ = false;
+  bool items_flow_ = false;
+  bool usable_ = true;
+  std::unique_ptr<TreeBuilder> item_;
+  std::vector<Span> spans_;
+  std::size_t root_pos_ = 0;
+};
+
+// True when the document's text, with the edits applied, reads back as
+// `updated`. `pad` blanks go in front: an item of a block sequence starts
+// at its column, and its later lines are indented to match.
 bool reads_back(const std::string& source, std::size_t begin, std::size_t end,
-                const std::vector<TextEdit>& edits, const Json& updated) {
+                const std::vector<TextEdit>& edits, const Json& updated, std::size_t pad = 0) {
   if (begin > end || end > source.size()) return false;  // positions gone wrong
   std::vector<TextEdit> local;
   for (const auto& e : edits) {
     if (e.offset < begin || e.length > end - e.offset) return false;
     local.push_back({e.offset - begin, e.length, e.text});
   }
-  std::string fragment = apply_edits(std::string_view(source).substr(begin, end - begin), local);
+  std::string fragment(pad, ' ');
+  fragment += apply_edits(std::string_view(source).substr(begin, end - begin), local);
   auto documents = read_text(std::move(fragment), "edit");
   return documents && documents->size() == 1 && same(documents->front().value, updated);
+}
+
+// Every line of `text` after the first indented by `pad` blanks.
+std::string indent_later_lines(std::string text, std::size_t pad) {
+  if (pad == 0) return text;
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out.append(pad, ' ');
+  }
+  return out;
+}
+
+// Written whole: the same style (JSON stays JSON, flow stays flow),
+// comments around it kept.
+std::string whole_text(const Json& updated, bool json, std::size_t pad, bool flow = false) {
+  if (flow && !json) return to_flow_yaml(updated);
+  std::string whole = json ? json_dump(updated, 2) : to_yaml(updated);
+  if (!json && whole.ends_with('\n')) whole.pop_back();
+  return indent_later_lines(std::move(whole), pad);
 }
 
 std::vector<TextEdit> normalised(std::vector<TextEdit> edits) {
@@ -703,15 +920,18 @@ bool overlapping(const std::vector<TextEdit>& edits) {
   return false;
 }
 
-// The edits for one document whose tree `builder` holds. Once the edits are
+// The edits for one document whose tree `builder` holds (or one item of a
+// List's `items`, starting `pad` bytes into its line). Once the edits are
 // made, the tree and (when given) the decoded old value are freed before the
 // edited text is read back: on a List of thousands each costs about as much
 // as the document, and they would otherwise all be held at once.
 DocumentEdit edit_tree(const std::string& source, TreeBuilder& builder, const Json& before,
-                       Json* release_before, const Json& updated) {
+                       Json* release_before, const Json& updated, std::size_t pad = 0,
+                       std::optional<bool> json_style = std::nullopt, bool flow = false) {
   DocumentEdit result;
   const TextNode& root = *builder.root();
-  const bool json = first_char_is_brace(source, root.pos);
+  // JSON when the document is (an item takes the style of its List).
+  const bool json = json_style.value_or(first_char_is_brace(source, root.pos));
   Editor editor(source, json);
   // Clamped: a position past the text is a bug, but one that must cost a
   // rewrite, not an abort.
@@ -724,16 +944,12 @@ DocumentEdit edit_tree(const std::string& source, TreeBuilder& builder, const Js
   if (release_before != nullptr) *release_before = Json();
   if (in_place) {
     auto edits = normalised(std::move(editor.edits()));
-    if (!overlapping(edits) && reads_back(source, begin, end, edits, updated)) {
+    if (!overlapping(edits) && reads_back(source, begin, end, edits, updated, pad)) {
       result.edits = std::move(edits);
       return result;
     }
   }
-  // Whole: the same style (JSON stays JSON), comments around it kept.
-  std::string whole =
-      json ? updated.dump(2, ' ', false, Json::error_handler_t::replace) : to_yaml(updated);
-  if (!json && whole.ends_with('\n')) whole.pop_back();
-  result.edits = {{begin, end - begin, std::move(whole)}};
+  result.edits = {{begin, end - begin, whole_text(updated, json, pad, flow)}};
   result.rewritten = true;
   return result;
 }
@@ -746,8 +962,7 @@ DocumentEdit whole_json(const std::string& source, const Json& updated) {
   const std::size_t begin = source.find_first_not_of(" \t\r\n");
   const std::size_t last = source.find_last_not_of(" \t\r\n");
   if (begin == std::string::npos || source[begin] != '{' || source[last] != '}') return result;
-  result.edits = {
-      {begin, last + 1 - begin, updated.dump(2, ' ', false, Json::error_handler_t::replace)}};
+  result.edits = {{begin, last + 1 - begin, json_dump(updated, 2)}};
   result.rewritten = true;
   return result;
 }
@@ -755,8 +970,12 @@ DocumentEdit whole_json(const std::string& source, const Json& updated) {
 }  // namespace
 
 std::string apply_edits(std::string_view text, const std::vector<TextEdit>& edits) {
+  // Reserved exactly: grown by doubling, the text of a large List edited
+  // would take up to twice its size, and its copy while growing on top.
+  std::size_t size = text.size();
+  for (const auto& e : edits) size += e.text.size();
   std::string out;
-  out.reserve(text.size());
+  out.reserve(size);
   std::size_t at = 0;  // never past the text
   for (const auto& e : edits) {
     // Out of order, overlapping or past the end: clamped, never thrown.
@@ -779,6 +998,11 @@ struct SourceEditor::State {
   YAML::Parser parser;
   int next = 0;  // the index of the document the parser reads next
   bool failed = false;
+  // The List whose items edit_item edits, and where they are.
+  int items_of = -1;
+  std::vector<ItemSpan> spans;
+  bool items_json = false;  // the List is JSON: so are its edits
+  bool items_flow = false;  // its `items` is a flow sequence
 };
 
 SourceEditor::SourceEditor(std::shared_ptr<const std::string> source)
@@ -794,28 +1018,170 @@ DocumentEdit SourceEditor::edit(Document&& document, const Json& updated) {
   return edit(document, &document.value, updated);
 }
 
+// The items of a JSON List (a source that is one JSON object), from the
+// text alone: yaml-cpp reads a flow collection whole before its first
+// event, at 15x its size. Nothing when the root's members are not as
+// strict JSON writes them, or `items` is not there once, as an array.
+std::optional<std::vector<ItemSpan>> json_item_spans(std::string_view source, std::size_t at) {
+  const Text text(source);
+  auto blanks = [&](std::size_t i) {
+    while (i < source.size() &&
+           std::string_view(" \t\r\n").find(source[i]) != std::string_view::npos) {
+      ++i;
+    }
+    return i;
+  };
+  // The end of the JSON value at `i` (npos when it is not one).
+  auto value_end = [&](std::size_t i) -> std::size_t {
+    const char c = text.at(i);
+    if (c == '{' || c == '[') return text.flow_end(i);
+    if (c == '"') return text.quoted_end(i);
+    std::size_t end = i;
+    while (end < source.size() &&
+           std::string_view(",]} \t\r\n").find(source[end]) == std::string_view::npos) {
+      ++end;
+    }
+    return end > i ? end : std::string_view::npos;
+  };
+  std::optional<std::vector<ItemSpan>> spans;
+  if (text.at(at) != '{') return std::nullopt;
+  for (std::size_t i = blanks(at + 1); text.at(i) != '}';) {
+    if (text.at(i) != '"') return std::nullopt;
+    const std::size_t key_end = text.quoted_end(i);
+    const bool items = source.substr(i, key_end - i) == "\"items\"";
+    i = blanks(key_end);
+    if (text.at(i) != ':') return std::nullopt;
+    i = blanks(i + 1);
+    if (items) {
+      if (spans || text.at(i) != '[') return std::nullopt;
+      spans.emplace();
+      for (std::size_t k = blanks(i + 1); text.at(k) != ']';) {
+        const std::size_t end = value_end(k);
+        if (end == std::string_view::npos || end > source.size()) return std::nullopt;
+        spans->push_back({k, end});
+        k = blanks(end);
+        if (text.at(k) == ',')
+          k = blanks(k + 1);
+        else if (text.at(k) != ']')
+          return std::nullopt;
+      }
+    }
+    const std::size_t end = value_end(i);
+    if (end == std::string_view::npos || end >= source.size()) return std::nullopt;
+    i = blanks(end);
+    if (text.at(i) == ',')
+      i = blanks(i + 1);
+    else if (text.at(i) != '}')
+      return std::nullopt;
+  }
+  return spans;
+}
+
+// Moves the parser to document `index`: false when the source does not
+// parse that far. A document before the parser is reached by parsing again
+// from the start (a List that could not be edited item by item).
+bool SourceEditor::skip_to(int index) {
+  if (!state_ || state_->failed) return false;
+  if (index < state_->next) state_ = std::make_unique<State>(state_->source);
+  try {
+    detail::SkipEvents skip;
+    for (; state_->next < index; ++state_->next) {
+      if (!state_->parser.HandleNextDocument(skip)) state_->failed = true;
+      if (state_->failed) return false;
+    }
+  } catch (...) {
+    state_->failed = true;  // the source was read before, so this is not reached
+  }
+  return !state_->failed;
+}
+
 DocumentEdit SourceEditor::edit(const Document& document, Json* release, const Json& updated) {
   DocumentEdit result;
-  if (!state_ || state_->failed || document.index < state_->next) return result;
+  if (!state_) return result;
   const std::string& source = *state_->source;
   // yaml-cpp's positions start after a byte order mark.
   const std::size_t bom = std::string_view(source).starts_with("\xEF\xBB\xBF") ? 3 : 0;
   TreeBuilder builder(bom);
-  try {
-    detail::SkipEvents skip;
-    for (; state_->next < document.index; ++state_->next) {
-      if (!state_->parser.HandleNextDocument(skip)) state_->failed = true;
-      if (state_->failed) return result;
+  if (skip_to(document.index)) {
+    try {
+      ++state_->next;
+      if (!state_->parser.HandleNextDocument(builder)) state_->failed = true;
+    } catch (...) {
+      state_->failed = true;
     }
-    ++state_->next;
-    if (!state_->parser.HandleNextDocument(builder)) state_->failed = true;
-  } catch (...) {
-    state_->failed = true;  // the source was read before, so this is not reached
   }
   if (state_->failed || builder.root() == nullptr) {
     return document.index == 0 ? whole_json(source, updated) : result;
   }
   return edit_tree(source, builder, document.value, release, updated);
+}
+
+bool SourceEditor::edits_items(int index) {
+  if (state_ && state_->items_of == index) return true;
+  if (!state_) return false;
+  const std::string& source = *state_->source;
+  const std::size_t first = source.find_first_not_of(" \t\r\n");
+  if (index == 0 && first != std::string::npos && source[first] == '{') {
+    // Strict JSON only (checked without building anything): what else
+    // starts with `{` is edited whole, as one document.
+    if (!Json::accept(source)) return false;
+    auto spans = json_item_spans(source, first);
+    if (!spans) return false;
+    state_->items_of = index;
+    state_->spans = std::move(*spans);
+    state_->items_json = true;
+    state_->items_flow = true;
+    return true;
+  }
+  if (!skip_to(index)) return false;
+  const std::size_t bom = std::string_view(source).starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  ItemSpans spans(source, bom);
+  try {
+    ++state_->next;
+    if (!state_->parser.HandleNextDocument(spans)) state_->failed = true;
+  } catch (...) {
+    state_->failed = true;
+  }
+  if (state_->failed || !spans.usable()) return false;
+  state_->items_of = index;
+  state_->spans = spans.take();
+  state_->items_json = first_char_is_brace(source, spans.root_pos());
+  state_->items_flow = spans.items_flow();
+  return true;
+}
+
+DocumentEdit SourceEditor::edit_item(Document&& item, const Json& updated) {
+  DocumentEdit result;
+  if (!state_ || !item.item || item.index != state_->items_of ||
+      *item.item >= state_->spans.size()) {
+    return result;
+  }
+  const std::string& source = *state_->source;
+  const auto [begin, end] = state_->spans[*item.item];
+  // The item parsed on its own, at its column: blanks stand for what is
+  // before it on its line (`- `), so that its later lines keep their indentation.
+  std::size_t line = begin;
+  while (line > 0 && source[line - 1] != '\n' && source[line - 1] != '\r') --line;
+  const std::size_t pad = begin - line;
+  std::string text(pad, ' ');
+  text.append(source, begin, end - begin);
+  TreeBuilder builder(line);
+  try {
+    detail::MemoryStream stream(text);
+    YAML::Parser parser(stream);
+    (void)parser.HandleNextDocument(builder);
+  } catch (...) {
+    builder.clear();
+  }
+  if (builder.root() == nullptr || builder.root()->pos != begin) {
+    // It does not parse on its own: written whole, in its place.
+    result.edits = {
+        {begin, end - begin, whole_text(updated, state_->items_json, pad, state_->items_flow)}};
+    result.rewritten = true;
+    return result;
+  }
+  return edit_tree(source, builder, item.value, &item.value, updated, pad, state_->items_json,
+                   state_->items_flow);
 }
 
 DocumentEdit edit_document(const Document& document, const Json& updated) {

@@ -10,7 +10,8 @@
 //    changes nothing: `plan` run on its own output is a no-op;
 //  - project_deployment / parse_policy never fail without an error, and every
 //    field error they report can be located in the source;
-//  - an in-place edit (`plan -w`) reads back as the planned object;
+//  - an in-place edit (`plan -w`) reads back as the planned object, and so do
+//    the items of a List edited one by one (SourceEditor::edit_item);
 //  - a JSON object read by the streaming JSON reader gives what the YAML
 //    reader gives for the same text;
 //  - a List read item by item (ListItems::OneByOne) gives the same documents
@@ -18,12 +19,15 @@
 //
 // Run it with hack/fuzz; reproduce a finding with
 //   build-fuzz/manifest_budget_fuzz CRASH_FILE
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -270,6 +274,105 @@ void check_list_items(const std::string& text, const std::vector<manifest::Docum
   }
 }
 
+// The Deployment `value` with the default plan applied; nothing when it
+// does not project or the plan changes nothing.
+std::optional<Json> planned(const Json& value, const Knobs& knobs) {
+  if (!budget::is_deployment(value)) return std::nullopt;
+  auto deployment = budget::project_deployment(value);
+  if (!deployment) return std::nullopt;
+  const budget::PolicySpec defaults{};
+  budget::Context context;
+  context.policy = &defaults;
+  context.policy_name = "(defaults)";
+  context.propagation_seconds = knobs.propagation_seconds;
+  context.capabilities.native_sleep = knobs.native_sleep;
+  context.behind_service = knobs.behind_service;
+  const budget::Plan plan = budget::plan(*deployment, context);
+  if (!plan.changed()) return std::nullopt;
+  using namespace std::chrono;
+  Json applied = value;
+  budget::apply_plan(applied, plan, "(defaults)", sys_days{year{2026} / 1 / 15} + hours{12});
+  return applied;
+}
+
+// `plan -w` on a List: its items, read and edited one by one, read back as
+// the planned items, and the rest of the text as it was.
+void check_item_edits(const std::string& text, const std::vector<manifest::Document>& whole,
+                      const Knobs& knobs) {
+  std::shared_ptr<const std::string> source;
+  std::vector<int> lists;  // documents whose items come one by one
+  std::size_t handed = 0;
+  (void)manifest::for_each_document(
+      text, "fuzz.yaml",
+      [&](manifest::Document&& d) {
+        source = d.source;
+        if (d.item) {
+          ++handed;
+        } else {
+          if (handed > 0 && !d.items_recalled) lists.push_back(d.index);
+          handed = 0;
+        }
+        return true;
+      },
+      kLimits, nullptr, manifest::ListItems::OneByOne);
+  if (lists.empty() || !source) return;
+  manifest::SourceEditor editor(source);
+  std::vector<manifest::TextEdit> edits;
+  std::map<std::pair<int, std::size_t>, Json> wanted;
+  std::vector<int> edited_lists;
+  (void)manifest::for_each_document(
+      text, "fuzz.yaml",
+      [&](manifest::Document&& d) {
+        if (!d.item || std::find(lists.begin(), lists.end(), d.index) == lists.end()) return true;
+        auto applied = planned(d.value, knobs);
+        if (!applied) return true;
+        if (edited_lists.empty() || edited_lists.back() != d.index) {
+          if (!editor.edits_items(d.index)) return true;
+          edited_lists.push_back(d.index);
+        }
+        const std::size_t item = *d.item;
+        const int index = d.index;
+        auto edit = editor.edit_item(std::move(d), *applied);
+        if (edit.edits.empty()) violation("an item with changes got no edit", text);
+        edits.insert(edits.end(), edit.edits.begin(), edit.edits.end());
+        wanted[{index, item}] = std::move(*applied);
+        return true;
+      },
+      kLimits, nullptr, manifest::ListItems::OneByOne);
+  if (edits.empty()) return;
+  const std::string edited = manifest::apply_edits(*source, edits);
+  auto again = manifest::read_text(edited, "edited.yaml", kRereadLimits);
+  if (!again) {
+    violation("a List edited item by item does not read back",
+              again.error().format() + "\n--- edited:\n" + edited);
+  }
+  if (again->size() != whole.size()) {
+    violation("a List edited item by item reads back as another number of documents", edited);
+  }
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    const Json& before = whole[i].value;
+    const Json& after = (*again)[i].value;
+    const int index = whole[i].index;
+    if (std::find(edited_lists.begin(), edited_lists.end(), index) == edited_lists.end()) {
+      if (!same(before, after)) violation("an edit changed a document it was not for", edited);
+      continue;
+    }
+    if (!after.is_object() || !after.contains("items") || !after["items"].is_array() ||
+        after["items"].size() != before["items"].size()) {
+      violation("a List edited item by item lost items", edited);
+    }
+    for (std::size_t k = 0; k < before["items"].size(); ++k) {
+      auto w = wanted.find({index, k});
+      const Json& expected = w == wanted.end() ? before["items"][k] : w->second;
+      if (!same(after["items"][k], expected, /*ordered=*/false)) {
+        violation("an item edited on its own reads back as another object",
+                  "--- wanted: " + dump(expected) + "\n--- read: " + dump(after["items"][k]) +
+                      "\n--- edited:\n" + edited);
+      }
+    }
+  }
+}
+
 // Plan, apply, write, read back, plan again: the second plan must change nothing.
 void plan_apply_replan(const manifest::Document& document, const budget::Deployment& deployment,
                        const budget::PolicySpec& policy, const std::string& policy_name,
@@ -346,6 +449,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check_stream_round_trip(*documents);
 
   const Knobs knobs = knobs_for(data, size);
+  check_item_edits(text, *documents, knobs);
   const budget::PolicySpec defaults{};
   std::vector<budget::Policy> policies;
   for (const auto& document : *documents) {

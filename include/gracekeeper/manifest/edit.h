@@ -39,9 +39,10 @@ struct DocumentEdit {
 DocumentEdit edit_document(const Document& document, const Json& updated);
 
 // The same for several documents of one source, from one parse of it: the
-// documents must come in increasing index order (a document before the last
-// one edited gets no edits). edit_document on each document of a file of
-// thousands would re-read the file up to each one: quadratic.
+// documents should come in increasing index order (a document before the
+// last one edited costs a parse from the start). edit_document on each
+// document of a file of thousands would re-read the file up to each one:
+// quadratic.
 class SourceEditor {
  public:
   explicit SourceEditor(std::shared_ptr<const std::string> source);
@@ -53,8 +54,18 @@ class SourceEditor {
   // (before the edited text is read back), to lower the peak on a large one.
   DocumentEdit edit(Document&& document, const Json& updated);
 
+  // A List read item by item (ListItems::OneByOne) is edited item by item:
+  // memory bounded by the largest item, not the List. True when the items
+  // of document `index` can be (one `items` sequence, no anchor or alias
+  // in the document): then edit_item edits them, in any order, and the
+  // document itself gets no edit(). False: edit() it, read whole.
+  bool edits_items(int index);
+  // `item` is one of the items of that document, as handed out.
+  DocumentEdit edit_item(Document&& item, const Json& updated);
+
  private:
   DocumentEdit edit(const Document& document, Json* release, const Json& updated);
+  bool skip_to(int index);
   struct State;
   std::unique_ptr<State> state_;
 };

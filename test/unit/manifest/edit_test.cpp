@@ -114,6 +114,61 @@ TEST(Edit, CommentAtALineStartInsideAFlowMapping) {
             "{a: 1,\n# \"x}\nb: 2,\n\"d\": 3}\n---\nc: 2\n");  // one member per line
 }
 
+// A `#` right after a `,` (or a quoted scalar, or a bracket) starts a
+// comment, blank before it or not; brackets in it open nothing. Inside a
+// plain scalar it does not (found by the fuzzer: the rewrite ended one `}`
+// early).
+TEST(Edit, CommentRightAfterACommaInsideAFlowMapping) {
+  EXPECT_EQ(edited("{a: 1,# {x: [\nb: 2}\n---\nc: 2\n", 0, "d", 3),
+            "{a: 1,# {x: [\nb: 2,\n\"d\": 3}\n---\nc: 2\n");
+  EXPECT_EQ(edited("{\"a\": \"1\"# }\n, \"b\": 2}\n---\nc: 2\n", 0, "d", 3),
+            "{\"a\": \"1\"# }\n, \"b\": 2,\n  \"d\": 3}\n---\nc: 2\n");
+  EXPECT_EQ(edited("{a: [1]#}\n, b: x#y, c: :#y}\n---\nc: 2\n", 0, "d", 3),
+            "{a: [1]#}\n, b: x#y, c: :#y,\n          \"d\": 3}\n---\nc: 2\n");
+}
+
+// A `#` right after a flow collection or a quoted scalar is a comment; an
+// edit that ends right before it puts a blank there, or the comment would be
+// read as part of the plain scalar written before it (found by the fuzzer:
+// `maxUnavailable: 0#` read as the string "0#").
+TEST(Edit, CommentRightAfterAnEditStaysAComment) {
+  EXPECT_EQ(edited("a: {b: 1}#c\n", 0, "d", 3), "a: {b: 1}\nd: 3 #c\n");
+  EXPECT_EQ(edited("{a: \"x\"#c\n}\n", 0, "d", 3), "{a: \"x\", \"d\": 3 #c\n}\n");
+  EXPECT_EQ(edited("a: \"x\"#c\n", 0, "a", 3), "a: 3 #c\n");
+}
+
+// A plain key may go on over two lines (`s,` and ` }` is the key "s, }"),
+// here without a value: the document ends after its last line (found by the
+// fuzzer: the rewrite left ` }` behind). A key added after it would continue
+// it, so the document is written whole.
+TEST(Edit, KeyAfterAPlainKeyOverTwoLines) {
+  const std::string text = "a: 1\n! s,\n }\n";
+  auto documents = read_text(text, "e.yaml");
+  ASSERT_TRUE(documents.has_value());
+  Json updated = documents->front().value;
+  updated["d"] = 3;
+  const auto edit = edit_document(documents->front(), updated);
+  EXPECT_TRUE(edit.rewritten);
+  EXPECT_EQ(apply_edits(text, edit.edits), "a: 1\ns, }: null\nd: 3\n");
+}
+
+// A C1 control character, escaped in the source, stays escaped in JSON
+// written out: raw, the reader takes it for binary data (found by the fuzzer).
+TEST(Edit, JsonWrittenOutKeepsControlCharactersEscaped) {
+  const std::string text = "{\"a\": \"\\u008e\\ufffe\",\n\"b\"\n: 1}\n";  // yaml-cpp cannot
+  auto documents = read_text(text, "e.json");
+  ASSERT_TRUE(documents.has_value());
+  Json updated = documents->front().value;
+  updated["c"] = 2;
+  const auto edit = edit_document(documents->front(), updated);
+  ASSERT_TRUE(edit.rewritten);
+  const std::string edited = apply_edits(text, edit.edits);
+  EXPECT_NE(edited.find("\\u008e\\ufffe"), std::string::npos) << edited;
+  auto again = read_text(edited, "e.json");
+  ASSERT_TRUE(again.has_value()) << again.error().format();
+  EXPECT_EQ(again->front().value, updated);
+}
+
 // Several documents of one source edited from one parse, in order.
 TEST(Edit, SourceEditorEditsDocumentsInOrder) {
   const std::string text = "a: 1\n---\nb: 2\n---\nc: 3\n";
@@ -127,9 +182,91 @@ TEST(Edit, SourceEditorEditsDocumentsInOrder) {
     auto edit = editor.edit((*documents)[static_cast<std::size_t>(i)], updated);
     edits.insert(edits.end(), edit.edits.begin(), edit.edits.end());
   }
-  // A document before the last one edited gets no edits.
-  EXPECT_TRUE(editor.edit((*documents)[1], Json::object()).edits.empty());
+  // A document before the last one edited is reached by parsing again.
+  Json one = (*documents)[1].value;
+  one["z"] = 1;
+  const auto again = editor.edit((*documents)[1], one);
+  ASSERT_EQ(again.edits.size(), 1u);
+  EXPECT_EQ(again.edits[0].text, "\nz: 1");
   EXPECT_EQ(apply_edits(text, edits), "a: 1\nx: 0\n---\nb: 2\n---\nc: 3\nx: 2\n");
+}
+
+// Each item of a List read item by item, given a key `x`, edited whole and
+// item by item: the same edits (the List is never decoded whole).
+void expect_items_edit_as_whole(const std::string& text) {
+  SCOPED_TRACE(text);
+  auto whole = read_text(text, "l.yaml");
+  ASSERT_TRUE(whole.has_value());
+  const Document& list = whole->back();
+  Json updated = list.value;
+  for (auto& item : updated["items"]) item["x"] = 1;
+  const auto expected = edit_document(list, updated);
+  ASSERT_FALSE(expected.rewritten);
+
+  SourceEditor editor(list.source);
+  ASSERT_TRUE(editor.edits_items(list.index));
+  std::vector<TextEdit> edits;
+  auto done = for_each_document(
+      text, "l.yaml",
+      [&](Document&& d) {
+        if (!d.item || d.index != list.index) return true;
+        Json item = d.value;
+        item["x"] = 1;
+        auto edit = editor.edit_item(std::move(d), item);
+        EXPECT_FALSE(edit.rewritten);
+        edits.insert(edits.end(), edit.edits.begin(), edit.edits.end());
+        return true;
+      },
+      {}, nullptr, ListItems::OneByOne);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(apply_edits(text, edits), apply_edits(text, expected.edits));
+}
+
+TEST(Edit, ListItemsEditedOneByOneAsWhole) {
+  expect_items_edit_as_whole(
+      "apiVersion: v1\nitems:\n- a: 1\n  b:\n    c: 2\n- {a: 2}\n-   a: 3 # three\n"
+      "kind: List\n");
+  expect_items_edit_as_whole("apiVersion: v1\nkind: List\nitems:\n  - a: 1\n  - a: 2\n");
+  expect_items_edit_as_whole(
+      "{\n  \"apiVersion\": \"v1\",\n  \"items\": [\n    {\n      \"a\": 1\n    },\n"
+      "    {\"a\": 2}\n  ],\n  \"kind\": \"List\"\n}\n");
+  expect_items_edit_as_whole(
+      "x: 0\n---\n{\"kind\": \"List\", \"items\": [{\"a\": 1}, {\"a\": 2}]}\n");
+}
+
+// An item that cannot be edited in place is written whole in its place, at
+// its indentation; an anchor or alias in a List keeps it from being edited
+// item by item (an item may share text with another).
+TEST(Edit, ListItemsWrittenWholeOrNotOneByOne) {
+  const std::string text = "kind: List\nitems:\n- a: 1\n  b: 2\n- c: 3\n";
+  auto documents = read_text(text, "l.yaml");
+  ASSERT_TRUE(documents.has_value());
+  SourceEditor editor(documents->front().source);
+  ASSERT_TRUE(editor.edits_items(0));
+  Document item{Json{{"a", 1}, {"b", 2}}, {}, 0, documents->front().source, 0, false};
+  auto edit = editor.edit_item(std::move(item), Json{{"a", 1}, {"d", {{"e", 1}, {"f", 2}}}});
+  EXPECT_TRUE(edit.rewritten);  // a key removed
+  EXPECT_EQ(apply_edits(text, edit.edits),
+            "kind: List\nitems:\n- a: 1\n  d:\n    e: 1\n    f: 2\n- c: 3\n");
+
+  // In a flow sequence, written whole in flow style.
+  const std::string flow = "kind: List\nitems: [{a: 1, b: 2}, {c: 3}]\n";
+  auto flow_documents = read_text(flow, "l.yaml");
+  ASSERT_TRUE(flow_documents.has_value());
+  SourceEditor flow_editor(flow_documents->front().source);
+  ASSERT_TRUE(flow_editor.edits_items(0));
+  Document first{Json{{"a", 1}, {"b", 2}}, {}, 0, flow_documents->front().source, 0, false};
+  auto flow_edit = flow_editor.edit_item(std::move(first), Json{{"a", 1}});
+  EXPECT_TRUE(flow_edit.rewritten);
+  EXPECT_EQ(apply_edits(flow, flow_edit.edits), "kind: List\nitems: [{a: 1}, {c: 3}]\n");
+
+  auto aliased = read_text(std::string("kind: List\nitems:\n- &a {a: 1}\n- *a\n"), "l.yaml");
+  ASSERT_TRUE(aliased.has_value());
+  SourceEditor no(aliased->front().source);
+  EXPECT_FALSE(no.edits_items(0));
+  Json updated = aliased->front().value;
+  updated["x"] = 1;
+  EXPECT_FALSE(no.edit(aliased->front(), updated).edits.empty());  // edited whole instead
 }
 
 }  // namespace
