@@ -236,9 +236,10 @@ EditedSource edit_source(const SourceText& source, const std::vector<const Plann
           edit_item(std::move(document));
           return true;
         }
-        if (whole_list == document.index) {
-          if (auto whole = read_whole(source, document.index)) edit_whole(std::move(*whole));
-        } else if (by_items != document.index) {
+        const int index = document.index;
+        if (whole_list == index) {
+          if (auto whole = read_whole(source, index)) edit_whole(std::move(*whole));
+        } else if (by_items != index) {
           edit_whole(std::move(document));
         } else if (document.items_recalled && document.value.contains("items")) {
           // Items handed out, then taken back (a JSON-looking text that only
@@ -254,7 +255,7 @@ EditedSource edit_source(const SourceText& source, const std::vector<const Plann
         }
         // Changes left for a List edited item by item would be for items
         // out of order, which the first pass never gives.
-        for (; next < changes.size() && changes[next]->address.document == document.index; ++next) {
+        for (; next < changes.size() && changes[next]->address.document == index; ++next) {
         }
         return true;
       },
