@@ -29,14 +29,7 @@ trap 'exit 130' INT TERM
 
 # A throw-away CA and a serving certificate for 127.0.0.1 (openssl).
 CERTS="$WORK/certs"
-mkdir -p "$CERTS"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
-  -subj "/CN=gracekeeper test CA" -keyout "$CERTS/ca.key" -out "$CERTS/ca.crt" 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
-  -keyout "$CERTS/tls.key" -out "$CERTS/tls.csr" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$CERTS/ext"
-openssl x509 -req -in "$CERTS/tls.csr" -CA "$CERTS/ca.crt" -CAkey "$CERTS/ca.key" \
-  -CAcreateserial -days 1 -extfile "$CERTS/ext" -out "$CERTS/tls.crt" 2>/dev/null
+make_test_certs "$CERTS"
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }

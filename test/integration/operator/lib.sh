@@ -127,3 +127,17 @@ racer() {
       "$server/apis/gracekeeper.dev/v1alpha1/namespaces/$ns/shutdownpolicies/default" >/dev/null
   done
 }
+
+# make_test_certs DIR: a throw-away CA (DIR/ca.crt) and a serving certificate
+# for 127.0.0.1 signed by it (DIR/tls.crt, DIR/tls.key), for one day (openssl).
+make_test_certs() {
+  local CERTS=$1
+  mkdir -p "$CERTS"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+    -subj "/CN=gracekeeper test CA" -keyout "$CERTS/ca.key" -out "$CERTS/ca.crt" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$CERTS/tls.key" -out "$CERTS/tls.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$CERTS/ext"
+  openssl x509 -req -in "$CERTS/tls.csr" -CA "$CERTS/ca.crt" -CAkey "$CERTS/ca.key" \
+    -CAcreateserial -days 1 -extfile "$CERTS/ext" -out "$CERTS/tls.crt" 2>/dev/null
+}

@@ -47,14 +47,7 @@ trap cleanup EXIT
 
 # ---------------------------------------------------------------- certificates
 CERTS="$WORK/certs"
-mkdir -p "$CERTS"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
-  -subj "/CN=gracekeeper test CA" -keyout "$CERTS/ca.key" -out "$CERTS/ca.crt" 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
-  -keyout "$CERTS/tls.key" -out "$CERTS/tls.csr" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$CERTS/ext"
-openssl x509 -req -in "$CERTS/tls.csr" -CA "$CERTS/ca.crt" -CAkey "$CERTS/ca.key" \
-  -CAcreateserial -days 1 -extfile "$CERTS/ext" -out "$CERTS/tls.crt" 2>/dev/null
+make_test_certs "$CERTS"
 [ -s "$CERTS/tls.crt" ] && ok "a throw-away CA and serving certificate (openssl)" ||
   not_ok "openssl could not make the certificates"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
