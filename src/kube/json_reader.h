@@ -4,6 +4,7 @@
 // env, resources and status are most of its text). Internal to src/kube.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,19 +28,28 @@ class FilteringReader {
   using string_t = json::string_t;
   using Node = FieldSet::Node;
 
+  // `max_depth`: a document nested deeper (containers kept or dropped
+  // alike) is refused, "nested deeper than N", the moment it gets there:
+  // copying and comparing a json are recursive. Whatever the fields, the
+  // same text fails at the same place with the same message.
   FilteringReader(std::string member, const FieldSet& fields,
-                  std::function<void(json&&)> on_item = {})
+                  std::function<void(json&&)> on_item = {},
+                  std::size_t max_depth = static_cast<std::size_t>(-1))
       : member_(std::move(member)),
         fields_(fields.root().whole ? nullptr : &fields.root()),
         wanted_(fields.wanted() ? &fields.wanted() : nullptr),
-        on_item_(std::move(on_item)) {}
+        on_item_(std::move(on_item)),
+        max_depth_(max_depth) {}
 
   bool null() { return value(json(nullptr)); }
   bool boolean(bool v) { return value(json(v)); }
   bool number_integer(json::number_integer_t v) { return value(json(v)); }
   bool number_unsigned(json::number_unsigned_t v) { return value(json(v)); }
   bool number_float(json::number_float_t v, const string_t&) { return value(json(v)); }
-  bool string(string_t& v) { return value(json(std::move(v))); }
+  // A dropped string is not copied into a json: that would be a malloc for
+  // every string of managedFields and status, and the lexer's buffer, moved
+  // out, would have to grow again for the next token.
+  bool string(string_t& v) { return dropped() || add(json(std::move(v))); }
   bool binary(json::binary_t& v) { return value(json::binary(std::move(v))); }
   bool start_object(std::size_t) { return open(json::value_t::object); }
   bool start_array(std::size_t) { return open(json::value_t::array); }
@@ -64,7 +74,7 @@ class FilteringReader {
         f.next = &it->second;
       }
     }
-    f.key = std::move(k);
+    f.key.assign(k);  // a copy: the lexer keeps its buffer's capacity
     return true;
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
@@ -101,6 +111,10 @@ class FilteringReader {
     return true;
   }
   bool open(json::value_t type) {
+    if (stack_.size() + skipping_ >= max_depth_) {
+      error_ = "nested deeper than " + std::to_string(max_depth_);
+      return false;
+    }
     if (dropped()) {
       ++skipping_;
       return true;
@@ -153,6 +167,7 @@ class FilteringReader {
   const Node* fields_;
   const FieldSet::Wanted* wanted_;
   std::function<void(json&&)> on_item_;
+  std::size_t max_depth_;
   std::vector<Frame> stack_;
   std::size_t skipping_ = 0;
   json root_;

@@ -58,25 +58,17 @@ struct LineError {
 // One trimmed, non-empty line -> one event.
 std::expected<WatchEvent, LineError> decode_event(std::string_view line,
                                                   const WatchDecoderOptions& options) {
-  if (!json_within_depth(line, options.max_depth)) {
-    return std::unexpected(LineError{WatchErrorKind::MalformedJson,
-                                     fmt::format("nested deeper than {}", options.max_depth)});
-  }
-  Json doc;
+  // One reader for both: the depth is checked as the line is read (no pass
+  // over it first), and a line too deep or malformed gives the same error
+  // with a field filter as without one.
+  static const FieldSet everything;
   const bool filtered = options.fields != nullptr && !options.fields->keeps_everything();
-  if (filtered) {
-    detail::FilteringReader reader("object", *options.fields);
-    if (!Json::sax_parse(line, &reader)) {
-      return std::unexpected(LineError{WatchErrorKind::MalformedJson, reader.error()});
-    }
-    doc = std::move(reader.root());
-  } else {
-    try {
-      doc = Json::parse(line.begin(), line.end());
-    } catch (const Json::exception& e) {
-      return std::unexpected(LineError{WatchErrorKind::MalformedJson, e.what()});
-    }
+  detail::FilteringReader reader("object", filtered ? *options.fields : everything, {},
+                                 options.max_depth);
+  if (!Json::sax_parse(line, &reader)) {
+    return std::unexpected(LineError{WatchErrorKind::MalformedJson, reader.error()});
   }
+  Json doc = std::move(reader.root());
   if (!doc.is_object()) {
     return std::unexpected(LineError{WatchErrorKind::InvalidEvent, "event is not a JSON object"});
   }

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "gracekeeper/kube/fields.h"
+
 namespace gracekeeper::kube {
 namespace {
 
@@ -195,6 +197,47 @@ TEST(WatchDecoder, RejectsMalformedInputs) {
     EXPECT_FALSE(result.error().format().empty());
     EXPECT_FALSE(decoder.next());
   }
+}
+
+// max_depth holds whether the whole event is built or only some fields of
+// it (the reader counts the containers it drops too), checked as the line
+// is read: the event, its object and `extra` more levels, inside a member
+// the fields drop. A line that is malformed before it gets too deep gives
+// the syntax error, with the fields and without (a pass over the line
+// first said "nested deeper" without them only: the fuzzer's finding).
+TEST(WatchDecoder, DepthLimitWithAndWithoutFields) {
+  auto line = [](std::size_t extra, std::string_view before = "") {
+    return "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"},\"spec\":" +
+           std::string(before) + std::string(extra, '[') + std::string(extra, ']') + "}}\n";
+  };
+  const FieldSet metadata_only({"metadata.name"});
+  std::vector<std::string> malformed_errors;
+  for (const FieldSet* fields : {static_cast<const FieldSet*>(nullptr), &metadata_only}) {
+    WatchDecoderOptions options;
+    options.max_depth = 8;
+    options.fields = fields;
+    WatchDecoder within(options);
+    ASSERT_TRUE(within.feed(line(6))) << (fields ? "filtered" : "whole");
+    auto event = within.next();
+    ASSERT_TRUE(event);
+    EXPECT_EQ(event->object["metadata"]["name"], "a");
+    EXPECT_EQ(event->object.contains("spec"), fields == nullptr);
+
+    WatchDecoder beyond(options);
+    auto result = beyond.feed(line(7));
+    ASSERT_FALSE(result) << (fields ? "filtered" : "whole");
+    EXPECT_EQ(result.error().kind, WatchErrorKind::MalformedJson);
+    EXPECT_NE(result.error().format().find("nested deeper than 8"), std::string::npos)
+        << result.error().format();
+
+    WatchDecoder broken(options);
+    result = broken.feed(line(20, "[1,,"));
+    ASSERT_FALSE(result);
+    EXPECT_EQ(result.error().format().find("nested deeper"), std::string::npos)
+        << result.error().format();
+    malformed_errors.push_back(result.error().format());
+  }
+  EXPECT_EQ(malformed_errors[0], malformed_errors[1]);
 }
 
 TEST(WatchDecoder, ErrorEventCarriesTheStatus) {
