@@ -211,6 +211,28 @@ TEST(Cache, KeepsLittleOfABigDeployment) {
   EXPECT_EQ(projected->applied->grace_seconds, 45);
 }
 
+// The cache packs, deflates and inflates through buffers reused from one
+// Deployment to the next: a large one, then a small one, then the large one
+// again each read back to exactly their own fields (nothing of the other
+// left behind), and the buffer a large one grew is given back (over 64 KiB).
+TEST(Cache, SourcesReadBackWholeWhateverCameBefore) {
+  nlohmann::json large = rich_deployment();
+  large["spec"]["template"]["spec"]["containers"][0]["args"] =
+      nlohmann::json::array({std::string(200000, 'a'), "--port=8080"});
+  const nlohmann::json small = deployment({{"gracekeeper.dev/enabled", "true"}});
+  const nlohmann::json* order[] = {&large, &small, &large, &small};
+  for (const nlohmann::json* object : order) {
+    const auto cached = project_deployment(*object);
+    ASSERT_TRUE(cached);
+    EXPECT_EQ(nlohmann::json(cached->object()), budget_fields(*object));
+  }
+  const auto a = project_deployment(large);
+  const auto b = project_deployment(small);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(nlohmann::json(b->object()), budget_fields(small));
+  EXPECT_EQ(nlohmann::json(a->object()), budget_fields(large));
+}
+
 TEST(Cache, UnreadableDeploymentKeepsItsErrors) {
   auto object = deployment({{"gracekeeper.dev/enabled", "true"}});
   object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = "abc";
