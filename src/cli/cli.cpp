@@ -563,9 +563,17 @@ std::expected<void, std::string> write_edited(const OfflineOptions& options, Loa
     // Only the diff needs the edits, and the text they were made on, again:
     // otherwise they go before the edited text is read back.
     std::vector<manifest::TextEdit> edits;
-    if (options.diff) edits = made.edits.edits();
-    auto text = std::make_shared<const std::string>(made.edits.apply(*source.text));
-    if (!options.diff) source.text.reset();
+    std::string applied;
+    if (options.diff) {
+      edits = made.edits.edits();
+      made.edits = EditLog();
+      applied = manifest::apply_edits(*source.text, edits);
+    } else {
+      applied = made.edits.apply(*source.text);
+      source.text.reset();
+    }
+    auto text = std::make_shared<const std::string>(std::move(applied));
+    release_free_memory();
     // Each document's edit was read back on its own; the whole file is read
     // again (item by item, documents dropped), because text around a
     // document reads in its context (fuzz findings: a document written whole
@@ -579,6 +587,8 @@ std::expected<void, std::string> write_edited(const OfflineOptions& options, Loa
                       "`plan -o json` gives the planned objects",
                       source.name, again.error().message));
     }
+    // Read back, the edited text is only wanted to be written out.
+    if (options.diff && !options.in_place) text.reset();
     edited[s] = Edited{std::move(edits), std::move(text)};
   }
   bool first = true;
@@ -589,8 +599,8 @@ std::expected<void, std::string> write_edited(const OfflineOptions& options, Loa
       continue;
     }
     if (options.diff) {
-      out << manifest::unified_diff(*source.text, edited[s]->edits, "a/" + source.name,
-                                    "b/" + source.name);
+      manifest::write_unified_diff(out, *source.text, edited[s]->edits, "a/" + source.name,
+                                   "b/" + source.name);
     }
     if (options.in_place) {
       if (auto written = replace_file(source.path, *edited[s]->text); !written) return written;

@@ -203,13 +203,15 @@ TEST_F(MemoryBound, ManyDeploymentsAndAList) {
 // What plan keeps per item until the end is bounded too: its edits were
 // held as one string each (3x the text they add), every plan whole with
 // its summary lines, and the original text next to the edited one while
-// that is read back: 145 MB. `-o json` decoded the List whole: 259 MB.
+// that is read back: 145 MB. `-o json` decoded the List whole: 259 MB;
+// `--diff` held the edits three times over, and the diff whole: 180 MB.
 TEST_F(MemoryBound, LargeListIsReadItemByItem) {
   const std::string list = deployment_list(25000);  // 8 MB
   expect_bounded("large-list.yaml", list, "check", 1);
   // yaml-cpp reads it five times over (both passes, each item's edit and
   // its check, the edited text): 11-15 s on the loaded 2-core machine.
   expect_bounded("large-list.yaml", list, "plan", 0, 0, 40.0);
+  expect_bounded("large-list.yaml", list, "plan --diff", 0, 0, 40.0);
   expect_bounded("large-list.yaml", list, "plan -o json", 0);
 }
 
