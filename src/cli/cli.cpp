@@ -208,7 +208,8 @@ Json* object_at(Json& document, const std::vector<std::size_t>& items) {
 // The edits of one input, in the order they are made (increasing offsets),
 // kept compactly until they are applied: their texts side by side in blocks
 // rather than one allocation each. A List of 25,000 Deployments has about
-// 100,000 edits; as a vector of TextEdit they cost 3x the text they add.
+// 100,000 edits; as a vector of TextEdit they cost over twice the text they
+// add.
 class EditLog {
  public:
   void add(manifest::TextEdit&& edit) {
@@ -221,7 +222,6 @@ class EditLog {
     blocks_.back() += edit.text;
     added_ += size;
   }
-  bool empty() const { return entries_.empty(); }
 
   // As manifest::apply_edits: reserved exactly, clamped, never thrown.
   // The log is emptied as it goes, each block freed once it is copied:
