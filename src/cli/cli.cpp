@@ -5,12 +5,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <new>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <streambuf>
 
 #include "args.h"
 #include "gracekeeper/budget/apply.h"
@@ -144,6 +151,41 @@ void summarise(const Evaluated& e, std::ostream& summary) {
   }
 }
 
+// Text kept in blocks of 1 MiB, for plan's summary, which goes out last:
+// 8 MB for 25,000 changes, which a stringstream, grown by doubling, held at
+// up to 1.5x (both its buffers while it grew).
+class BlockBuffer : public std::streambuf {
+ public:
+  void write_to(std::ostream& out) const {
+    for (const auto& block : blocks_) out << block;
+  }
+
+ protected:
+  std::streamsize xsputn(const char* text, std::streamsize count) override {
+    std::string_view rest(text, static_cast<std::size_t>(count));
+    while (!rest.empty()) {
+      if (blocks_.empty() || blocks_.back().size() == blocks_.back().capacity()) {
+        blocks_.emplace_back().reserve(kBlock);
+      }
+      std::string& block = blocks_.back();
+      const std::size_t taken = std::min(rest.size(), block.capacity() - block.size());
+      block.append(rest.substr(0, taken));
+      rest.remove_prefix(taken);
+    }
+    return count;
+  }
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    const char ch = traits_type::to_char_type(c);
+    xsputn(&ch, 1);
+    return c;
+  }
+
+ private:
+  static constexpr std::size_t kBlock = 1u << 20;
+  std::vector<std::string> blocks_;
+};
+
 // A planned change, kept for the second pass without the projection.
 struct PlannedChange {
   ObjectAddress address;
@@ -151,16 +193,81 @@ struct PlannedChange {
   budget::Plan plan;
 };
 
+// The planned changes of one input, in document order: kept for every
+// changed Deployment until the second pass, and dropped there as each is
+// applied. A deque: a vector would hold up to twice their room, and a copy
+// of them all as it grows.
+using Planned = std::deque<PlannedChange>;
+
 Json* object_at(Json& document, const std::vector<std::size_t>& items) {
   Json* value = &document;
   for (std::size_t i : items) value = &(*value)["items"][i];
   return value;
 }
 
+// The edits of one input, in the order they are made (increasing offsets),
+// kept compactly until they are applied: their texts side by side in blocks
+// rather than one allocation each. A List of 25,000 Deployments has about
+// 100,000 edits; as a vector of TextEdit they cost over twice the text they
+// add.
+class EditLog {
+ public:
+  void add(manifest::TextEdit&& edit) {
+    const std::size_t size = edit.text.size();
+    if (blocks_.empty() || blocks_.back().capacity() - blocks_.back().size() < size) {
+      blocks_.emplace_back();
+      blocks_.back().reserve(std::max(kBlock, size));
+    }
+    entries_.push_back({edit.offset, edit.length, blocks_.size() - 1, blocks_.back().size(), size});
+    blocks_.back() += edit.text;
+    added_ += size;
+  }
+
+  // As manifest::apply_edits: reserved exactly, clamped, never thrown.
+  // The log is emptied as it goes, each block freed once it is copied:
+  // the edited text grows as the log shrinks.
+  std::string apply(std::string_view text) {
+    std::string out;
+    out.reserve(text.size() + added_);
+    std::size_t at = 0;
+    std::size_t freed = 0;  // blocks freed so far
+    for (; !entries_.empty(); entries_.pop_front()) {
+      const Entry& e = entries_.front();
+      for (; freed < e.block; ++freed) std::string().swap(blocks_[freed]);
+      const std::size_t offset = std::clamp(e.offset, at, text.size());
+      out.append(text.substr(at, offset - at));
+      out.append(blocks_[e.block], e.start, e.size);
+      at = offset + std::min(e.length, text.size() - offset);
+    }
+    out.append(text.substr(at));
+    *this = EditLog();
+    return out;
+  }
+
+  // For --diff, which wants them as they were.
+  std::vector<manifest::TextEdit> edits() const {
+    std::vector<manifest::TextEdit> out;
+    out.reserve(entries_.size());
+    for (const auto& e : entries_) {
+      out.push_back({e.offset, e.length, blocks_[e.block].substr(e.start, e.size)});
+    }
+    return out;
+  }
+
+ private:
+  static constexpr std::size_t kBlock = 1u << 20;
+  struct Entry {
+    std::size_t offset, length, block, start, size;
+  };
+  std::deque<Entry> entries_;       // no copy of them all as a vector grows
+  std::deque<std::string> blocks_;  // each reserved once, never moved
+  std::size_t added_ = 0;
+};
+
 // The second pass over one input: each document with changes is decoded
 // again, the plans applied, and the text edited; the rest is left alone.
 struct EditedSource {
-  std::vector<manifest::TextEdit> edits;
+  EditLog edits;
   std::vector<std::string> rewritten;  // positions of documents written whole
 };
 
@@ -176,21 +283,22 @@ std::optional<manifest::Document> read_whole(const SourceText& source, int index
   return found;
 }
 
-EditedSource edit_source(const SourceText& source, const std::vector<const PlannedChange*>& changes,
+// The changes of a source are dropped as they are applied (the front one
+// is the next to apply).
+EditedSource edit_source(const SourceText& source, Planned& changes,
                          std::chrono::system_clock::time_point now) {
   EditedSource out;
   manifest::SourceEditor editor(source.text);
-  std::size_t next = 0;
   auto keep = [&](manifest::DocumentEdit&& edit, const manifest::Position& where) {
     if (edit.rewritten) out.rewritten.push_back(where.format());
-    out.edits.insert(out.edits.end(), std::make_move_iterator(edit.edits.begin()),
-                     std::make_move_iterator(edit.edits.end()));
+    for (auto& e : edit.edits) out.edits.add(std::move(e));
   };
   // The changes of one document: applied to it, and its text edited.
   auto edit_whole = [&](manifest::Document&& document) {
     Json updated = document.value;
-    for (; next < changes.size() && changes[next]->address.document == document.index; ++next) {
-      const PlannedChange& change = *changes[next];
+    for (; !changes.empty() && changes.front().address.document == document.index;
+         changes.pop_front()) {
+      const PlannedChange& change = changes.front();
       budget::apply_plan(*object_at(updated, change.address.items), change.plan, change.policy_name,
                          now);
     }
@@ -200,11 +308,11 @@ EditedSource edit_source(const SourceText& source, const std::vector<const Plann
   // The changes of one item of a List, whose items are edited one by one.
   auto edit_item = [&](manifest::Document&& item) {
     Json updated = item.value;
-    for (; next < changes.size() && changes[next]->address.document == item.index &&
-           !changes[next]->address.items.empty() &&
-           changes[next]->address.items.front() == *item.item;
-         ++next) {
-      const PlannedChange& change = *changes[next];
+    for (; !changes.empty() && changes.front().address.document == item.index &&
+           !changes.front().address.items.empty() &&
+           changes.front().address.items.front() == *item.item;
+         changes.pop_front()) {
+      const PlannedChange& change = changes.front();
       const std::vector<std::size_t> rest(change.address.items.begin() + 1,
                                           change.address.items.end());
       budget::apply_plan(*object_at(updated, rest), change.plan, change.policy_name, now);
@@ -220,8 +328,8 @@ EditedSource edit_source(const SourceText& source, const std::vector<const Plann
   (void)manifest::for_each_document(
       source.text, source.name,
       [&](manifest::Document&& document) {
-        if (next >= changes.size()) return false;
-        const ObjectAddress& address = changes[next]->address;
+        if (changes.empty()) return false;
+        const ObjectAddress& address = changes.front().address;
         if (address.document != document.index) return true;
         if (document.item) {
           if (address.items.empty() || address.items.front() != *document.item) return true;
@@ -245,17 +353,18 @@ EditedSource edit_source(const SourceText& source, const std::vector<const Plann
           // Items handed out, then taken back (a JSON-looking text that only
           // the YAML reader reads): the rest come with the List.
           Json& items = document.value["items"];
-          while (next < changes.size() && changes[next]->address.document == document.index &&
-                 !changes[next]->address.items.empty() &&
-                 changes[next]->address.items.front() < items.size()) {
-            const std::size_t k = changes[next]->address.items.front();
+          while (!changes.empty() && changes.front().address.document == document.index &&
+                 !changes.front().address.items.empty() &&
+                 changes.front().address.items.front() < items.size()) {
+            const std::size_t k = changes.front().address.items.front();
             edit_item(manifest::Document{std::move(items[k]), document.position, document.index,
                                          document.source, k, false});
           }
         }
         // Changes left for a List edited item by item would be for items
         // out of order, which the first pass never gives.
-        for (; next < changes.size() && changes[next]->address.document == index; ++next) {
+        while (!changes.empty() && changes.front().address.document == index) {
+          changes.pop_front();
         }
         return true;
       },
@@ -263,36 +372,132 @@ EditedSource edit_source(const SourceText& source, const std::vector<const Plann
   return out;
 }
 
+// Every line of `text` after the first indented by `pad` (JSON strings hold
+// no raw line break, so this only moves the lines of the dump).
+std::string indented(std::string_view text, std::string_view pad) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += pad;
+  }
+  return out;
+}
+
+std::string dumped(const Json& value) {
+  return value.dump(2, ' ', false, Json::error_handler_t::replace);
+}
+
+// The Lists of a source whose items are read one by one, each as it comes
+// after its items: `items` empty, in its place. Documents whose items were
+// taken back (not Lists after all) come whole and are not among them.
+std::map<int, Json> list_shells(const SourceText& source) {
+  std::map<int, Json> shells;
+  std::set<int> with_items;
+  (void)manifest::for_each_document(
+      source.text, source.name,
+      [&](manifest::Document&& document) {
+        if (document.item) {
+          with_items.insert(document.index);
+        } else if (with_items.contains(document.index) && !document.items_recalled) {
+          shells.emplace(document.index, std::move(document.value));
+        }
+        return true;
+      },
+      {}, nullptr, manifest::ListItems::OneByOne);
+  return shells;
+}
+
+// A List's dump, cut where its items go: before `[` and after `]`.
+std::optional<std::pair<std::string, std::string>> split_at_items(const Json& shell) {
+  const std::string text = dumped(shell);
+  // A top-level key is the only line that starts with two blanks and `"`.
+  constexpr std::string_view marker = "\n  \"items\": []";
+  const std::size_t at = text.find(marker);
+  if (at == std::string::npos) return std::nullopt;
+  return std::pair{text.substr(0, at + marker.size() - 1), text.substr(at + marker.size())};
+}
+
 // -o json: every document, planned, as one JSON value (a List when several),
-// written as it is produced rather than built whole.
-void write_json(const Loaded& loaded, const std::vector<std::vector<const PlannedChange*>>& changes,
+// written as it is produced rather than built whole. A List is written item
+// by item, as `plan` edits it: decoded whole it costs 10x its text.
+void write_json(const Loaded& loaded, std::vector<Planned>& changes,
                 std::chrono::system_clock::time_point now, std::ostream& out) {
   const bool list = loaded.document_count != 1;
+  const std::string_view pad = list ? "    " : "";
   if (list) out << "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"List\",\n  \"items\": [";
   bool first = true;
+  // Starts a document of the output.
+  auto open = [&] {
+    if (list) out << (first ? "\n    " : ",\n    ");
+    first = false;
+  };
   for (std::size_t s = 0; s < loaded.sources.size(); ++s) {
-    std::size_t next = 0;
-    const auto& planned = changes[s];
+    Planned& planned = changes[s];              // dropped as applied
+    std::optional<std::map<int, Json>> shells;  // read when a first item comes
+    int streaming = -1;                         // the List whose items are being written
+    std::string after;                          // its text after its items
+    bool first_item = true;
+    auto write_item = [&](manifest::Document&& item) {
+      if (!shells) shells = list_shells(loaded.sources[s]);
+      const auto shell = shells->find(item.index);
+      if (shell == shells->end()) return;  // taken back: it comes whole
+      if (streaming != item.index) {
+        auto parts = split_at_items(shell->second);
+        if (!parts) return;  // not reached: the shell has `items`
+        open();
+        out << indented(parts->first, pad);
+        after = std::move(parts->second);
+        streaming = item.index;
+        first_item = true;
+      }
+      for (; !planned.empty() && planned.front().address.document == item.index &&
+             !planned.front().address.items.empty() &&
+             planned.front().address.items.front() == *item.item;
+           planned.pop_front()) {
+        const PlannedChange& change = planned.front();
+        const std::vector<std::size_t> rest(change.address.items.begin() + 1,
+                                            change.address.items.end());
+        budget::apply_plan(*object_at(item.value, rest), change.plan, change.policy_name, now);
+      }
+      out << (first_item ? "\n    " : ",\n    ") << pad
+          << indented(dumped(item.value), std::string(pad) + "    ");
+      first_item = false;
+    };
     (void)manifest::for_each_document(
-        loaded.sources[s].text, loaded.sources[s].name, [&](manifest::Document&& document) {
-          for (; next < planned.size() && planned[next]->address.document == document.index;
-               ++next) {
-            budget::apply_plan(*object_at(document.value, planned[next]->address.items),
-                               planned[next]->plan, planned[next]->policy_name, now);
+        loaded.sources[s].text, loaded.sources[s].name,
+        [&](manifest::Document&& document) {
+          if (document.item) {
+            write_item(std::move(document));
+            return true;
           }
-          std::string text = document.value.dump(2, ' ', false, Json::error_handler_t::replace);
-          if (list) {
-            std::string indented = "\n    ";
-            for (char c : text) indented += c == '\n' ? std::string("\n    ") : std::string(1, c);
-            text = std::move(indented);
-            if (!first) out << ",";
+          if (streaming == document.index) {
+            out << "\n  " << pad << "]" << indented(after, pad);
+            streaming = -1;
+            return true;
           }
-          first = false;
-          out << text;
+          for (; !planned.empty() && planned.front().address.document == document.index;
+               planned.pop_front()) {
+            const PlannedChange& change = planned.front();
+            budget::apply_plan(*object_at(document.value, change.address.items), change.plan,
+                               change.policy_name, now);
+          }
+          open();
+          out << indented(dumped(document.value), pad);
           return true;
-        });
+        },
+        {}, nullptr, manifest::ListItems::OneByOne);
   }
   out << (list ? "\n  ]\n}\n" : "\n");
+}
+
+// Gives the memory freed by a pass back to the system before the next one
+// allocates anew. On a large List, each pass frees tens of thousands of
+// small blocks that malloc keeps (resident) in the holes it cannot trim.
+void release_free_memory() {
+#if defined(__GLIBC__)
+  ::malloc_trim(0);
+#endif
 }
 
 // Writes `text` to `path` through a temporary file in the same directory
@@ -335,10 +540,10 @@ void write_source(std::ostream& out, std::string_view text, bool& first) {
 // `out`, or as a diff, or back to its file (-w). Every edited file is read
 // back before anything is written: when one does not read, no file is
 // written and nothing goes to `out`.
-std::expected<void, std::string> write_edited(
-    const OfflineOptions& options, const Loaded& loaded,
-    const std::vector<std::vector<const PlannedChange*>>& by_source,
-    std::chrono::system_clock::time_point now, std::ostream& out, std::ostream& summary) {
+std::expected<void, std::string> write_edited(const OfflineOptions& options, Loaded& loaded,
+                                              std::vector<Planned>& by_source,
+                                              std::chrono::system_clock::time_point now,
+                                              std::ostream& out, std::ostream& summary) {
   struct Edited {
     std::vector<manifest::TextEdit> edits;
     std::shared_ptr<const std::string> text;
@@ -346,16 +551,29 @@ std::expected<void, std::string> write_edited(
   std::vector<std::optional<Edited>> edited(loaded.sources.size());
   for (std::size_t s = 0; s < loaded.sources.size(); ++s) {
     if (by_source[s].empty()) continue;
-    const SourceText& source = loaded.sources[s];
+    SourceText& source = loaded.sources[s];
     EditedSource made = edit_source(source, by_source[s], now);
+    release_free_memory();
     for (const auto& where : made.rewritten) {
       summary << fmt::format(
           "{}: note: this document could not be edited in place and was "
           "written out whole (comments and layout not kept)\n",
           escaped(where));
     }
-    auto text =
-        std::make_shared<const std::string>(manifest::apply_edits(*source.text, made.edits));
+    // Only the diff needs the edits, and the text they were made on, again:
+    // otherwise they go before the edited text is read back.
+    std::vector<manifest::TextEdit> edits;
+    std::string applied;
+    if (options.diff) {
+      edits = made.edits.edits();
+      made.edits = EditLog();
+      applied = manifest::apply_edits(*source.text, edits);
+    } else {
+      applied = made.edits.apply(*source.text);
+      source.text.reset();
+    }
+    auto text = std::make_shared<const std::string>(std::move(applied));
+    release_free_memory();
     // Each document's edit was read back on its own; the whole file is read
     // again (item by item, documents dropped), because text around a
     // document reads in its context (fuzz findings: a document written whole
@@ -369,10 +587,9 @@ std::expected<void, std::string> write_edited(
                       "`plan -o json` gives the planned objects",
                       source.name, again.error().message));
     }
-    // The edits are kept for the diff only: on a large List they cost about
-    // as much as the text they add.
-    if (!options.diff) made.edits = {};
-    edited[s] = Edited{std::move(made.edits), std::move(text)};
+    // Read back, the edited text is only wanted to be written out.
+    if (options.diff && !options.in_place) text.reset();
+    edited[s] = Edited{std::move(edits), std::move(text)};
   }
   bool first = true;
   for (std::size_t s = 0; s < loaded.sources.size(); ++s) {
@@ -382,8 +599,8 @@ std::expected<void, std::string> write_edited(
       continue;
     }
     if (options.diff) {
-      out << manifest::unified_diff(*source.text, edited[s]->edits, "a/" + source.name,
-                                    "b/" + source.name);
+      manifest::write_unified_diff(out, *source.text, edited[s]->edits, "a/" + source.name,
+                                   "b/" + source.name);
     }
     if (options.in_place) {
       if (auto written = replace_file(source.path, *edited[s]->text); !written) return written;
@@ -395,8 +612,9 @@ std::expected<void, std::string> write_edited(
 }
 
 int run_plan(const OfflineOptions& options, Streams io) {
-  std::vector<PlannedChange> planned;
-  std::ostringstream summary;
+  std::vector<Planned> by_source;  // by input
+  BlockBuffer summary_text;
+  std::ostream summary(&summary_text);
   std::size_t changed = 0, dry_run = 0, unchanged = 0;
   auto keep = [&](Evaluated&& e) {
     summarise(e, summary);
@@ -405,19 +623,35 @@ int run_plan(const OfflineOptions& options, Streams io) {
       return;
     }
     e.applied ? ++changed : ++dry_run;
-    if (e.applied) planned.push_back({std::move(e.address), e.policy_name, std::move(e.plan)});
+    if (!e.applied) return;
+    // Summarised: the changes and findings (about half of a plan's memory)
+    // are not needed to apply it; one change stays, emptied, for apply_plan
+    // to see that the plan changes something.
+    // (Swapped out: `= {}` is the initializer_list assignment, which keeps
+    // the capacity.)
+    e.plan.changes.resize(1);
+    e.plan.changes.front() = budget::Change{};
+    e.plan.changes.shrink_to_fit();
+    std::vector<budget::Finding>().swap(e.plan.findings);
+    budget::FieldErrors().swap(e.plan.invalid);
+    const std::size_t source = e.address.source;
+    if (by_source.size() <= source) by_source.resize(source + 1);
+    by_source[source].push_back({std::move(e.address), e.policy_name, std::move(e.plan)});
   };
   auto loaded = load_and_evaluate(options, io.in, /*keep_sources=*/true, keep);
+  release_free_memory();
   if (!loaded) return report_input_errors("plan", loaded.error(), io.err);
   print_notes("plan", *loaded, io.err);
 
-  // By input, in document order.
-  std::vector<std::vector<const PlannedChange*>> by_source(loaded->sources.size());
-  for (const auto& p : planned) by_source[p.address.source].push_back(&p);
+  // In document order. They come so; sorting costs a buffer of half of them.
+  by_source.resize(loaded->sources.size());
+  auto by_document = [](const PlannedChange& a, const PlannedChange& b) {
+    return a.address.document < b.address.document;
+  };
   for (auto& list : by_source) {
-    std::stable_sort(list.begin(), list.end(), [](const auto* a, const auto* b) {
-      return a->address.document < b->address.document;
-    });
+    if (!std::is_sorted(list.begin(), list.end(), by_document)) {
+      std::stable_sort(list.begin(), list.end(), by_document);
+    }
   }
   const auto now = applied_time();
   if (options.output == "json") {
@@ -428,13 +662,12 @@ int run_plan(const OfflineOptions& options, Streams io) {
     return kExitUsage;
   }
   io.out.flush();
-  io.err << summary.str()
-         << fmt::format("plan: {} Deployment(s) changed, {} unchanged{}{}{}\n", changed, unchanged,
-                        dry_run ? fmt::format(", {} DryRun", dry_run) : "",
-                        loaded->skipped
-                            ? fmt::format(", {} not opted in (use --all)", loaded->skipped)
-                            : "",
-                        options.in_place && changed ? "; files edited in place" : "");
+  summary_text.write_to(io.err);
+  io.err << fmt::format(
+      "plan: {} Deployment(s) changed, {} unchanged{}{}{}\n", changed, unchanged,
+      dry_run ? fmt::format(", {} DryRun", dry_run) : "",
+      loaded->skipped ? fmt::format(", {} not opted in (use --all)", loaded->skipped) : "",
+      options.in_place && changed ? "; files edited in place" : "");
   return kExitOk;
 }
 

@@ -15,6 +15,8 @@
 #include <cmath>
 #include <deque>
 #include <optional>
+#include <ostream>
+#include <sstream>
 #include <utility>
 
 #include "gracekeeper/manifest/writer.h"
@@ -1222,21 +1224,22 @@ class Lines {
 // Edits on the same or adjacent old lines, and the lines they span.
 struct Group {
   std::size_t first, last;  // old lines, inclusive
-  std::vector<TextEdit> edits;
+  std::size_t begin, end;   // the edits, by index (not copied: a large List has 100,000)
 };
 
 std::vector<Group> group_edits(std::string_view text, const Lines& lines,
                                const std::vector<TextEdit>& edits) {
   std::vector<Group> groups;
-  for (const auto& e : edits) {
+  for (std::size_t i = 0; i < edits.size(); ++i) {
+    const TextEdit& e = edits[i];
     const std::size_t first = lines.of(std::min(e.offset, text.empty() ? 0 : text.size() - 1));
     const std::size_t last =
         e.length == 0 ? first : lines.of(std::min(e.offset + e.length - 1, text.size() - 1));
     if (!groups.empty() && first <= groups.back().last + 1) {
       groups.back().last = std::max(groups.back().last, last);
-      groups.back().edits.push_back(e);
+      groups.back().end = i + 1;
     } else {
-      groups.push_back({first, last, {e}});
+      groups.push_back({first, last, i, i + 1});
     }
   }
   return groups;
@@ -1262,12 +1265,15 @@ void emit_line(std::string& out, char mark, const std::string& line) {
 
 // The body lines of one group: its old lines out, its new lines in; lines the
 // edits left as they were are context, not a change. Adds to the counts.
-void emit_group(std::string& body, std::string_view text, const Lines& lines, const Group& group,
-                std::size_t& old_count, std::size_t& new_count) {
+void emit_group(std::string& body, std::string_view text, const Lines& lines,
+                const std::vector<TextEdit>& edits, const Group& group, std::size_t& old_count,
+                std::size_t& new_count) {
   const std::size_t begin = lines.start(group.first);
   const std::size_t end = lines.end(group.last);
   std::vector<TextEdit> local;
-  for (const auto& e : group.edits) local.push_back({e.offset - begin, e.length, e.text});
+  for (std::size_t i = group.begin; i < group.end; ++i) {
+    local.push_back({edits[i].offset - begin, edits[i].length, edits[i].text});
+  }
   const auto before = split_lines(text.substr(begin, end - begin));
   const auto after = split_lines(apply_edits(text.substr(begin, end - begin), local));
   std::size_t head = 0, tail = 0;
@@ -1290,11 +1296,19 @@ void emit_group(std::string& body, std::string_view text, const Lines& lines, co
 
 std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edits,
                          std::string_view old_name, std::string_view new_name) {
-  if (edits.empty()) return "";
+  std::ostringstream out;
+  write_unified_diff(out, text, edits, old_name, new_name);
+  return std::move(out).str();
+}
+
+void write_unified_diff(std::ostream& out, std::string_view text,
+                        const std::vector<TextEdit>& edits, std::string_view old_name,
+                        std::string_view new_name) {
+  if (edits.empty()) return;
   const Lines lines(text);
   const std::vector<Group> groups = group_edits(text, lines, edits);
   constexpr std::size_t context_lines = 3;
-  std::string out = fmt::format("--- {}\n+++ {}\n", old_name, new_name);
+  out << fmt::format("--- {}\n+++ {}\n", old_name, new_name);
   long delta = 0;  // new line number minus old line number, before the hunk
   for (std::size_t g = 0; g < groups.size();) {
     // Groups closer than twice the context share a hunk.
@@ -1310,18 +1324,17 @@ std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edi
       for (; line < groups[k].first; ++line, ++old_count, ++new_count) {
         emit_line(body, ' ', lines.line(line));
       }
-      emit_group(body, text, lines, groups[k], old_count, new_count);
+      emit_group(body, text, lines, edits, groups[k], old_count, new_count);
       line = groups[k].last + 1;
     }
     for (; line <= to; ++line, ++old_count, ++new_count) emit_line(body, ' ', lines.line(line));
     const long old_start = static_cast<long>(from) + 1;
-    out += fmt::format("@@ -{},{} +{},{} @@\n", old_count ? old_start : old_start - 1, old_count,
-                       new_count ? old_start + delta : old_start + delta - 1, new_count);
-    out += body;
+    out << fmt::format("@@ -{},{} +{},{} @@\n", old_count ? old_start : old_start - 1, old_count,
+                       new_count ? old_start + delta : old_start + delta - 1, new_count)
+        << body;
     delta += static_cast<long>(new_count) - static_cast<long>(old_count);
     g = h + 1;
   }
-  return out;
 }
 
 }  // namespace gracekeeper::manifest

@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "gracekeeper/budget/apply.h"
@@ -295,6 +296,20 @@ std::optional<Json> planned(const Json& value, const Knobs& knobs) {
   return applied;
 }
 
+// `kind: List` or `kind: FooList` with a string apiVersion, as the reader
+// tells a List.
+bool is_list(const Json& value) {
+  if (!value.is_object()) return false;
+  auto kind = value.find("kind");
+  auto api_version = value.find("apiVersion");
+  if (kind == value.end() || !kind->is_string() || api_version == value.end() ||
+      !api_version->is_string()) {
+    return false;
+  }
+  const auto& name = kind->get_ref<const std::string&>();
+  return name == "List" || (name.size() > 4 && name.ends_with("List"));
+}
+
 // `plan -w` on a List: its items, read and edited one by one, read back as
 // the planned items, and the rest of the text as it was.
 void check_item_edits(const std::string& text, const std::vector<manifest::Document>& whole,
@@ -309,7 +324,10 @@ void check_item_edits(const std::string& text, const std::vector<manifest::Docum
         if (d.item) {
           ++handed;
         } else {
-          if (handed > 0 && !d.items_recalled) lists.push_back(d.index);
+          // A List that only the YAML reader reads (JSON-looking text the
+          // JSON reader gave up on) comes whole after the items handed out
+          // so far, recalled: `plan` edits those, then the rest from it.
+          if (handed > 0 && (!d.items_recalled || is_list(d.value))) lists.push_back(d.index);
           handed = 0;
         }
         return true;
@@ -320,22 +338,42 @@ void check_item_edits(const std::string& text, const std::vector<manifest::Docum
   std::vector<manifest::TextEdit> edits;
   std::map<std::pair<int, std::size_t>, Json> wanted;
   std::vector<int> edited_lists;
+  std::size_t items_seen = 0;  // of the document being read
+  auto edit_item = [&](manifest::Document&& d) {
+    auto applied = planned(d.value, knobs);
+    if (!applied) return;
+    if (edited_lists.empty() || edited_lists.back() != d.index) {
+      if (!editor.edits_items(d.index)) return;
+      edited_lists.push_back(d.index);
+    }
+    const std::size_t item = *d.item;
+    const int index = d.index;
+    auto edit = editor.edit_item(std::move(d), *applied);
+    if (edit.edits.empty()) violation("an item with changes got no edit", text);
+    edits.insert(edits.end(), edit.edits.begin(), edit.edits.end());
+    wanted[{index, item}] = std::move(*applied);
+  };
   (void)manifest::for_each_document(
       text, "fuzz.yaml",
       [&](manifest::Document&& d) {
-        if (!d.item || std::find(lists.begin(), lists.end(), d.index) == lists.end()) return true;
-        auto applied = planned(d.value, knobs);
-        if (!applied) return true;
-        if (edited_lists.empty() || edited_lists.back() != d.index) {
-          if (!editor.edits_items(d.index)) return true;
-          edited_lists.push_back(d.index);
+        if (std::find(lists.begin(), lists.end(), d.index) == lists.end()) return true;
+        if (d.item) {
+          ++items_seen;
+          edit_item(std::move(d));
+          return true;
         }
-        const std::size_t item = *d.item;
-        const int index = d.index;
-        auto edit = editor.edit_item(std::move(d), *applied);
-        if (edit.edits.empty()) violation("an item with changes got no edit", text);
-        edits.insert(edits.end(), edit.edits.begin(), edit.edits.end());
-        wanted[{index, item}] = std::move(*applied);
+        const std::size_t seen = std::exchange(items_seen, 0);
+        // Recalled: the items not handed out come with it (as edit_source
+        // in src/cli/cli.cpp takes them), once one handed out was edited.
+        if (!d.items_recalled || edited_lists.empty() || edited_lists.back() != d.index ||
+            !d.value.contains("items") || !d.value["items"].is_array()) {
+          return true;
+        }
+        Json& items = d.value["items"];
+        for (std::size_t k = seen; k < items.size(); ++k) {
+          edit_item(
+              manifest::Document{std::move(items[k]), d.position, d.index, d.source, k, false});
+        }
         return true;
       },
       kLimits, nullptr, manifest::ListItems::OneByOne);

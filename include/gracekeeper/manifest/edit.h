@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -77,5 +78,10 @@ std::string apply_edits(std::string_view text, const std::vector<TextEdit>& edit
 // with `edits` applied; empty when there are no edits.
 std::string unified_diff(std::string_view text, const std::vector<TextEdit>& edits,
                          std::string_view old_name, std::string_view new_name);
+// The same, written to `out` hunk by hunk (the diff of a large List is
+// larger than the List).
+void write_unified_diff(std::ostream& out, std::string_view text,
+                        const std::vector<TextEdit>& edits, std::string_view old_name,
+                        std::string_view new_name);
 
 }  // namespace gracekeeper::manifest

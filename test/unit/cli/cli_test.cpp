@@ -654,6 +654,79 @@ TEST_F(CliTest, NestedListsArePlanned) {
       out["items"][0]["items"][0]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 55);
 }
 
+// `plan -o json` writes a List item by item, as it comes (decoded whole, a
+// List costs 10x its text), yet as the List dumped whole would be: among
+// other documents, with a nested List, an item not planned, and a document
+// with `items` that is not a List (its items were not objects of their own).
+TEST_F(CliTest, JsonOutputWritesAListItemByItemAsItWasWhole) {
+  const std::string text =
+      "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: before}\n---\n"
+      "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: x}\n"
+      "- apiVersion: v1\n  kind: List\n  items:\n  - " +
+      with_indent(kArticle, "    ").substr(4) + "- " + with_indent(kArticle, "  ").substr(2) +
+      "kind: List\nmetadata: {resourceVersion: \"\"}\n---\n"
+      "apiVersion: v1\nkind: Thing\nmetadata: {name: t}\nitems: [1, 2]\n";
+  const std::string renamed = [&] {
+    std::string t = text;  // the second Deployment in another namespace
+    const std::string from = "namespace: shop-prod\n";
+    return t.replace(t.rfind(from), from.size(), "namespace: other\n");
+  }();
+  const auto file = write("list.yaml", renamed);
+  auto planned = run({"plan", "-f", file, "-o", "json"});
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  EXPECT_THAT(planned.err, HasSubstr("plan: 2 Deployment(s) changed"));
+  const auto out = nlohmann::ordered_json::parse(planned.out);
+  EXPECT_EQ(planned.out, out.dump(2) + "\n");  // the layout of a whole dump
+  ASSERT_EQ(out["items"].size(), 3u);
+  EXPECT_EQ(out["items"][0]["metadata"]["name"], "before");
+  const auto& list = out["items"][1];
+  EXPECT_EQ(list["items"][0]["metadata"]["name"], "x");
+  EXPECT_EQ(
+      list["items"][1]["items"][0]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+      55);
+  EXPECT_EQ(list["items"][2]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 55);
+  EXPECT_EQ(list["metadata"]["resourceVersion"], "");
+  EXPECT_EQ(out["items"][2]["items"], nlohmann::ordered_json::parse("[1, 2]"));
+}
+
+// A JSON List that only the YAML reader reads: a `"<<"` key, which the
+// JSON reader leaves to it, after the first item. The JSON reader hands out
+// item 0 before it gives up, and the YAML reader reads the List again whole
+// (its items recalled): plan edits the item handed out, then the rest from
+// the recalled List, each in place.
+TEST_F(CliTest, JsonListOnlyTheYamlReaderReadsIsEditedItemByItem) {
+  auto deployment = [](const std::string& name) {
+    return R"({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": ")" + name +
+           R"(", "annotations": {"gracekeeper.dev/enabled": "true"}}, "spec": {"template": )"
+           R"({"spec": {"containers": [{"name": "app", "image": "app:1"}]}}}})";
+  };
+  const std::string config_map =
+      R"({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, )"
+      R"("data": {"<<": "x"}})";
+  const std::string list = "{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [\n  " +
+                           deployment("first") + ",\n  " + config_map + ",\n  " +
+                           deployment("second") + "\n]}\n";
+  const auto file = write("list.json", list);
+  auto planned = run({"plan", "-f", file});
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  EXPECT_THAT(planned.err, HasSubstr("plan: 2 Deployment(s) changed"));
+  EXPECT_THAT(planned.err, Not(HasSubstr("written out whole")));
+  EXPECT_THAT(planned.out, HasSubstr("\n  " + config_map + ",\n"));
+  // The text edited in place reads as the planned objects.
+  auto json = run({"plan", "-f", file, "-o", "json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto edited = nlohmann::ordered_json::parse(planned.out);
+  EXPECT_EQ(edited, nlohmann::ordered_json::parse(json.out));
+  for (int item : {0, 2}) {
+    EXPECT_EQ(edited["items"][item]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+              55)
+        << item;
+  }
+  ASSERT_EQ(run({"plan", "-w", "-f", file}).code, 0);
+  EXPECT_EQ(run({"check", "-f", file}).code, 0);
+  EXPECT_THAT(run({"plan", "-f", file}).err, HasSubstr("plan: 0 Deployment(s) changed"));
+}
+
 // Valid YAML with old Mac line ends (CR only) reads, plans and keeps them.
 TEST_F(CliTest, CarriageReturnOnlyLineBreaks) {
   std::string text = kArticle;
