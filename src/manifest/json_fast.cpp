@@ -58,8 +58,8 @@ class Cursor {
 
 class Builder {
  public:
-  Builder(JsonItems* items, const char* const* cursor, const char* text)
-      : items_(items), cursor_(cursor), text_(text) {}
+  Builder(JsonItems* items, const char* const* cursor, const char* text, int max_depth)
+      : items_(items), cursor_(cursor), text_(text), max_depth_(max_depth) {}
 
   using number_integer_t = Json::number_integer_t;
   using number_unsigned_t = Json::number_unsigned_t;
@@ -85,6 +85,7 @@ class Builder {
   bool string(string_t& value) { return attach(Json(std::move(value))); }
   bool binary(binary_t&) { return false; }
   bool start_object(std::size_t) {
+    if (too_deep()) return false;
     note_item_start();
     frames_.emplace_back().is_map = true;
     return true;
@@ -106,6 +107,7 @@ class Builder {
     return attach(std::move(value));
   }
   bool start_array(std::size_t) {
+    if (too_deep()) return false;
     note_item_start();
     // The root object's `items`, handed out item by item when asked.
     const bool hand_out = items_ != nullptr && frames_.size() == 1 && frames_.front().is_map &&
@@ -131,6 +133,9 @@ class Builder {
     std::vector<std::pair<std::string, Json>> members;
     Json::array_t items;
   };
+
+  // One more level would be deeper than max_depth_ (the YAML reader names it).
+  bool too_deep() const { return static_cast<long>(frames_.size()) >= max_depth_; }
 
   static bool has_duplicates(const std::vector<std::pair<std::string, Json>>& members) {
     std::vector<std::uint32_t> order(members.size());
@@ -177,6 +182,7 @@ class Builder {
   JsonItems* items_;
   const char* const* cursor_;
   const char* text_;
+  int max_depth_;
   std::size_t item_start_ = 0;
   std::vector<Frame> frames_;
   std::optional<Json> result_;
@@ -184,11 +190,12 @@ class Builder {
 
 }  // namespace
 
-std::optional<Json> read_json_object(std::string_view text, std::size_t first, JsonItems* items) {
+std::optional<Json> read_json_object(std::string_view text, std::size_t first, int max_depth,
+                                     JsonItems* items) {
   if (first >= text.size() || text[first] != '{') return std::nullopt;
   if (text.size() > std::numeric_limits<std::uint32_t>::max()) return std::nullopt;
   const char* at = text.data() + first;
-  Builder builder(items, &at, text.data());
+  Builder builder(items, &at, text.data(), max_depth);
   try {
     if (!Json::sax_parse(Cursor(at, &at), Cursor(text.data() + text.size(), &at), &builder,
                          Json::input_format_t::json, /*strict=*/true, /*ignore_comments=*/false)) {

@@ -27,16 +27,20 @@ class DepthScanner {
  public:
   // With `blank_tabs`, the tabs of blank lines (see normalise_blank_lines)
   // are rewritten there, a copy of `text`, at the same offsets.
-  DepthScanner(std::string_view text, int max_depth, std::string* blank_tabs = nullptr)
-      : text_(text), max_depth_(max_depth), blank_tabs_(blank_tabs) {}
+  // `max_flow_bytes`: the longest outermost flow collection allowed.
+  DepthScanner(std::string_view text, int max_depth, std::size_t max_flow_bytes,
+               std::string* blank_tabs = nullptr)
+      : text_(text),
+        max_depth_(max_depth),
+        max_flow_bytes_(max_flow_bytes),
+        blank_tabs_(blank_tabs) {}
 
   bool saw_blank_tabs() const { return saw_blank_tabs_; }
 
   std::optional<Prescan> run() {
     auto deep = run_lines();
     if (!deep) return std::nullopt;
-    return Prescan{*deep,
-                   long_key_ ? Prescan::Problem::NoColonAfterKey : Prescan::Problem::TooDeep};
+    return Prescan{*deep, problem_};
   }
 
  private:
@@ -118,6 +122,7 @@ class DepthScanner {
   }
 
   bool open() {
+    if (depth_ == 0) flow_start_ = i_ - 1;
     if (++depth_ > max_depth_) {
       too_deep_ = i_ - 1;
       return false;
@@ -125,9 +130,19 @@ class DepthScanner {
     return true;
   }
 
+  // The outermost flow collection open now has run past max_flow_bytes_
+  // (counted from its `[` or `{` up to and including what was read last).
+  bool too_long() {
+    if (i_ - flow_start_ <= max_flow_bytes_) return false;
+    problem_ = Prescan::Problem::FlowTooLong;
+    too_deep_ = flow_start_;
+    return true;
+  }
+
   // Inside flow collections: every bracket outside quotes and comments counts.
   bool scan_flow() {
     while (depth_ > 0 && !at_line_end()) {
+      if (too_long()) return false;
       if (quote_ != 0) {
         scan_quoted();
         continue;
@@ -143,7 +158,7 @@ class DepthScanner {
         --depth_;
       }
     }
-    return true;
+    return !too_long();  // the `]` or `}` that closed it counts
   }
 
   // Block context: a flow collection, a quoted scalar or a block scalar can
@@ -203,7 +218,7 @@ class DepthScanner {
       }
       if (k == '#' && j > i_ && is_space(text_[j - 1])) return true;  // a comment: ends the line
       if ((static_cast<unsigned char>(k) & 0xC0) != 0x80 && ++characters > max_key_characters) {
-        long_key_ = true;
+        problem_ = Prescan::Problem::NoColonAfterKey;
         too_deep_ = line_start_;
         return false;
       }
@@ -227,9 +242,11 @@ class DepthScanner {
 
   std::string_view text_;
   int max_depth_;
+  std::size_t max_flow_bytes_;
   std::string* blank_tabs_;
   bool saw_blank_tabs_ = false;
-  bool long_key_ = false;
+  Prescan::Problem problem_ = Prescan::Problem::TooDeep;
+  std::size_t flow_start_ = 0;  // the outermost flow collection's `[` or `{`
   std::size_t line_start_ = 0;
   std::size_t i_ = 0;
   int depth_ = 0;
@@ -240,8 +257,9 @@ class DepthScanner {
 
 }  // namespace
 
-std::optional<Prescan> prescan(std::string_view text, int max_depth, bool* blank_tabs) {
-  DepthScanner scanner(text, max_depth);
+std::optional<Prescan> prescan(std::string_view text, int max_depth, std::size_t max_flow_bytes,
+                               bool* blank_tabs) {
+  DepthScanner scanner(text, max_depth, max_flow_bytes);
   auto found = scanner.run();
   if (blank_tabs != nullptr) *blank_tabs = scanner.saw_blank_tabs();
   return found;
@@ -249,7 +267,7 @@ std::optional<Prescan> prescan(std::string_view text, int max_depth, bool* blank
 
 std::string blank_lines_without_tabs(std::string_view text, int max_depth) {
   std::string copy(text);
-  DepthScanner(text, max_depth, &copy).run();
+  DepthScanner(text, max_depth, SIZE_MAX, &copy).run();
   return copy;
 }
 

@@ -21,17 +21,24 @@ namespace gracekeeper::manifest::detail {
 // - a line at column 0 of block context that opens a plain scalar with no
 //   `:` within 1024 characters (YAML 1.2's limit on implicit keys, as go-yaml
 //   has it): garbage that yaml-cpp would scan to its end (about 4 MB/s) is
-//   rejected where it becomes invalid.
+//   rejected where it becomes invalid;
+// - an outermost flow collection longer than `max_flow_bytes` (from its `[`
+//   or `{` to its `]` or `}`, line breaks and all), found where the limit is
+//   crossed: yaml-cpp holds every token of a flow collection until it closes
+//   (a plain scalar in it might yet be a key), ~16x the text.
 // One pass that holds nothing. It follows quotes, comments and block
 // scalars, so brackets inside strings never count.
 struct Prescan {
-  enum class Problem { TooDeep, NoColonAfterKey };
-  std::size_t offset = 0;  // the `[` or `{` too deep, or the line's start
+  enum class Problem { TooDeep, NoColonAfterKey, FlowTooLong };
+  // The `[` or `{` too deep, the line's start, or the `[` or `{` that opens
+  // the collection too long.
+  std::size_t offset = 0;
   Problem problem = Problem::TooDeep;
 };
 // `blank_tabs`, when given, is set when the text has a blank line with a
 // tab that blank_lines_without_tabs rewrites.
-std::optional<Prescan> prescan(std::string_view text, int max_depth, bool* blank_tabs = nullptr);
+std::optional<Prescan> prescan(std::string_view text, int max_depth, std::size_t max_flow_bytes,
+                               bool* blank_tabs = nullptr);
 
 // YAML allows a lone CR as a line break (old Mac files); yaml-cpp does not.
 // Rewrites each lone CR to LF in place, byte for byte, so every offset and
@@ -57,6 +64,10 @@ std::string blank_lines_without_tabs(std::string_view text, int max_depth);
 // then reads (and names the error of) as before. yaml-cpp tokenises a whole
 // flow document before its first event: ~8x the text.
 //
+// Nesting deeper than `max_depth` is not read here (nullopt): the prescan
+// that bounds it may have stopped before the end (at a flow collection too
+// long, which only this parser may then read).
+//
 // With `items`, each item of the object's top-level `items` array goes to
 // items->sink as soon as it is read (with the offset where it starts), not
 // into the value; the sink returns false to stop (then nullopt, `stopped`).
@@ -65,7 +76,7 @@ struct JsonItems {
   std::size_t handed_out = 0;
   bool stopped = false;
 };
-std::optional<Json> read_json_object(std::string_view text, std::size_t first,
+std::optional<Json> read_json_object(std::string_view text, std::size_t first, int max_depth,
                                      JsonItems* items = nullptr);
 
 }  // namespace gracekeeper::manifest::detail

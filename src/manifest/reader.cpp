@@ -517,6 +517,20 @@ Error error_at(std::string_view name, std::string_view text, std::size_t offset,
                std::move(message)};
 }
 
+// An outermost flow collection longer than limits.max_flow_bytes, opened at
+// `offset`, that yaml-cpp would have to read (the prescan finds it where the
+// limit is crossed).
+Error flow_too_long(std::string_view name, std::string_view text, std::size_t offset,
+                    const Limits& limits) {
+  const std::size_t limit = limits.max_flow_bytes;
+  const std::string size =
+      limit % (1u << 20) == 0 ? fmt::format("{} MiB", limit >> 20) : fmt::format("{} bytes", limit);
+  return error_at(name, text, offset,
+                  fmt::format("a flow collection longer than {} (the API server accepts no "
+                              "object this large); write it as block YAML or as JSON",
+                              size));
+}
+
 // UTF-32 and UTF-16, by byte order mark or by the zero bytes ASCII leaves in
 // them; UTF-32 first, since its little-endian mark starts like UTF-16's.
 std::optional<std::string_view> wide_encoding(std::string_view text) {
@@ -709,16 +723,29 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
   const std::string file(name);
   try {
     if (auto bad = check_text(*text, name, limits)) return std::unexpected(std::move(*bad));
+    const std::size_t first = text->find_first_not_of(" \t\r\n");
+    const bool json_candidate = first != std::string::npos && (*text)[first] == '{';
     bool blank_tabs = false;
-    if (auto found = detail::prescan(*text, limits.max_depth, &blank_tabs)) {
-      return std::unexpected(error_at(
-          name, *text, found->offset,
-          found->problem == detail::Prescan::Problem::TooDeep
-              ? fmt::format("nesting is deeper than {} levels (`[` or `{{` opened here)",
-                            limits.max_depth)
-              : std::string("invalid YAML: no `:` within the first 1024 characters of this "
-                            "line (a line of a mapping must be `key: value`, and a key is at "
-                            "most 1024 characters)")));
+    // The text opens with a flow collection too long for yaml-cpp: only the
+    // JSON path may read it (the prescan stopped there; the JSON path bounds
+    // the depth itself).
+    bool json_only = false;
+    if (auto found = detail::prescan(*text, limits.max_depth, limits.max_flow_bytes, &blank_tabs)) {
+      if (found->problem == detail::Prescan::Problem::FlowTooLong) {
+        if (!json_candidate || found->offset != first) {
+          return std::unexpected(flow_too_long(name, *text, found->offset, limits));
+        }
+        json_only = true;
+      } else {
+        return std::unexpected(error_at(
+            name, *text, found->offset,
+            found->problem == detail::Prescan::Problem::TooDeep
+                ? fmt::format("nesting is deeper than {} levels (`[` or `{{` opened here)",
+                              limits.max_depth)
+                : std::string("invalid YAML: no `:` within the first 1024 characters of this "
+                              "line (a line of a mapping must be `key: value`, and a key is at "
+                              "most 1024 characters)")));
+      }
     }
     if (detail::has_lone_cr(*text)) {
       std::string copy = *text;
@@ -729,9 +756,8 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
       text = std::make_shared<const std::string>(
           detail::blank_lines_without_tabs(*text, limits.max_depth));
     }
-    const std::size_t first = text->find_first_not_of(" \t\r\n");
     bool recall_first = false;
-    if (first != std::string::npos && (*text)[first] == '{') {
+    if (json_candidate) {
       Lines lines(*text, file);
       detail::JsonItems items;
       items.sink = [&](Json&& value, std::size_t offset) {
@@ -739,14 +765,15 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
             Document{std::move(value), lines.at(offset), 0, text, items.handed_out - 1, false});
       };
       const bool by_item = lists == ListItems::OneByOne;
-      auto value = detail::read_json_object(*text, first, by_item ? &items : nullptr);
+      auto value =
+          detail::read_json_object(*text, first, limits.max_depth, by_item ? &items : nullptr);
       if (items.stopped) return {};
       if (value) {
         Document document{
             std::move(*value), Lines(*text, file).at(first), 0, text, std::nullopt, false};
         if (items.handed_out > 0 && !is_list_object(document.value)) {
           // It read once, so it reads again.
-          if (auto whole = detail::read_json_object(*text, first)) {
+          if (auto whole = detail::read_json_object(*text, first, limits.max_depth)) {
             document.value = std::move(*whole);
           }
           document.items_recalled = true;
@@ -754,6 +781,7 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
         (void)sink(std::move(document));
         return {};
       }
+      if (json_only) return std::unexpected(flow_too_long(name, *text, first, limits));
       // The YAML reader reads it whole: its items handed out are taken back.
       recall_first = items.handed_out > 0;
     }

@@ -64,6 +64,12 @@ enum class ListItems {
 struct Limits {
   std::size_t max_input_bytes = 256u << 20;  // one file or stdin
   int max_depth = 100;                       // nesting of mappings/sequences
+  // One outermost flow collection (`[...]`, `{...}`) read by yaml-cpp, in
+  // bytes: yaml-cpp holds every token of one until it closes (~16x the
+  // text). The API server refuses a request body over 3 MiB, so no object
+  // this large can be applied. Text the JSON path reads (a file that is one
+  // strict JSON object) is not limited.
+  std::size_t max_flow_bytes = 3u << 20;
   // Nodes that aliases may add over the whole input (every document of a
   // text, and every text read with the same ReadBudget), counted at every
   // use. Nodes written out in the text are bounded by max_input_bytes

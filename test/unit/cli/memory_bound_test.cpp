@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,8 +25,8 @@ struct Measured {
   double seconds = 0;
 };
 
-// Runs GK_BINARY with `args`, stdout and stderr to /dev/null.
-Measured run_binary(const std::vector<std::string>& args) {
+// Runs GK_BINARY with `args`, stdout to /dev/null, stderr to `err`.
+Measured run_binary(const std::vector<std::string>& args, const std::string& err) {
   const auto start = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -36,8 +37,9 @@ Measured run_binary(const std::vector<std::string>& args) {
     for (auto& a : copy) argv.push_back(a.data());
     argv.push_back(nullptr);
     std::FILE* null = std::fopen("/dev/null", "w");
+    std::FILE* error = std::fopen(err.c_str(), "w");
     ::dup2(fileno(null), 1);
-    ::dup2(fileno(null), 2);
+    ::dup2(fileno(error), 2);
     ::execv(binary.c_str(), argv.data());
     ::_exit(127);
   }
@@ -88,7 +90,7 @@ class MemoryBound : public ::testing::Test {
       rest.remove_prefix(std::min(space + 1, rest.size()));
     }
     args.insert(args.end(), {"-f", path});
-    const Measured m = run_binary(args);
+    const Measured m = run_binary(args, (dir_ / "stderr").string());
     const double bound_kib = known_gap_kib > 0
                                  ? known_gap_kib
                                  : 3.0 * static_cast<double>(text.size()) / 1024 + 64 * 1024;
@@ -98,6 +100,12 @@ class MemoryBound : public ::testing::Test {
     EXPECT_EQ(m.code, expected_code);
     EXPECT_LT(static_cast<double>(m.peak_kib), bound_kib);
     EXPECT_LT(m.seconds, max_seconds);  // a loaded 2-core machine; seconds, not minutes
+  }
+
+  // What the last run of expect_bounded wrote to stderr.
+  std::string last_stderr() const {
+    std::ifstream in(dir_ / "stderr", std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
 
   fs::path dir_;
@@ -155,17 +163,25 @@ TEST_F(MemoryBound, LargeSingleLineDocument) {
   expect_bounded("single-line.json", text, "plan", 0);
 }
 
-// KNOWN GAP: the same single-line document written as YAML flow (unquoted
-// keys, so not JSON) still goes through yaml-cpp, which tokenises a whole
-// flow document before its first event: a 10 MB one peaks at ~150 MB
-// (measured: 20 MB, 301 MB, 10 s), over 3x + 64 MiB (94 MB here).
-TEST_F(MemoryBound, LargeSingleLineYamlFlowKnownGap) {
+// The same single-line document written as YAML flow (unquoted keys, so not
+// JSON) would go through yaml-cpp, which holds every token of a flow
+// collection until it closes: a 10 MB one peaked at 162 MB in 5.2 s (20 MB:
+// 301 MB, 10 s). No object over 3 MiB gets past the API server, so a flow
+// collection longer than that is refused before yaml-cpp runs, where the
+// prescan crosses the limit.
+TEST_F(MemoryBound, LargeSingleLineYamlFlowIsRefused) {
   std::string text = "{apiVersion: v1, kind: ConfigMap, metadata: {name: big}, data: {";
   for (int i = 0; text.size() < (10u << 20); ++i) {
     text += (i ? ", k" : "k") + std::to_string(i) + ": " + std::string(40, 'v');
   }
   text += "}}\n";
-  expect_bounded("single-line.yaml", text, "check", 0, 256 * 1024);
+  const std::string message =
+      ":1:1: a flow collection longer than 3 MiB (the API server accepts no object this large); "
+      "write it as block YAML or as JSON";
+  for (const char* command : {"check", "plan"}) {
+    expect_bounded("single-line.yaml", text, command, 2, 0, 3.0);
+    EXPECT_NE(last_stderr().find("single-line.yaml" + message), std::string::npos) << last_stderr();
+  }
 }
 
 // plan on thousands of changed documents, as documents and as one List:

@@ -764,3 +764,120 @@ TEST(Reader, NoColonWithinTheLengthOfAKey) {
 
 }  // namespace
 }  // namespace gracekeeper::manifest
+
+namespace gracekeeper::manifest {
+namespace {
+
+constexpr std::size_t kFlowLimit = 3u << 20;  // Limits::max_flow_bytes
+const std::string kFlowError =
+    "a flow collection longer than 3 MiB (the API server accepts no object this large); write "
+    "it as block YAML or as JSON";
+
+// A YAML flow mapping (plain scalars, not JSON) of exactly `bytes` bytes,
+// `{` to `}`, with `separator` between its entries.
+std::string flow_mapping(std::size_t bytes, const std::string& separator = ", ") {
+  std::string flow = "{";
+  for (int i = 0; flow.size() + 64 < bytes; ++i) {
+    flow += (i ? separator + "k" : "k") + std::to_string(i) + ": " + std::string(40, 'v');
+  }
+  flow += separator + "z: ";
+  flow += std::string(bytes - flow.size() - 1, 'v');
+  return flow + "}";
+}
+
+// yaml-cpp holds every token of a flow collection until it closes (~16x the
+// text), so an outermost one longer than 3 MiB (no object over 3 MiB gets
+// past the API server) is refused before yaml-cpp runs; 3 MiB itself reads.
+TEST(ReaderFlowLimit, JustUnderTheLimitReads) {
+  const std::string start = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata: ";
+  const std::string flow = flow_mapping(kFlowLimit);
+  ASSERT_EQ(flow.size(), kFlowLimit);
+  auto value = read_one(start + flow + "\n");
+  ASSERT_TRUE(value.has_value()) << value.error();
+  EXPECT_EQ((*value)["data"]["z"].get<std::string>().size(), flow.size() - flow.rfind("z: ") - 4);
+}
+
+TEST(ReaderFlowLimit, JustOverFailsNamingWhereItStarts) {
+  const std::string start = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata: ";
+  EXPECT_EQ(error_of(start + flow_mapping(kFlowLimit + 1) + "\n"), "in.yaml:4:7: " + kFlowError);
+  // The whole document as one flow mapping (not JSON: plain scalars).
+  EXPECT_EQ(error_of("\n  " + flow_mapping(kFlowLimit + 1) + "\n"), "in.yaml:2:3: " + kFlowError);
+  // A flow sequence in a later document, left open: refused all the same.
+  EXPECT_EQ(error_of("a: 1\n---\nb: [x, " + std::string(kFlowLimit, 'y')),
+            "in.yaml:3:4: " + kFlowError);
+  // Counted in bytes, not characters.
+  std::string wide = "é";
+  while (wide.size() < kFlowLimit) wide += "é";
+  EXPECT_EQ(error_of("a: [\"" + wide + "\"]\n"), "in.yaml:1:4: " + kFlowError);
+}
+
+TEST(ReaderFlowLimit, MultiLineCollectionOverTheLimit) {
+  std::string text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  k: [\n";
+  while (text.size() < kFlowLimit + 100) text += "    " + std::string(60, 'x') + ",\n";
+  text += "  ]\n";
+  EXPECT_EQ(error_of(text), "in.yaml:6:6: " + kFlowError);
+  // Quoted scalars spanning lines count too.
+  std::string quoted = "a:\n  - {b: \"x\n";
+  while (quoted.size() < kFlowLimit + 100) quoted += "   " + std::string(60, 'x') + "\n";
+  quoted += "   \"}\n";
+  EXPECT_EQ(error_of(quoted), "in.yaml:2:5: " + kFlowError);
+}
+
+// The limit holds per outermost collection: many small ones adding up to
+// more than 3 MiB in one document read.
+TEST(ReaderFlowLimit, CountedPerOutermostCollection) {
+  std::string text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata:\n";
+  int count = 0;
+  for (; text.size() < kFlowLimit + (1u << 20); ++count) {
+    text += "  k" + std::to_string(count) + ": {a: [" + std::string(100, 'v') + "], b: c}\n";
+  }
+  auto value = read_one(text);
+  ASSERT_TRUE(value.has_value()) << value.error();
+  EXPECT_EQ((*value)["data"].size(), static_cast<std::size_t>(count));
+}
+
+// Strict JSON is read by the streaming JSON reader, which holds no tokens:
+// no limit applies to it, read whole or item by item.
+TEST(ReaderFlowLimit, JsonOverTheLimitReads) {
+  std::string json = "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"data\": {";
+  int count = 0;
+  for (; json.size() < kFlowLimit + (1u << 20); ++count) {
+    json +=
+        (count ? ", \"k" : "\"k") + std::to_string(count) + "\": \"" + std::string(40, 'v') + "\"";
+  }
+  json += "}}\n";
+  auto value = read_one(json);
+  ASSERT_TRUE(value.has_value()) << value.error();
+  EXPECT_EQ((*value)["data"].size(), static_cast<std::size_t>(count));
+
+  std::string list = "{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [";
+  for (int i = 0; list.size() < kFlowLimit + (1u << 20); ++i) {
+    list += (i ? ", {\"a\": \"" : "{\"a\": \"") + std::string(100, 'v') + "\"}";
+  }
+  list += "]}";
+  std::size_t items = 0;
+  auto done = for_each_document(
+      list, "in.yaml",
+      [&](Document&& doc) {
+        if (doc.item) ++items;
+        return true;
+      },
+      Limits{}, nullptr, ListItems::OneByOne);
+  ASSERT_TRUE(done.has_value()) << done.error().format();
+  EXPECT_GT(items, 30000u);
+
+  // What the JSON reader leaves to yaml-cpp (a duplicate key) is refused
+  // when it is that long, and so is nesting too deep past the limit (the
+  // prescan stopped where the limit was crossed).
+  std::string duplicate = json;
+  duplicate.insert(duplicate.size() - 3, ", \"k0\": \"x\"");
+  EXPECT_EQ(error_of(duplicate), "in.yaml:1:1: " + kFlowError);
+  std::string deep = json;
+  deep.insert(deep.size() - 3, ", \"deep\": " + std::string(200, '[') + std::string(200, ']'));
+  EXPECT_EQ(error_of(deep), "in.yaml:1:1: " + kFlowError);
+  // Under the limit, both are named as before.
+  EXPECT_THAT(error_of("{\"a\": 1, \"a\": 2}"), HasSubstr("duplicate key \"a\""));
+}
+
+}  // namespace
+}  // namespace gracekeeper::manifest
