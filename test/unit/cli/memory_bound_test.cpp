@@ -76,10 +76,10 @@ class MemoryBound : public ::testing::Test {
     return path.string();
   }
 
-  // Asserts the bound for `command` on the file: 3x the input + 64 MiB, or
-  // `known_gap_kib` where that is not met yet (each such use says why).
+  // Asserts the bound for `command` on the file: 3x the input + 64 MiB, for
+  // every input.
   void expect_bounded(const std::string& name, const std::string& text, const char* command,
-                      int expected_code, double known_gap_kib = 0, double max_seconds = 20.0) {
+                      int expected_code, double max_seconds = 20.0) {
     SCOPED_TRACE(name + " " + command);
     const auto path = write(name, text);
     // `command` may carry flags: "plan -o json".
@@ -91,9 +91,7 @@ class MemoryBound : public ::testing::Test {
     }
     args.insert(args.end(), {"-f", path});
     const Measured m = run_binary(args, (dir_ / "stderr").string());
-    const double bound_kib = known_gap_kib > 0
-                                 ? known_gap_kib
-                                 : 3.0 * static_cast<double>(text.size()) / 1024 + 64 * 1024;
+    const double bound_kib = 3.0 * static_cast<double>(text.size()) / 1024 + 64 * 1024;
     std::printf(
         "[ bound    ] %-28s %-12s %9zu bytes: exit %d, %6.2f s, peak %7ld KiB (bound %.0f)\n",
         name.c_str(), command, text.size(), m.code, m.seconds, m.peak_kib, bound_kib);
@@ -142,7 +140,7 @@ TEST_F(MemoryBound, Garbage) {
   text += std::string(20u << 20, ':');
   // Rejected where it becomes invalid, 1024 characters into the line (no key
   // is longer): yaml-cpp scanned it to its end, 4.5-5.5 s.
-  expect_bounded("garbage.yaml", text, "check", 2, 0, 2.0);
+  expect_bounded("garbage.yaml", text, "check", 2, 2.0);
   std::string binary(20u << 20, 'x');
   binary[1000] = '\0';
   expect_bounded("binary.yaml", binary, "check", 2);
@@ -179,7 +177,7 @@ TEST_F(MemoryBound, LargeSingleLineYamlFlowIsRefused) {
       ":1:1: a flow collection longer than 3 MiB (the API server accepts no object this large); "
       "write it as block YAML or as JSON";
   for (const char* command : {"check", "plan"}) {
-    expect_bounded("single-line.yaml", text, command, 2, 0, 3.0);
+    expect_bounded("single-line.yaml", text, command, 2, 3.0);
     EXPECT_NE(last_stderr().find("single-line.yaml" + message), std::string::npos) << last_stderr();
   }
 }
@@ -226,14 +224,14 @@ TEST_F(MemoryBound, LargeListIsReadItemByItem) {
   expect_bounded("large-list.yaml", list, "check", 1);
   // yaml-cpp reads it five times over (both passes, each item's edit and
   // its check, the edited text): 11-15 s on the loaded 2-core machine.
-  expect_bounded("large-list.yaml", list, "plan", 0, 0, 40.0);
+  expect_bounded("large-list.yaml", list, "plan", 0, 40.0);
 }
 
 // The same List through plan's other outputs (a test of its own: together
 // they take close to ctest's 2 minutes on a loaded machine).
 TEST_F(MemoryBound, LargeListDiffAndJsonOutput) {
   const std::string list = deployment_list(25000);
-  expect_bounded("large-list.yaml", list, "plan --diff", 0, 0, 40.0);
+  expect_bounded("large-list.yaml", list, "plan --diff", 0, 40.0);
   expect_bounded("large-list.yaml", list, "plan -o json", 0);
 }
 
