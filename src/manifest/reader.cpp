@@ -42,20 +42,6 @@ struct ReadFailure {
 // item by item; caught in parse_documents.
 struct StopReading {};
 
-// A List as the CLI takes one: `kind: List` or a typed list (DeploymentList),
-// with a string apiVersion.
-bool is_list_object(const Json& value) {
-  if (!value.is_object()) return false;
-  auto kind = value.find("kind");
-  auto api_version = value.find("apiVersion");
-  if (kind == value.end() || !kind->is_string() || api_version == value.end() ||
-      !api_version->is_string()) {
-    return false;
-  }
-  const auto& text = kind->get_ref<const std::string&>();
-  return text == "List" || (text.size() > 4 && text.ends_with("List"));
-}
-
 // Where a List read item by item sends its items.
 struct ItemSink {
   const DocumentSink* sink = nullptr;
@@ -599,6 +585,18 @@ std::optional<Error> check_text(std::string_view text, std::string_view name,
 }
 
 }  // namespace
+
+bool is_list_object(const Json& value) {
+  if (!value.is_object()) return false;
+  auto kind = value.find("kind");
+  auto api_version = value.find("apiVersion");
+  if (kind == value.end() || !kind->is_string() || api_version == value.end() ||
+      !api_version->is_string()) {
+    return false;
+  }
+  const auto& text = kind->get_ref<const std::string&>();
+  return text == "List" || (text.size() > 4 && text.ends_with("List"));
+}
 
 std::string Position::format() const {
   if (line <= 0) return file;

@@ -296,20 +296,6 @@ std::optional<Json> planned(const Json& value, const Knobs& knobs) {
   return applied;
 }
 
-// `kind: List` or `kind: FooList` with a string apiVersion, as the reader
-// tells a List.
-bool is_list(const Json& value) {
-  if (!value.is_object()) return false;
-  auto kind = value.find("kind");
-  auto api_version = value.find("apiVersion");
-  if (kind == value.end() || !kind->is_string() || api_version == value.end() ||
-      !api_version->is_string()) {
-    return false;
-  }
-  const auto& name = kind->get_ref<const std::string&>();
-  return name == "List" || (name.size() > 4 && name.ends_with("List"));
-}
-
 // `plan -w` on a List: its items, read and edited one by one, read back as
 // the planned items, and the rest of the text as it was.
 void check_item_edits(const std::string& text, const std::vector<manifest::Document>& whole,
@@ -327,7 +313,8 @@ void check_item_edits(const std::string& text, const std::vector<manifest::Docum
           // A List that only the YAML reader reads (JSON-looking text the
           // JSON reader gave up on) comes whole after the items handed out
           // so far, recalled: `plan` edits those, then the rest from it.
-          if (handed > 0 && (!d.items_recalled || is_list(d.value))) lists.push_back(d.index);
+          if (handed > 0 && (!d.items_recalled || manifest::is_list_object(d.value)))
+            lists.push_back(d.index);
           handed = 0;
         }
         return true;

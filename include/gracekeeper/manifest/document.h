@@ -35,6 +35,10 @@ struct Error {
   std::string format() const;
 };
 
+// A List as the reader tells one, whose items it reads one by one: `kind:
+// List` or a typed list (DeploymentList), with a string apiVersion.
+bool is_list_object(const Json& value);
+
 struct Document {
   Json value;
   Position position;  // where the document's content starts
