@@ -37,24 +37,7 @@ free_port() {
 # register_webhook PORT: the configuration the chart writes (failurePolicy
 # Ignore, timeoutSeconds 2, objectSelector on the label), its url on PORT.
 register_webhook() {
-  k apply -f - >/dev/null <<YAML
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {name: $HOOK}
-webhooks:
-- name: deployments.gracekeeper.dev
-  admissionReviewVersions: [v1]
-  clientConfig:
-    url: https://127.0.0.1:$1/mutate-deployments
-    caBundle: $(base64 -w0 <"$CERTS/ca.crt")
-  rules:
-  - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments], scope: Namespaced}
-  objectSelector: {matchLabels: {gracekeeper.dev/enabled: "true"}}
-  failurePolicy: Ignore
-  sideEffects: None
-  timeoutSeconds: 2
-  reinvocationPolicy: IfNeeded
-YAML
+  register_test_webhook "$HOOK" "https://127.0.0.1:$1/mutate-deployments" "$CERTS/ca.crt"
 }
 
 # setup_namespace MIN_INTERVAL_SECONDS: the CRD, namespace $NS and its policy.

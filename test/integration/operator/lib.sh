@@ -141,3 +141,27 @@ make_test_certs() {
   openssl x509 -req -in "$CERTS/tls.csr" -CA "$CERTS/ca.crt" -CAkey "$CERTS/ca.key" \
     -CAcreateserial -days 1 -extfile "$CERTS/ext" -out "$CERTS/tls.crt" 2>/dev/null
 }
+
+# register_test_webhook NAME URL CA_FILE: the MutatingWebhookConfiguration the
+# chart writes (failurePolicy Ignore, objectSelector on the label,
+# reinvocationPolicy IfNeeded), with a 2 s timeout, calling URL.
+register_test_webhook() {
+  k apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: $1}
+webhooks:
+- name: deployments.gracekeeper.dev
+  admissionReviewVersions: [v1]
+  clientConfig:
+    url: $2
+    caBundle: $(base64 -w0 <"$3")
+  rules:
+  - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments], scope: Namespaced}
+  objectSelector: {matchLabels: {gracekeeper.dev/enabled: "true"}}
+  failurePolicy: Ignore
+  sideEffects: None
+  timeoutSeconds: 2
+  reinvocationPolicy: IfNeeded
+YAML
+}

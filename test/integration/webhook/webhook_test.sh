@@ -123,24 +123,7 @@ expect "created, then tuned: generation 2" "$(generation checkout)" 2
 wait_for 10 replicasets_are checkout 1 || wait_for 10 replicasets_are checkout 2
 
 # ------------------------------------------------------ register the webhook
-k apply -f - >/dev/null <<YAML
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {name: $HOOK}
-webhooks:
-- name: deployments.gracekeeper.dev
-  admissionReviewVersions: [v1]
-  clientConfig:
-    url: $URL
-    caBundle: $(base64 -w0 <"$CERTS/ca.crt")
-  rules:
-  - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments], scope: Namespaced}
-  objectSelector: {matchLabels: {gracekeeper.dev/enabled: "true"}}
-  failurePolicy: Ignore
-  sideEffects: None
-  timeoutSeconds: 2
-  reinvocationPolicy: IfNeeded
-YAML
+register_test_webhook "$HOOK" "$URL" "$CERTS/ca.crt"
 # The API server reads webhook configurations through an informer: wait until
 # a dry-run create is mutated.
 manifest probe app:1 >"$WORK/probe.yaml"
