@@ -207,7 +207,7 @@ asio::awaitable<bool> Reflector::list_and_replace() {
       co_return false;
     }
     detail::FilteringReader reader("items", fields_, on_item);
-    if (!json::sax_parse(**page, &reader) || !reader.root().is_object()) {
+    if (!detail::parse(**page, reader) || !reader.root().is_object()) {
       ++counters_.list_errors;
       last_error_ = "list: response is not a JSON object: " +
                     (reader.error().empty() ? (*page)->substr(0, 200) : reader.error());

@@ -8,10 +8,12 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "gracekeeper/kube/fields.h"
+#include "json_scan.h"
 
 namespace gracekeeper::kube::detail {
 
@@ -85,6 +87,22 @@ class FilteringReader {
   json& root() { return root_; }
   const std::string& error() const { return error_; }
 
+  // For JsonScanner (json_scan.h): whether the value that starts now is
+  // dropped, how deep the reader is, and how deep it may go.
+  bool skip_value() { return dropped(); }
+  std::size_t depth() const { return stack_.size() + skipping_; }
+  std::size_t max_depth() const { return max_depth_; }
+
+  // Back to the start, to read the same text again: the elements already
+  // handed to on_item are not handed out a second time.
+  void restart() {
+    stack_.clear();
+    skipping_ = 0;
+    root_ = json();
+    error_.clear();
+    suppress_ = handed_out_;
+  }
+
  private:
   struct Frame {
     json value;
@@ -150,7 +168,12 @@ class FilteringReader {
     if (stack_.empty()) {
       root_ = std::move(v);
     } else if (Frame& parent = stack_.back(); parent.handed_out) {
-      on_item_(std::move(v));
+      if (suppress_ > 0) {
+        --suppress_;
+      } else {
+        ++handed_out_;
+        on_item_(std::move(v));
+      }
     } else if (parent.value.is_object()) {
       if (parent.item && wanted_ && parent.key == "metadata" && v.is_object() && !(*wanted_)(v)) {
         parent.value = json::object();
@@ -172,6 +195,18 @@ class FilteringReader {
   std::size_t skipping_ = 0;
   json root_;
   std::string error_;
+  std::size_t handed_out_ = 0;  // elements given to on_item
+  std::size_t suppress_ = 0;    // after restart(): how many of them to pass over
 };
+
+// Reads `text` into `reader`: JsonScanner first, which steps over what the
+// fields drop; where it leaves the text to nlohmann, nlohmann reads it all
+// again from the start. False with reader.error() set when it is malformed or
+// too deep.
+inline bool parse(std::string_view text, FilteringReader& reader) {
+  if (JsonScanner<FilteringReader>(text, reader).run() == Scan::Parsed) return true;
+  reader.restart();
+  return nlohmann::json::sax_parse(text, &reader);
+}
 
 }  // namespace gracekeeper::kube::detail

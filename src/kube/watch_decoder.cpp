@@ -65,7 +65,7 @@ std::expected<WatchEvent, LineError> decode_event(std::string_view line,
   const bool filtered = options.fields != nullptr && !options.fields->keeps_everything();
   detail::FilteringReader reader("object", filtered ? *options.fields : everything, {},
                                  options.max_depth);
-  if (!Json::sax_parse(line, &reader)) {
+  if (!detail::parse(line, reader)) {
     return std::unexpected(LineError{WatchErrorKind::MalformedJson, reader.error()});
   }
   Json doc = std::move(reader.root());

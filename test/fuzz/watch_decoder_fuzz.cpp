@@ -14,7 +14,9 @@
 //  - a field filter only drops members: decoded with a FieldSet, every event
 //    is the unfiltered one passed through FieldSet::filter (an ERROR event's
 //    Status whole; an object `wanted` refuses reduced to its metadata), and
-//    the errors are the same.
+//    the errors are the same;
+//  - every event is its line's "object" as nlohmann parses it, and a line
+//    refused as malformed JSON is one nlohmann refuses (or one too deep).
 //
 // Build and run (clang with libFuzzer; std::expected needs clang >= 16 here,
 // see hack/fuzz): target wiring is in test/fuzz/CMakeLists.txt.
@@ -131,6 +133,34 @@ bool same_error(const std::optional<kube::WatchError>& a,
                 a->stream_offset == b->stream_offset);
 }
 
+// The decoder reads each line as nlohmann reads it (its scanner steps over
+// dropped values itself, and leaves the rest to nlohmann): every event is the
+// line's "object" as nlohmann parses it, and a line refused as malformed JSON
+// is one nlohmann refuses too, or one nested deeper than the limit.
+void check_against_nlohmann(std::string_view stream, const Outcome& whole) {
+  std::size_t index = 0;
+  while (!stream.empty() && index <= whole.events.size()) {
+    const std::size_t newline = stream.find('\n');
+    std::string_view line = stream.substr(0, newline);
+    stream.remove_prefix(newline == std::string_view::npos ? stream.size() : newline + 1);
+    const std::size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string_view::npos) continue;
+    line = line.substr(first, line.find_last_not_of(" \t\r") - first + 1);
+    const nlohmann::json doc = nlohmann::json::parse(line, nullptr, false);
+    if (index < whole.events.size()) {
+      if (doc.is_discarded() || !doc.is_object() || !doc.contains("object") ||
+          doc["object"] != whole.events[index].object) {
+        violation("an event differs from nlohmann's reading of its line", std::string(line));
+      }
+    } else if (whole.error && whole.error->kind == kube::WatchErrorKind::MalformedJson &&
+               whole.error->event_index == index && !doc.is_discarded() &&
+               kube::json_within_depth(line, kOptions.max_depth)) {
+      violation("a line nlohmann reads was refused as malformed", std::string(line));
+    }
+    ++index;
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -148,6 +178,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   try {
     const Outcome whole = run(stream, {});
+    check_against_nlohmann(stream, whole);
     Outcome chunked = run(stream, sizes);
     if (!same_events(whole.events, chunked.events)) {
       violation("chunking changed the events", std::to_string(whole.events.size()) + " vs " +

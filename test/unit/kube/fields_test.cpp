@@ -40,12 +40,13 @@ Json filtered_deployment() {
       "template": {"spec": {"containers": [{"ports": [{"containerPort": 8080}]}, "not a container"]}}}})");
 }
 
-// Parses `text` as a List page with the SAX reader: the filtered items, in order.
+// Parses `text` as a List page as the informer does (JsonScanner, then
+// nlohmann where it leaves the page): the filtered items, in order.
 std::vector<Json> read_items(const std::string& text, const FieldSet& fields,
                              Json* root = nullptr) {
   std::vector<Json> items;
   detail::FilteringReader reader("items", fields, [&](Json&& item) { items.push_back(item); });
-  EXPECT_TRUE(Json::sax_parse(text, &reader)) << reader.error();
+  EXPECT_TRUE(detail::parse(text, reader)) << reader.error();
   if (root) *root = reader.root();
   return items;
 }
