@@ -33,8 +33,9 @@ std::int64_t int_member(const nlohmann::json& object, const char* key) {
 // names the engine reads and the values the API defaults them to. Deflate
 // finds those here instead of in the object, so what is kept is mostly the
 // Deployment's own names and numbers: the benchmark's 961 bytes of
-// MessagePack become 267. Nothing in it comes from a particular cluster,
-// and changing it is safe: the cache lives only in memory.
+// MessagePack become 267 at level 6 (a few percent more at level 1, below).
+// Nothing in it comes from a particular cluster, and changing it is safe:
+// the cache lives only in memory.
 const std::vector<std::uint8_t>& dictionary() {
   static const std::vector<std::uint8_t> bytes =
       nlohmann::json::to_msgpack(nlohmann::json::parse(R"({
@@ -61,14 +62,16 @@ const std::vector<std::uint8_t>& dictionary() {
 // Raw deflate (no header or checksum: the bytes never leave the process)
 // with a 4 KiB window, which holds the dictionary and a typical source, and
 // zlib's smallest tables that still find its matches: about 20 KiB of state
-// per thread, reused. Level 6: level 9 is no smaller here, level 1 is 7% larger.
+// per thread, reused. Level 1: level 6 made sources 4-7% smaller but took
+// 1.6x as long, and deflating was 7% of the operator's CPU in a cold start at
+// 5,000 (docs/performance.md).
 constexpr int kWindowBits = -12;
 constexpr int kMemLevel = 2;
 
 struct Deflater {
   z_stream z{};
   Deflater() {
-    if (deflateInit2(&z, 6, Z_DEFLATED, kWindowBits, kMemLevel, Z_DEFAULT_STRATEGY) != Z_OK) {
+    if (deflateInit2(&z, 1, Z_DEFLATED, kWindowBits, kMemLevel, Z_DEFAULT_STRATEGY) != Z_OK) {
       throw std::bad_alloc();
     }
   }
