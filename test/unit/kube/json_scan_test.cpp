@@ -143,7 +143,7 @@ TEST(JsonScanner, RefusesInADroppedValueWhatNlohmannRefuses) {
       std::string unfiltered_error;
       read(text, FieldSet(), &unfiltered_error);
       EXPECT_EQ(error, unfiltered_error);  // nlohmann's message, whatever the fields
-      EXPECT_FALSE(error.empty());  // "parse error ...", "number overflow ..."
+      EXPECT_FALSE(error.empty());         // "parse error ...", "number overflow ..."
     }
   }
   // What it accepts in a dropped value, nlohmann accepts too.
