@@ -1,7 +1,9 @@
-// Parses a List page or a watch event with nlohmann's SAX interface, building
-// of the objects in it only the members a FieldSet names: the rest is lexed
-// and dropped, never allocated (for a Deployment, its managedFields' fieldsV1,
-// env, resources and status are most of its text). Internal to src/kube.
+// Parses a List page or a watch event as SAX events, building of the objects
+// in it only the members a FieldSet names: the rest is stepped over by
+// JsonScanner (json_scan.h) or, where it leaves the text to nlohmann, lexed
+// and dropped, never allocated (for a Deployment, its managedFields'
+// fieldsV1, env, resources and status are most of its text). Internal to
+// src/kube.
 #pragma once
 
 #include <cstddef>
