@@ -130,7 +130,6 @@ asio::awaitable<void> Reflector::run() {
         break;
       case WatchOutcome::Gone:
         ++counters_.relists;
-        relist_after_gone_ = true;
         need_sync = true;
         break;
       case WatchOutcome::Failed:
@@ -173,8 +172,11 @@ asio::awaitable<bool> Reflector::list_and_replace() {
   std::string base = resource_path(resource_, options_.namespace_);
   add_query(base, "labelSelector", options_.label_selector);
   add_query(base, "fieldSelector", options_.field_selector);
+  // No resourceVersion: the most recent state, in pages as `limit` asks.
+  // client-go lists at resourceVersion=0 (whatever the watch cache holds),
+  // but the watch cache answers that with the whole list in one response,
+  // whatever the limit: 48 MB at 10,000 Deployments, all of it in memory.
   add_query(base, "limit", std::to_string(options_.page_size));
-  add_query(base, "resourceVersion", list_resource_version());
   //
   // The first list into an empty cache goes straight into it, each item
   // announced (on_add) the moment it is projected: the caller can start on
@@ -221,19 +223,11 @@ asio::awaitable<bool> Reflector::list_and_replace() {
   if (stream) {
     resource_version_ = std::move(list_version);
     synced_ = true;
-    relist_after_gone_ = false;
     ++counters_.lists;
   } else {
     replace(std::move(fresh), std::move(list_version));
   }
   co_return true;
-}
-
-// client-go's relistResourceVersion: "0" (any state the server's watch cache
-// holds, no quorum read from etcd) unless the last attempt ended in 410 Gone,
-// when the cache may be what is behind: then "" (the most recent state).
-std::string Reflector::list_resource_version() const {
-  return relist_after_gone_ ? std::string() : std::string("0");
 }
 
 void Reflector::finish_initial_events(std::string version) {
@@ -246,7 +240,6 @@ void Reflector::finish_initial_events(std::string version) {
   }
   resource_version_ = std::move(version);
   synced_ = true;
-  relist_after_gone_ = false;
   ++counters_.lists;
 }
 
@@ -254,7 +247,6 @@ void Reflector::replace(StoreCore::Entries fresh, std::string version) {
   CacheDiff diff = store_.replace(std::move(fresh));
   resource_version_ = std::move(version);
   synced_ = true;
-  relist_after_gone_ = false;
   ++counters_.lists;
   // The store already holds the new state when the handlers run.
   for (const auto& key : diff.deleted) notify_deleted(key);

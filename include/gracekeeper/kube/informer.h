@@ -15,10 +15,11 @@
 //    resourceVersion ""), the current state as ADDED events from the API
 //    server's watch cache, ended by a bookmark annotated
 //    k8s.io/initial-events-end; the same stream then carries the changes.
-//    A server that refuses it gets paginated LISTs, with client-go's
-//    resourceVersion rules: "0" (the watch cache, no quorum read from etcd;
-//    the cache ignores the page size) for the first, "" (the most recent
-//    state, a quorum read) after a 410, when the cache may be what is behind;
+//    A server that refuses it, or an informer told not to stream
+//    (InformerOptions::watch_list), gets paginated LISTs of the most recent
+//    state (resourceVersion ""), not client-go's resourceVersion "0": the
+//    watch cache answers "0" with the whole list at once, whatever the page
+//    size;
 //  - the resourceVersion follows every event and bookmark; a watch the server
 //    ends is re-opened from it at once;
 //  - 410 Gone / Expired (refused up front or as an ERROR event): relist and
@@ -161,7 +162,6 @@ class Reflector {
   template <class T>
   boost::asio::awaitable<std::optional<T>> interruptible(boost::asio::awaitable<T> op);
 
-  std::string list_resource_version() const;
   void replace(StoreCore::Entries fresh, std::string version);
   Step apply(const WatchEvent& event);
   std::optional<WatchOutcome> apply_decoded(WatchDecoder& decoder, std::uint64_t& applied);
@@ -184,9 +184,6 @@ class Reflector {
 
   std::string resource_version_;
   bool synced_ = false;
-  // The last relist followed a 410: the server's cache may be behind, so the
-  // next list must be a quorum read.
-  bool relist_after_gone_ = false;
   // While a streaming list sends the initial state: the fresh store it
   // builds (nullopt when it streams straight into an empty store).
   bool initial_events_ = false;

@@ -314,11 +314,10 @@ TEST_F(InformerTest, ListPagesAreReadItemByItem) {
   // Every page is from the first page's snapshot: watch from its version.
   EXPECT_EQ(informer_->resource_version(), "10");
   ASSERT_GE(transport_->targets.size(), 3u);
-  // The first list is served from the API server's watch cache (client-go's
-  // rule): resourceVersion=0, on every page.
-  EXPECT_EQ(transport_->targets[0], "/api/v1/namespaces/ns/configmaps?limit=100&resourceVersion=0");
-  EXPECT_EQ(transport_->targets[1],
-            "/api/v1/namespaces/ns/configmaps?limit=100&resourceVersion=0&continue=tok%2F1");
+  // The most recent state, in pages: no resourceVersion=0, which the watch
+  // cache answers with the whole list at once, whatever the limit.
+  EXPECT_EQ(transport_->targets[0], "/api/v1/namespaces/ns/configmaps?limit=100");
+  EXPECT_EQ(transport_->targets[1], "/api/v1/namespaces/ns/configmaps?limit=100&continue=tok%2F1");
   EXPECT_THAT(transport_->targets[2], HasSubstr("resourceVersion=10"));
   EXPECT_EQ(informer_->counters().lists, 1u);
 }
@@ -405,10 +404,9 @@ TEST_F(InformerTest, GoneEventRelistsAndEmitsTheGap) {
   EXPECT_EQ(informer_->counters().relists, 1u);
   EXPECT_THAT(log_, ElementsAre("add ns/a", "add ns/b", "add ns/c", "delete ns/b", "delete ns/c",
                                 "add ns/d", "update ns/a"));
-  // After a 410 the server's cache may be what is behind: the relist is a
-  // quorum read (no resourceVersion), the first list was not.
+  // Every list, the relist after a 410 too, asks for the most recent state.
   ASSERT_GE(transport_->targets.size(), 3u);
-  EXPECT_THAT(transport_->targets[0], HasSubstr("resourceVersion=0"));
+  EXPECT_THAT(transport_->targets[0], Not(HasSubstr("resourceVersion")));
   EXPECT_THAT(transport_->targets[2], Not(HasSubstr("resourceVersion")));
 }
 
@@ -538,7 +536,8 @@ TEST_F(InformerTest, WatchListRefusedFallsBackToPaginatedLists) {
   ASSERT_TRUE(run_until([&] { return informer_->has_synced(); })) << informer_->last_error();
   EXPECT_EQ(informer_->versions(), (VersionMap{{"ns/a", "5"}}));
   ASSERT_GE(transport_->targets.size(), 3u);
-  EXPECT_THAT(transport_->targets[1], HasSubstr("limit=100&resourceVersion=0"));
+  EXPECT_THAT(transport_->targets[1], HasSubstr("?limit=100"));
+  EXPECT_THAT(transport_->targets[1], Not(HasSubstr("resourceVersion")));
   EXPECT_THAT(transport_->targets[2], Not(HasSubstr("sendInitialEvents")));
 }
 
