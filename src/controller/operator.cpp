@@ -165,7 +165,7 @@ class Operator {
     // Paginated LISTs, not a streaming list. The operator patches
     // Deployments while it syncs them, and each patch's watch event queues
     // at the API server behind the initial events still to send: at 5,000
-    // and 10,000 Deployments the server closed the stream 4 to 5 times
+    // and 10,000 Deployments the server closed the stream up to 5 times
     // before its end, and each retry streamed every Deployment again. A
     // LIST page is a request of its own that the patches do not hold up,
     // and it costs the API server less than half the CPU of the same
