@@ -19,6 +19,7 @@ RUN apt-get update \
       build-essential cmake ninja-build pkg-config ca-certificates \
       libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev \
       libboost-dev libboost-url-dev libssl-dev prometheus-cpp-dev zlib1g-dev \
+      libmimalloc-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -38,7 +39,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       ca-certificates libyaml-cpp0.8 libspdlog1.15 libfmt10 libboost-url1.83.0 \
-      libssl3t64 libprometheus-cpp-core1.0 libstdc++6 zlib1g \
+      libssl3t64 libprometheus-cpp-core1.0 libstdc++6 zlib1g libmimalloc3 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*
 COPY --from=build /build/gracekeeper /gracekeeper
 # Fails the image build when a shared library is missing.

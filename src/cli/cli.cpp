@@ -10,9 +10,6 @@
 #include <fstream>
 #include <map>
 #include <new>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -24,6 +21,7 @@
 #include "gracekeeper/manifest/document.h"
 #include "gracekeeper/manifest/edit.h"
 #include "gracekeeper/manifest/writer.h"
+#include "gracekeeper/memory.h"
 #include "offline.h"
 #include "revert.h"
 
@@ -491,15 +489,6 @@ void write_json(const Loaded& loaded, std::vector<Planned>& changes,
   out << (list ? "\n  ]\n}\n" : "\n");
 }
 
-// Gives the memory freed by a pass back to the system before the next one
-// allocates anew. On a large List, each pass frees tens of thousands of
-// small blocks that malloc keeps (resident) in the holes it cannot trim.
-void release_free_memory() {
-#if defined(__GLIBC__)
-  ::malloc_trim(0);
-#endif
-}
-
 // Writes `text` to `path` through a temporary file in the same directory
 // and a rename, keeping the file's permissions: never half a file.
 std::expected<void, std::string> replace_file(const std::filesystem::path& path,
@@ -553,6 +542,8 @@ std::expected<void, std::string> write_edited(const OfflineOptions& options, Loa
     if (by_source[s].empty()) continue;
     SourceText& source = loaded.sources[s];
     EditedSource made = edit_source(source, by_source[s], now);
+    // Each pass frees tens of thousands of small blocks on a large List;
+    // they go back to the system before the next pass allocates anew.
     release_free_memory();
     for (const auto& where : made.rewritten) {
       summary << fmt::format(

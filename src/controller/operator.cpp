@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 #ifdef __GLIBC__
-#include <malloc.h>  // malloc_trim
 #endif
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -28,6 +27,7 @@
 #include "gracekeeper/kube/config.h"
 #include "gracekeeper/kube/leader_election.h"
 #include "gracekeeper/log/log.h"
+#include "gracekeeper/memory.h"
 #include "gracekeeper/propagation/observed.h"
 #include "gracekeeper/server/http_server.h"
 #include "gracekeeper/server/tls_directory.h"
@@ -544,7 +544,7 @@ class Operator {
   }
 
   // A cold start or a mass change allocates for thousands of queued
-  // reconciles and Events at once; glibc keeps that memory after it is freed.
+  // reconciles and Events at once; malloc keeps that memory after it is freed.
   // Once all of that work is done, give the free pages back to the system.
   void return_memory_after_a_burst() {
     const auto& d = deployment_queue_.worker_counters();
@@ -557,9 +557,7 @@ class Operator {
                       0;
     if (!idle || work - work_at_last_trim_ < kTrimAfterWork) return;
     work_at_last_trim_ = work;
-#ifdef __GLIBC__
-    ::malloc_trim(0);
-#endif
+    release_free_memory();
   }
 
   void begin_shutdown(int code) {
