@@ -5,8 +5,6 @@
 
 #include <fmt/format.h>
 #include <unistd.h>
-#ifdef __GLIBC__
-#endif
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
