@@ -115,6 +115,37 @@ void apply_plan(Json& deployment, const Plan& plan, const std::string& policy_na
       applied_annotation(plan, policy_name, time);
 }
 
+Deployment apply_plan(Deployment current, const Plan& plan, const std::string& policy_name,
+                      std::chrono::system_clock::time_point time) {
+  if (!plan.changed()) return current;
+  // As the object apply_plan writes reads back: a managed strategy is a
+  // RollingUpdate (read for a Deployment only), the grace is set, and a
+  // hook is replaced or removed with its lifecycle, in the app containers.
+  if (plan.manage_strategy && current.kind == "Deployment") {
+    current.strategy = plan.strategy;
+    current.strategy.type = Strategy::Type::RollingUpdate;
+  }
+  current.grace_seconds = plan.grace_seconds;
+  current.grace_set = true;
+  for (const auto& cp : plan.containers) {
+    if (cp.action == ContainerPlan::Action::Keep) continue;
+    auto container =
+        std::find_if(current.containers.begin(), current.containers.end(),
+                     [&](const Container& c) { return !c.sidecar && c.name == cp.name; });
+    if (container == current.containers.end()) continue;
+    PreStopHook hook;
+    if (cp.action != ContainerPlan::Action::Remove) {
+      hook.kind = cp.action == ContainerPlan::Action::SetSleep ? PreStopHook::Kind::Sleep
+                                                               : PreStopHook::Kind::ExecSleep;
+      hook.seconds = cp.pre_stop_seconds;
+      hook.json = pre_stop_json(cp).dump();
+    }
+    container->pre_stop = std::move(hook);
+  }
+  set_applied_annotation(current, applied_annotation(plan, policy_name, time));
+  return current;
+}
+
 Json apply_configuration(const Deployment& current, const Plan& plan,
                          const std::string& policy_name,
                          std::chrono::system_clock::time_point time) {

@@ -416,6 +416,13 @@ void mark_owned_hooks(Deployment& deployment) {
 
 }  // namespace
 
+void set_applied_annotation(Deployment& deployment, std::string text) {
+  deployment.applied = parse_applied(text);
+  deployment.annotations[kAnnotationApplied] = std::move(text);
+  for (auto& container : deployment.containers) container.pre_stop.owned = false;
+  mark_owned_hooks(deployment);
+}
+
 std::string describe_value(const Json& value) {
   return describe(value);
 }

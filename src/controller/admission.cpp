@@ -149,7 +149,6 @@ std::optional<json> plan_patch(const json& object, const std::string& request_na
 
   DeploymentFacts facts;
   facts.deployment = &deployment;
-  facts.object = &view;
   facts.uid = text_member(object["metadata"], "uid");
   in.policies.in_namespace(
       ns, [&](const std::string&, const CachedPolicy& p) { facts.policies.push_back(&p); });

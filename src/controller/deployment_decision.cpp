@@ -124,15 +124,10 @@ budget::Context planning_context(const budget::Deployment& d, const CachedPolicy
 }
 
 // What `check` would find on the Deployment once `plan` is written.
-std::vector<budget::Finding> findings_once_written(const DeploymentFacts& facts,
+std::vector<budget::Finding> findings_once_written(const budget::Deployment& d,
                                                    const budget::Plan& plan,
-                                                   const budget::Context& ctx) {
-  if (!facts.object) return plan.findings;
-  budget::Json written = *facts.object;
-  budget::apply_plan(written, plan, ctx.policy_name, facts.now);
-  auto projected = budget::project_deployment(written);
-  if (!projected) return plan.findings;
-  return budget::plan(*projected, ctx).findings;
+                                                   const budget::Context& ctx, TimePoint now) {
+  return budget::plan(budget::apply_plan(d, plan, ctx.policy_name, now), ctx).findings;
 }
 
 PlannedWrite planned_write(const budget::Deployment& d, const budget::Plan& plan,
@@ -145,7 +140,7 @@ PlannedWrite planned_write(const budget::Deployment& d, const budget::Plan& plan
   w.plan_hash = std::hash<std::string>{}(w.changes);
   w.propagation_seconds = plan.budget.propagation_seconds;
   w.retune = d.applied.has_value();
-  w.findings_after = findings_once_written(facts, plan, ctx);
+  w.findings_after = findings_once_written(d, plan, ctx, facts.now);
   return w;
 }
 

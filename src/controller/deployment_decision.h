@@ -40,10 +40,8 @@ struct BlockedWrite {
 };
 
 struct DeploymentFacts {
-  // The Deployment as the budget engine reads it, and the object it was read
-  // from (budget fields only).
+  // The Deployment as the budget engine reads it.
   const std::expected<budget::Deployment, budget::FieldErrors>* deployment = nullptr;
-  const budget::Json* object = nullptr;
   std::string uid;
   std::int64_t generation = 0;
   std::vector<const CachedPolicy*> policies;  // the namespace's

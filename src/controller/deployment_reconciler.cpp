@@ -108,11 +108,9 @@ boost::asio::awaitable<bool> DeploymentReconciler::conflict_released(
 
 DeploymentDecision DeploymentReconciler::decide(const std::string& key,
                                                 const CachedDeployment& cached) const {
-  const budget::Json object = cached.object();
-  const auto deployment = CachedDeployment::project(object);
+  const auto deployment = cached.project();
   DeploymentFacts facts;
   facts.deployment = &deployment;
-  facts.object = &object;
   facts.uid = cached.uid;
   facts.generation = cached.generation;
   // The policies are read in place: nothing here waits, so the store cannot

@@ -8,6 +8,8 @@
 //  - a Deployment with a plan applied, written with to_yaml and read back, still
 //    projects, and planning it again (same policy, propagation, capabilities)
 //    changes nothing: `plan` run on its own output is a no-op;
+//  - the projection of a Deployment once planned (apply_plan on the
+//    projection) is what the applied object projects as;
 //  - project_deployment / parse_policy never fail without an error, and every
 //    field error they report can be located in the source;
 //  - an in-place edit (`plan -w`) reads back as the planned object, and so do
@@ -446,6 +448,10 @@ void plan_apply_replan(const manifest::Document& document, const budget::Deploym
     for (const auto& e : projected.error()) errors += "  " + e.format() + "\n";
     violation("an applied Deployment no longer projects",
               errors + "--- input: " + dump(document.value) + "\n--- applied: " + dump(again));
+  }
+  if (budget::apply_plan(deployment, first, policy_name, when) != *projected) {
+    violation("the projection of a Deployment once planned differs from the applied object's",
+              "--- input: " + dump(document.value) + "\n--- applied: " + dump(again));
   }
   const budget::Plan second = budget::plan(*projected, context);
   if (second.changed()) {

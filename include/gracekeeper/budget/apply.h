@@ -24,6 +24,12 @@ std::string applied_annotation(const Plan&, const std::string& policy_name,
 void apply_plan(Json& deployment, const Plan& plan, const std::string& policy_name,
                 std::chrono::system_clock::time_point time);
 
+// The projection of the Deployment once `plan` is applied to it: what
+// project_deployment reads of the object apply_plan writes, without the
+// object (the Tuned Event's findings are planned on it).
+Deployment apply_plan(Deployment current, const Plan& plan, const std::string& policy_name,
+                      std::chrono::system_clock::time_point time);
+
 // The server-side apply configuration for `plan` on `current` (the cluster's
 // object, by namespace and name): apiVersion, kind, metadata.name/namespace,
 // the applied annotation, and every field gracekeeper owns on it, not only

@@ -130,6 +130,10 @@ struct Deployment {
 // (`spec.template.spec.terminationGracePeriodSeconds: expected an integer >= 0, got "abc"`).
 std::expected<Deployment, FieldErrors> project_deployment(const Json& object);
 
+// Sets the `gracekeeper.dev/applied` annotation to `text` and reads it as
+// project_deployment does: `applied`, and which hooks are gracekeeper's.
+void set_applied_annotation(Deployment&, std::string text);
+
 bool is_deployment(const Json& object);
 
 // apps/v1 StatefulSet: planned offline for its preStop wait and grace only

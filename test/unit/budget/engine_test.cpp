@@ -669,6 +669,10 @@ Generated generate(std::mt19937_64& rng) {
       case 2:
         c["lifecycle"] = {{"preStop", {{"exec", {{"command", {"/drain.sh"}}}}}}};
         break;
+      case 3:  // an empty lifecycle, or one with another handler only
+        c["lifecycle"] = pick(0, 1) ? Json::object()
+                                    : Json{{"postStart", {{"exec", {{"command", {"/warm.sh"}}}}}}};
+        break;
       default:
         break;
     }
@@ -703,6 +707,16 @@ TEST(PlanProperties, BudgetInvariantsHoldForGeneratedInputs) {
     Json after = g.object;
     apply_plan(after, result, ctx.policy_name, kTime);
     const Deployment applied = project(after);
+    // The projection once written, computed without the object, is what the
+    // written object reads as; and so after a re-tune to another figure.
+    EXPECT_TRUE(apply_plan(before, result, ctx.policy_name, kTime) == applied);
+    Context retune = ctx;
+    retune.propagation_seconds = i % 3 == 0 ? 0 : g.propagation + 20;
+    const Plan again = plan(applied, retune);
+    Json retuned = after;
+    apply_plan(retuned, again, ctx.policy_name, kTime + std::chrono::hours(1));
+    EXPECT_TRUE(apply_plan(applied, again, ctx.policy_name, kTime + std::chrono::hours(1)) ==
+                project(retuned));
     for (std::size_t c = 0; c < before.containers.size(); ++c) {
       const auto& old_hook = before.containers[c].pre_stop;
       const auto& new_hook = applied.containers[c].pre_stop;
