@@ -183,11 +183,11 @@ const std::vector<std::string> kBudgetFields = {
 
 std::vector<std::string> deployment_fields() {
   std::vector<std::string> fields = kBudgetFields;
-  for (const char* field :
-       {"metadata.uid", "metadata.generation", "metadata.managedFields.manager",
-        "metadata.managedFields.operation", "status.observedGeneration", "status.replicas",
-        "status.updatedReplicas", "status.availableReplicas", "status.conditions.type",
-        "status.conditions.status", "status.conditions.reason"}) {
+  for (const char* field : {"metadata.uid", "metadata.generation", "metadata.managedFields.manager",
+                            "metadata.managedFields.operation", "status.observedGeneration",
+                            "status.replicas", "status.updatedReplicas", "status.availableReplicas",
+                            "status.terminatingReplicas", "spec.paused", "status.conditions.type",
+                            "status.conditions.status", "status.conditions.reason"}) {
     fields.emplace_back(field);
   }
   return fields;
@@ -246,10 +246,26 @@ bool RolloutStatus::complete(std::int64_t generation) const {
   return updated >= desired && replicas <= updated && available >= updated;
 }
 
+bool RolloutStatus::in_flight(std::int64_t generation) const {
+  return !paused && !complete(generation);
+}
+
+bool RolloutStatus::rolling(std::int64_t generation) const {
+  // Never observed by the Deployment controller: it has made no pod yet,
+  // so no pod of an older template exists either.
+  if (observed_generation == 0) return false;
+  return observed_generation < generation || replicas > updated || terminating > 0;
+}
+
 RolloutStatus rollout_status(const nlohmann::json& object) {
   RolloutStatus r;
   if (const auto* spec = member(object, "spec"); spec && member(*spec, "replicas")) {
     r.desired = int_member(*spec, "replicas");
+  }
+  if (const auto* spec = member(object, "spec")) {
+    if (const auto* paused = member(*spec, "paused"); paused && paused->is_boolean()) {
+      r.paused = paused->get<bool>();
+    }
   }
   const nlohmann::json* status = member(object, "status");
   if (!status) return r;
@@ -257,6 +273,7 @@ RolloutStatus rollout_status(const nlohmann::json& object) {
   r.replicas = int_member(*status, "replicas");
   r.updated = int_member(*status, "updatedReplicas");
   r.available = int_member(*status, "availableReplicas");
+  r.terminating = int_member(*status, "terminatingReplicas");
   if (const auto* conditions = member(*status, "conditions");
       conditions && conditions->is_array()) {
     for (const auto& c : *conditions) {

@@ -32,10 +32,26 @@ struct RolloutStatus {
   std::int64_t updated = 0;
   std::int64_t available = 0;
   bool deadline_exceeded = false;  // Progressing=False, ProgressDeadlineExceeded
+  // status.terminatingReplicas: pods of the Deployment that are shutting
+  // down (their preStop wait, then their grace). Reported by API servers
+  // with DeploymentReplicaSetTerminatingReplicas; 0 where it is absent.
+  std::int64_t terminating = 0;
+  bool paused = false;  // spec.paused: the controller starts no rollout
 
   // The controller has seen `generation` and every replica is new and
   // available with no old pod left, or the rollout gave up.
   bool complete(std::int64_t generation) const;
+  // A rollout that holds a slot of changes.maxConcurrentRollouts: not
+  // complete, and able to move. A paused Deployment never moves, and one
+  // past its progress deadline has stalled: neither holds a slot.
+  bool in_flight(std::int64_t generation) const;
+  // Pods of an older template may still run or shut down: the controller
+  // has not observed `generation` yet, some pods are not of the current
+  // template, or pods are still terminating. Their preStop wait and grace
+  // are the old template's, so the budget does not hold for them yet (a
+  // paused or stalled rollout stays rolling). A Deployment the controller
+  // never observed has no pods: not rolling.
+  bool rolling(std::int64_t generation) const;
 };
 
 // An opted-in Deployment, kept small: one is cached per opted-in Deployment

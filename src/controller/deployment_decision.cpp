@@ -120,6 +120,15 @@ budget::Context planning_context(const budget::Deployment& d, const CachedPolicy
   ctx.capabilities = facts.capabilities;
   ctx.behind_service = facts.behind_service;
   ctx.now = facts.now;
+  // A fallback that raises the figure (the source failed, staticSeconds is
+  // higher) is no repair of a Deployment that holds the budget it was tuned
+  // to: churn control applies, as to any other change.
+  if (!propagation.available && d.applied &&
+      ctx.propagation_seconds > d.applied->propagation_seconds) {
+    budget::Context tuned = ctx;
+    tuned.propagation_seconds = d.applied->propagation_seconds;
+    ctx.fallback_raise = !budget::plan(d, tuned).budget_broken;
+  }
   return ctx;
 }
 
@@ -331,7 +340,10 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
     }
     return out;
   }
-  out.state.compliant = !out.state.violating && !plan.budget_broken;
+  // The template's settings are not yet every pod's: an older template's
+  // pods keep its wait and grace until the rollout is over.
+  out.state.rolling = facts.rolling;
+  out.state.compliant = !out.state.violating && !plan.budget_broken && !facts.rolling;
   out.state.pending = plan.changed() || plan.deferred;
   if (plan.deferred && plan.due_at) {
     out.requeue_after =

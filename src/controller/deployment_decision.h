@@ -52,6 +52,8 @@ struct DeploymentFacts {
   budget::Capabilities capabilities{};
   TimePoint now{};
   const BlockedWrite* blocked = nullptr;  // this Deployment's, if any
+  // Pods of an older template still run or terminate (RolloutStatus::rolling).
+  bool rolling = false;
 };
 
 struct PlannedWrite {

@@ -26,7 +26,11 @@ DeploymentCounts PolicyReconciler::count(const std::string& policy_key) const {
         c.compliant += d.state.compliant;
         c.pending += d.state.pending;
         c.violations += d.state.violating;
-        if (!d.state.compliant) c.not_compliant.push_back(split_key(key).second);
+        c.rolling += d.state.rolling;
+        if (!d.state.compliant) {
+          c.not_compliant.push_back(split_key(key).second);
+          c.only_rolling += d.state.rolling && !d.state.violating && !d.state.pending;
+        }
       });
   return c;
 }

@@ -67,8 +67,15 @@ std::string budget_message(const DeploymentCounts& c) {
   std::string list;
   for (std::size_t i = 0; i < names.size() && i < 10; ++i) list += (i ? ", " : "") + names[i];
   if (names.size() > 10) list += fmt::format(" and {} more", names.size() - 10);
-  return fmt::format("{} of {} governed Deployments do not satisfy the budget: {}", names.size(),
-                     c.managed, list);
+  std::string rolling;
+  if (c.rolling > 0) {
+    rolling = fmt::format(
+        " ({} rolling out: pods of an older template, with its wait and grace, "
+        "still run or terminate)",
+        c.rolling);
+  }
+  return fmt::format("{} of {} governed Deployments do not satisfy the budget: {}{}", names.size(),
+                     c.managed, list, rolling);
 }
 
 // Ready=False, Conflict: which other policies select the same Deployments.
@@ -126,10 +133,16 @@ nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& curre
     status["deployments"] = {{"managed", c.managed},
                              {"compliant", c.compliant},
                              {"pending", c.pending},
+                             {"rolling", c.rolling},
                              {"violations", c.violations}};
     const bool holds = c.not_compliant.empty();
-    conditions.push_back(condition(in, current, "BudgetHolds", holds,
-                                   holds ? "AllCompliant" : "NotCompliant", budget_message(c)));
+    // Rolling: every governed Deployment's settings hold, but some still
+    // have pods of an older template, with its shorter wait.
+    const char* reason = holds ? "AllCompliant"
+                         : c.only_rolling == static_cast<std::int64_t>(c.not_compliant.size())
+                             ? "Rolling"
+                             : "NotCompliant";
+    conditions.push_back(condition(in, current, "BudgetHolds", holds, reason, budget_message(c)));
   } else if (current.is_object() && current.contains("deployments")) {
     // Not every Deployment is reconciled yet (e.g. just after a restart): keep
     // what the server has rather than write a partial count.

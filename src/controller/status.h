@@ -20,7 +20,11 @@ using TimePoint = std::chrono::system_clock::time_point;
 
 // One governed Deployment as its last reconcile left it.
 struct DeploymentState {
-  bool compliant = false;  // the current settings satisfy the budget
+  // The current settings satisfy the budget, and every pod carries them.
+  bool compliant = false;
+  // Pods of an older template still run or terminate (RolloutStatus::rolling):
+  // the budget does not hold for them yet.
+  bool rolling = false;
   bool pending = false;    // a change is due but held back (DryRun, churn control, conflict)
   bool violating = false;  // at least one error finding remains
 };
@@ -34,6 +38,10 @@ struct DeploymentCounts {
   // Deployments this policy selects together with other policies, so that
   // neither governs them: other policy -> those Deployments' names.
   std::map<std::string, std::vector<std::string>> shared_with;
+  // Pods of an older template still run or terminate (DeploymentState::rolling).
+  std::int64_t rolling = 0;
+  // Of not_compliant, those whose settings hold and only their pods roll.
+  std::int64_t only_rolling = 0;
 };
 
 struct PropagationState {

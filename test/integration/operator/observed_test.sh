@@ -130,7 +130,7 @@ expect "... MetricsAvailable True, reason" "$(condition MetricsAvailable reason)
 out=$(k get sdp -n "$NS" -o wide 2>&1)
 row=$(awk 'NR == 2' <<<"$out" | tr -s ' ')
 if [ "$(cut -d' ' -f3 <<<"$row")" = Observed ] && near "$(cut -d' ' -f4 <<<"$row")" 10 && \
-   [ "$(head -1 <<<"$out" | tr -s ' ' | cut -d' ' -f9)" = LATE ] && [ "$(cut -d' ' -f9 <<<"$row")" = 1 ]; then
+   [ "$(head -1 <<<"$out" | tr -s ' ' | cut -d' ' -f10)" = LATE ] && [ "$(cut -d' ' -f10 <<<"$row")" = 1 ]; then
   ok "kubectl get sdp -o wide: $row"
 else not_ok "kubectl get sdp -o wide"; note <<<"$out"; fi
 wait_for 20 settings_are "$NS" web "16 56 0 1" && ok "web follows the Observed figure: $(settings "$NS" web)" \
