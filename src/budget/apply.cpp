@@ -169,7 +169,17 @@ Json apply_configuration(const Deployment& current, const Plan& plan,
   Json pod_spec{{"terminationGracePeriodSeconds", plan.grace_seconds}};
   if (!containers.empty()) pod_spec["containers"] = std::move(containers);
   Json spec{{"template", Json{{"spec", std::move(pod_spec)}}}};
-  if (plan.manage_strategy) spec["strategy"] = strategy_json(plan.strategy);
+  if (plan.manage_strategy) {
+    spec["strategy"] = strategy_json(plan.strategy);
+  } else if (current.kind == "Deployment" &&
+             current.strategy.type == Strategy::Type::RollingUpdate && current.applied &&
+             current.applied->user && current.applied->user->strategy) {
+    // rollout.manage: false on a Deployment whose strategy gracekeeper
+    // changed before: re-stated as it is. Left out, server-side apply would
+    // drop gracekeeper's ownership and, with no other owner, the field
+    // itself: maxUnavailable back to its 25% default, capacity lost.
+    spec["strategy"] = strategy_json(current.strategy);
+  }
   return Json{
       {"apiVersion", "apps/v1"},
       {"kind", "Deployment"},

@@ -481,6 +481,15 @@ class Planner {
   IntOrPercent desired_surge() const {
     const Strategy& s = d_.strategy;
     const std::int64_t replicas = d_.replicas;
+    // Scaled to 0, every percentage resolves to 0 pods: compared now, a
+    // user's `25%` would become `1` for good, and a 40-replica rollout
+    // serial once scaled up. Keep the user's own budget in its form: the
+    // current surge, else what was allowed unavailable, else the policy's.
+    if (replicas == 0) {
+      if (!s.max_surge.is_zero()) return s.max_surge;
+      if (!s.max_unavailable.is_zero()) return s.max_unavailable;
+      return policy_.rollout.max_surge;
+    }
     IntOrPercent best = policy_.rollout.max_surge;
     std::int64_t best_pods = best.resolve(replicas, /*round_up=*/true);
     const auto consider = [&](const IntOrPercent& candidate, std::int64_t pods) {
@@ -501,8 +510,11 @@ class Planner {
     if (!policy_.rollout.manage || d_.strategy.type == Strategy::Type::Recreate) return;
     plan_.manage_strategy = true;
     const Strategy& s = d_.strategy;
+    // (At 0 replicas a surge resolves to 0 pods: any non-zero one keeps.)
     const bool keeps_capacity =
-        s.max_unavailable.is_zero() && s.max_surge.resolve(d_.replicas, /*round_up=*/true) >= 1;
+        s.max_unavailable.is_zero() &&
+        (d_.replicas == 0 ? !s.max_surge.is_zero()
+                          : s.max_surge.resolve(d_.replicas, /*round_up=*/true) >= 1);
     if (keeps_capacity) return;
     Strategy desired{Strategy::Type::RollingUpdate, desired_surge(), IntOrPercent{0, false}};
     plan_.changes.push_back({"strategy", describe(s), describe(desired)});
@@ -545,8 +557,8 @@ class Planner {
 
   // At most one template change per minIntervalSeconds, unless the budget is broken.
   void apply_churn_control() {
-    if (plan_.changes.empty() || plan_.budget_broken || !ctx_.now || !d_.applied ||
-        !d_.applied->time) {
+    if (plan_.changes.empty() || (plan_.budget_broken && !ctx_.fallback_raise) || !ctx_.now ||
+        !d_.applied || !d_.applied->time) {
       return;
     }
     const auto since = *ctx_.now - *d_.applied->time;

@@ -42,6 +42,10 @@ struct Context {
   std::optional<bool> behind_service;
   // Now, for churn control. nullopt (offline) disables the min-interval rule.
   std::optional<std::chrono::system_clock::time_point> now;
+  // The figure is a fallback (its source failed) that is higher than the one
+  // the Deployment was tuned to, and the Deployment holds the budget of that
+  // one: a change is no repair, and churn control applies to it.
+  bool fallback_raise = false;
 };
 
 // The numbers of API.md's formula.

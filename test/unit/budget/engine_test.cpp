@@ -589,8 +589,60 @@ TEST(Plan, SurgeTakesOverTheUnavailableBudget) {
   policy.rollout.max_surge = IntOrPercent{10, true};
   s = strategy_for(2, R"({"rollingUpdate": {"maxSurge": 0, "maxUnavailable": "10%"}})");
   EXPECT_EQ(s.max_surge, (IntOrPercent{10, true}));
+  // Scaled to 0 (issue 32): every percentage resolves to 0 pods, so none is
+  // compared; the user's own budget is kept in its form, not shrunk to 1
+  // for good: the surge it has, else its unavailable budget, else the policy's.
   s = strategy_for(0, R"({"rollingUpdate": {"maxSurge": 0, "maxUnavailable": "10%"}})");
-  EXPECT_EQ(s.max_surge, (IntOrPercent{1, false}));
+  EXPECT_EQ(s.max_surge, (IntOrPercent{10, true}));
+  EXPECT_EQ(s.max_unavailable, (IntOrPercent{0, false}));
+  s = strategy_for(0, R"({"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})");
+  EXPECT_EQ(s.max_surge, (IntOrPercent{25, true}));
+  s = strategy_for(0, R"({"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}})");
+  EXPECT_EQ(s.max_surge, (IntOrPercent{10, true}));  // the policy's
+}
+
+// Scaled to 0 with 25%/0 already: left as it is (no change, no rollout),
+// and judged again at its size once scaled up.
+TEST(Plan, AScaledToZeroDeploymentKeepsAPercentageSurge) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["replicas"] = 0;
+  object["spec"]["strategy"] =
+      Json::parse(R"({"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}})");
+  const Plan p = plan(project(object), ctx);
+  EXPECT_FALSE(
+      std::ranges::any_of(p.changes, [](const Change& c) { return c.field == "strategy"; }));
+  EXPECT_EQ(p.strategy.max_surge, (IntOrPercent{25, true}));
+}
+
+// rollout.manage: false on a Deployment whose strategy gracekeeper changed
+// before: the strategy is re-stated as it is, or server-side apply would drop
+// gracekeeper's ownership and the field with it (maxUnavailable back to 25%).
+TEST(Plan, ManageFalseReStatesAStrategyGracekeeperChangedBefore) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  const Plan first = plan(project(object), ctx);
+  ASSERT_TRUE(first.manage_strategy);
+  Json tuned = object;
+  apply_plan(tuned, first, "default", std::chrono::system_clock::time_point{});
+  policy.rollout.manage = false;
+  ctx.propagation_seconds = 20;  // a re-tune
+  const Deployment d = project(tuned);
+  const Plan second = plan(d, ctx);
+  ASSERT_TRUE(second.changed());
+  EXPECT_FALSE(second.manage_strategy);
+  const Json config =
+      apply_configuration(d, second, "default", std::chrono::system_clock::time_point{});
+  ASSERT_TRUE(config["spec"].contains("strategy"));
+  EXPECT_EQ(config["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+  EXPECT_EQ(config["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 1);
+  // Never changed by gracekeeper: not stated, not owned.
+  const Plan untouched = plan(project(object), ctx);
+  EXPECT_FALSE(apply_configuration(project(object), untouched, "default",
+                                   std::chrono::system_clock::time_point{})["spec"]
+                   .contains("strategy"));
 }
 
 TEST(Plan, StatefulSetGetsWaitAndGraceButNoStrategy) {
