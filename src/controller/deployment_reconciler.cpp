@@ -123,6 +123,7 @@ DeploymentDecision DeploymentReconciler::decide(const std::string& key,
   facts.capabilities = capabilities_;
   facts.now = deps_.clock.now();
   facts.blocked = blocked(key);
+  facts.rolling = cached.rollout.rolling(cached.generation);
   return decide_deployment(facts);
 }
 
@@ -217,7 +218,7 @@ std::int64_t DeploymentReconciler::rollouts_in_flight(const std::string& key,
           }
           rolling_.erase(it);
         }
-        if (c.tuned_by == policy.second && !c.rollout.complete(c.generation)) ++n;
+        if (c.tuned_by == policy.second && c.rollout.in_flight(c.generation)) ++n;
       });
   return n;
 }
@@ -226,21 +227,28 @@ std::int64_t DeploymentReconciler::rollouts_in_flight(const std::string& key,
 // GitOps self-heal): counted once per generation. The second time within
 // the policy's minIntervalSeconds, gracekeeper stops re-tuning the
 // Deployment instead of starting a rollout on every sync, and says who and
-// what: the FieldFight Warning. It tunes again once no set-back is left
-// within the interval. (Kept in memory: a restart forgets the count.)
-boost::asio::awaitable<std::optional<kube::EventRecord>> DeploymentReconciler::field_fight(
-    const std::string& key, const CachedDeployment& cached, const DeploymentDecision& decision) {
+// what: the FieldFight Warning. It tunes again once fewer than two
+// set-backs are left within the interval, coming back by itself then. (The
+// count is kept in memory; a restart reads fights back from their Events:
+// seed_fights.)
+boost::asio::awaitable<std::optional<DeploymentReconciler::Fight>>
+DeploymentReconciler::field_fight(const std::string& key, const CachedDeployment& cached,
+                                  const DeploymentDecision& decision) {
   const TimePoint now = deps_.clock.now();
   SetBacks& s = set_backs_[key];
   if (s.generation != cached.generation) {
     s.generation = cached.generation;
     s.times.push_back(now);
   }
-  std::erase_if(s.times, [&](TimePoint t) { return now - t > decision.min_interval; });
+  std::erase_if(s.times, [&](TimePoint t) { return now - t >= decision.min_interval; });
   if (s.times.size() < 2) {
     if (s.times.empty()) set_backs_.erase(key);
     co_return std::nullopt;
   }
+  // Over once fewer than two set-backs are left within the interval.
+  const TimePoint ends = s.times[s.times.size() - 2] + decision.min_interval;
+  const auto ends_in = std::max<std::chrono::nanoseconds>(ends - now, std::chrono::seconds(1));
+  const std::size_t set_backs = s.times.size();  // `s` is not read across the wait below
 
   const auto [ns, name] = split_key(key);
   std::vector<std::string> managers;
@@ -258,16 +266,25 @@ boost::asio::awaitable<std::optional<kube::EventRecord>> DeploymentReconciler::f
   std::string what;
   for (const auto& f : decision.set_back) what += (what.empty() ? "" : ", ") + f;
   log::warn("field fight", {{"deployment", key}, {"managers", who}, {"fields", what}});
-  co_return kube::EventRecord{
-      {},
-      kube::EventType::Warning,
-      "FieldFight",
-      "Tune",
-      fmt::format("{} set gracekeeper's fields back twice within {}s ({}); gracekeeper stops "
-                  "re-tuning this Deployment rather than restart its pods on every deploy. "
-                  "Fix: drop these fields from the manifest that {} applies, or set them to the "
-                  "budget ({}); gracekeeper tunes again once they stop being set back",
-                  who, decision.min_interval.count(), what, who, decision.write->changes)};
+  co_return Fight{
+      kube::EventRecord{
+          {},
+          kube::EventType::Warning,
+          "FieldFight",
+          "Tune",
+          // Each set-back of the fight is a new note, so a new Event: the
+          // newest is what a restart reads the fight back from, and it
+          // outlives the fight whenever minIntervalSeconds is at most the
+          // API server's --event-ttl (1 h by default).
+          fmt::format(
+              "{} set gracekeeper's fields back {} within {}s ({}; the last at generation {}); "
+              "gracekeeper stops re-tuning this Deployment rather than restart its pods on "
+              "every deploy. Fix: drop these fields from the manifest that {} applies, or set "
+              "them to the budget ({}); gracekeeper tunes again once they stop being set back",
+              who, set_backs == 2 ? std::string("twice") : fmt::format("{} times", set_backs),
+              decision.min_interval.count(), what, cached.generation, who,
+              decision.write->changes)},
+      ends_in};
 }
 
 // Whether gracekeeper's last write of the Deployment was applied over this
@@ -343,9 +360,11 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
 
   if (decision.write && !decision.set_back.empty()) {
     if (auto fight = co_await field_fight(key, *cached, decision)) {
-      decision.events.insert(decision.events.begin(), std::move(*fight));
+      decision.events.insert(decision.events.begin(), std::move(fight->event));
       report(key, ref, std::move(decision.events));
-      co_return Result::done();
+      // API.md: it tunes again once no set-back is left within the
+      // interval, with no other event needed.
+      co_return Result::after(fight->ends_in);
     }
   }
   if (decision.write && decision.write->retune) {
@@ -435,14 +454,24 @@ DeploymentReconciler::write(const std::string& ns, const std::string& name, cons
           refused.conflicts.push_back({std::move(m), cause.field});
         }
       }
+      // The fix depends on whether the webhook keeps the applier's deploys
+      // on the budget: then its next apply carries the new one by itself.
+      const std::string fix =
+          webhook_served_
+              ? "the admission webhook puts the budget into each of its applies, so its next "
+                "apply or sync carries this change; to apply it now, run that apply or sync "
+                "again, or set spec.preStop.existing: Replace to let gracekeeper take the fields "
+                "over"
+              : "fix: drop these fields from the manifest it applies, serve the admission "
+                "webhook (its applies then carry the budget), or set spec.preStop.existing: "
+                "Replace to let gracekeeper take the fields over";
       refused.refused = kube::EventRecord{
           {},
           kube::EventType::Warning,
           "FieldConflict",
           "Tune",
-          fmt::format("not changed: {} owned by {}; gracekeeper takes fields over from another "
-                      "applier only with spec.preStop.existing: Replace {}",
-                      result.error().causes.size() == 1 ? "a field is" : "fields are", owners,
+          fmt::format("not changed: {} owned by {}; {} {}",
+                      result.error().causes.size() == 1 ? "a field is" : "fields are", owners, fix,
                       wanted)};
       co_return refused;
     }

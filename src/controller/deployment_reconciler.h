@@ -54,6 +54,9 @@ class DeploymentReconciler {
   DeploymentReconciler(const DeploymentReconciler&) = delete;
   DeploymentReconciler& operator=(const DeploymentReconciler&) = delete;
   void set_capabilities(budget::Capabilities c) { capabilities_ = c; }
+  // This process serves the admission webhook: another applier's deploys
+  // carry the budget, which a FieldConflict's note says.
+  void set_webhook_served(bool served) { webhook_served_ = served; }
 
   boost::asio::awaitable<ReconcileResult> reconcile(std::string key);
 
@@ -109,15 +112,23 @@ class DeploymentReconciler {
   void forget(const std::string& key);
   bool behind_service(const budget::Deployment&) const;
   bool written_over(const std::string& key, const CachedDeployment&);
-  boost::asio::awaitable<std::optional<kube::EventRecord>> field_fight(const std::string& key,
-                                                                       const CachedDeployment&,
-                                                                       const DeploymentDecision&);
+  // A fight: its Warning, and how long until it ends by itself (the
+  // second-newest set-back leaves the interval), when the reconciler looks
+  // again with no other event.
+  struct Fight {
+    kube::EventRecord event;
+    std::chrono::nanoseconds ends_in{0};
+  };
+  boost::asio::awaitable<std::optional<Fight>> field_fight(const std::string& key,
+                                                           const CachedDeployment&,
+                                                           const DeploymentDecision&);
   std::int64_t rollouts_in_flight(const std::string& key, const std::string& policy_key);
   // How soon a held-back re-tune looks for a free rollout slot again.
   static constexpr std::chrono::seconds kRolloutPoll{5};
 
   Dependencies deps_;
   budget::Capabilities capabilities_{};
+  bool webhook_served_ = false;
   EventLedger ledger_;
   std::unordered_map<std::string, Blocked> blocked_;
   // Deployments whose owned fields someone set back: when (once per

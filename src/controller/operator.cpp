@@ -220,6 +220,7 @@ class Operator {
     capabilities.native_sleep = has_native_sleep(*version) && (options_.min_kubelet_minor < 0 ||
                                                                options_.min_kubelet_minor >= 30);
     deployment_reconciler_.set_capabilities(capabilities);
+    deployment_reconciler_.set_webhook_served(options_.webhook_port != 0);
     capabilities_ = capabilities;
     log::info("connected", {{"server", config_.server},
                             {"version", version->git_version},
@@ -440,8 +441,10 @@ class Operator {
             const auto series = e.value("series", nlohmann::json::object());
             const std::string last = series.value("lastObservedTime", e.value("eventTime", ""));
             if (auto at = propagation::parse_rfc3339(last)) {
-              fights.emplace(regarding.value("namespace", "") + "/" + regarding.value("name", ""),
-                             *at);
+              // Each set-back of a fight is an Event of its own: the newest counts.
+              TimePoint& newest =
+                  fights[regarding.value("namespace", "") + "/" + regarding.value("name", "")];
+              newest = std::max(newest, *at);
             }
           }
           const std::string key =

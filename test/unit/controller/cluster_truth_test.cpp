@@ -300,5 +300,165 @@ TEST(FoldedFindings, ATunedNoteGivesBackTheEventsFoldedIntoIt) {
   EXPECT_TRUE(folded_findings(". Also lowercase: x").empty());
 }
 
+// Issue 32: the budget always holds.
+
+// A FieldFight ends by itself: the fight's reconcile asks to be run again
+// when the interval has passed, and that run repairs, with no other event.
+TEST_F(ClusterTruthTest, AFieldFightEndsOnItsOwnWhenTheIntervalPasses) {
+  world.put_deployment(deployment("web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  set_back(world, "shop/web");
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));  // repaired once
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  world.clock.advance(std::chrono::seconds(20));
+  set_back(world, "shop/web");
+  auto fight = world.reconcile_deployment("shop/web");
+  ASSERT_TRUE(fight);
+  ASSERT_THAT(world.events.reasons(), Contains("FieldFight"));
+  ASSERT_EQ(world.writer.calls.size(), 2u);
+  // The first set-back was 20 s ago: the fight is over 3580 s from now.
+  ASSERT_TRUE(fight->requeue_after.has_value());
+  EXPECT_EQ(*fight->requeue_after, std::chrono::seconds(3580));
+  world.clock.advance(*fight->requeue_after);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));  // the requeue, nothing else
+  EXPECT_EQ(world.writer.calls.size(), 3u);
+  EXPECT_EQ(pod_spec(world.writer.calls[2])["terminationGracePeriodSeconds"], 46);
+}
+
+// A paused Deployment whose template changed never completes its rollout:
+// it must not hold a slot of maxConcurrentRollouts, or no other re-tune of
+// its policy would ever go out.
+TEST_F(ClusterTruthTest, APausedDeploymentHoldsNoRolloutSlot) {
+  world.put_policy(policy({{"changes", {{"maxConcurrentRollouts", 1}}}}));
+  for (const std::string name : {"paused", "web"}) {
+    world.put_deployment(deployment(name));
+    ASSERT_TRUE(world.reconcile_deployment("shop/" + name));
+    rollout_done(world, "shop/" + name);
+  }
+  // Paused, and re-tuned while paused: its new template never rolls out.
+  json paused = world.objects.at("shop/paused");
+  paused["spec"]["paused"] = true;
+  world.put_deployment(paused);
+  world.meter.seconds = 8;
+  world.clock.advance(std::chrono::seconds(61));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/paused"));
+  ASSERT_EQ(world.writer.calls.size(), 3u);
+  json observed = world.objects.at("shop/paused");
+  observed["status"]["observedGeneration"] = observed["metadata"]["generation"];
+  observed["status"]["updatedReplicas"] = 0;  // the old pod stays: paused
+  world.put_deployment(observed);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 4u) << "web waited for a paused Deployment's slot";
+  EXPECT_EQ(world.writer.calls.back().key, "shop/web");
+}
+
+TEST(RolloutStatus, PausedAndStalledRolloutsHoldNoSlotButStillRoll) {
+  RolloutStatus r{3, 2, 4, 1, 3, false};  // observed, one new pod of three, old ones left
+  EXPECT_TRUE(r.in_flight(2));
+  EXPECT_TRUE(r.rolling(2));
+  r.paused = true;
+  EXPECT_FALSE(r.in_flight(2));
+  EXPECT_TRUE(r.rolling(2));  // the old pods keep the old template
+  r.paused = false;
+  r.deadline_exceeded = true;
+  EXPECT_FALSE(r.in_flight(2));
+  EXPECT_TRUE(r.rolling(2));
+  r = {3, 2, 3, 3, 3, false};
+  EXPECT_FALSE(r.rolling(2));
+  EXPECT_TRUE(r.rolling(3));  // a new generation not observed yet
+  r.terminating = 1;          // every pod new, an old one still shutting down
+  EXPECT_TRUE(r.rolling(2));
+  EXPECT_FALSE(RolloutStatus{}.rolling(1));  // never observed: no pod exists yet
+}
+
+// BudgetHolds describes the pods: a Deployment whose old pods still roll
+// (with the old, shorter wait) is Rolling, not compliant, until they are gone.
+TEST_F(ClusterTruthTest, ADeploymentIsNotCompliantWhileOldPodsStillRoll) {
+  world.put_deployment(deployment("web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  // The controller observed the tune: 1 new pod, the old one still there.
+  json object = world.objects.at("shop/web");
+  object["status"] = {{"observedGeneration", object["metadata"]["generation"]},
+                      {"replicas", 2},
+                      {"updatedReplicas", 1},
+                      {"availableReplicas", 2}};
+  world.put_deployment(object);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  json status = world.policy_objects.at("shop/default")["status"];
+  EXPECT_EQ(status["deployments"]["compliant"], 0);
+  EXPECT_EQ(status["deployments"]["rolling"], 1);
+  EXPECT_EQ(condition(status, "BudgetHolds", "status"), "False");
+  EXPECT_EQ(condition(status, "BudgetHolds", "reason"), "Rolling");
+  EXPECT_THAT(condition(status, "BudgetHolds", "message"), HasSubstr("1 rolling out"));
+
+  rollout_done(world, "shop/web");
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  status = world.policy_objects.at("shop/default")["status"];
+  EXPECT_EQ(status["deployments"]["compliant"], 1);
+  EXPECT_EQ(status["deployments"]["rolling"], 0);
+  EXPECT_EQ(condition(status, "BudgetHolds", "reason"), "AllCompliant");
+}
+
+// A source that fails and falls back to a higher staticSeconds is no
+// repair: the re-tune waits for minIntervalSeconds like any other change.
+TEST_F(ClusterTruthTest, AFallbackThatRaisesTheFigureIsRateLimited) {
+  world.put_deployment(deployment("web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));  // tuned to 4 s: a 6 s wait
+  rollout_done(world, "shop/web");
+  world.meter.seconds = 10;  // the fallback: staticSeconds 10
+  world.meter.available = false;
+  world.clock.advance(std::chrono::seconds(61));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  auto r = world.reconcile_deployment("shop/web");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(world.writer.calls.size(), 1u) << "a fallback raise went out at once";
+  ASSERT_TRUE(r->requeue_after.has_value());  // held back until the interval is over
+  EXPECT_EQ(*r->requeue_after, std::chrono::seconds(3600 - 61));
+  world.clock.advance(*r->requeue_after);
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 2u);
+
+  // A measured raise is a repair: at once.
+  rollout_done(world, "shop/web");
+  world.meter.available = true;
+  world.meter.seconds = 20;
+  world.clock.advance(std::chrono::seconds(61));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 3u);
+}
+
+// Each set-back of a fight is an Event of its own (the note names the
+// generation): the newest outlives the fight, and a restart reads it back.
+TEST_F(ClusterTruthTest, EachSetBackOfAFightIsANewEventThatARestartReadsBack) {
+  world.put_deployment(deployment("web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  set_back(world, "shop/web");
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  world.clock.advance(std::chrono::seconds(20));
+  set_back(world, "shop/web");
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  world.clock.advance(std::chrono::seconds(600));
+  set_back(world, "shop/web");  // a deploy during the fight: a new generation
+  auto r = world.reconcile_deployment("shop/web");
+  ASSERT_TRUE(r);
+  std::vector<std::string> notes;
+  for (const auto& e : world.events.recorded) {
+    if (e.reason == "FieldFight") notes.push_back(e.note);
+  }
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_THAT(notes[0], HasSubstr("back twice within 3600s"));
+  EXPECT_THAT(notes[1], HasSubstr("back 3 times within 3600s"));
+  EXPECT_THAT(notes[1], HasSubstr("the last at generation"));
+  EXPECT_EQ(world.writer.calls.size(), 2u);
+  // The fight is over when the second-newest set-back (600 s ago) leaves the interval.
+  ASSERT_TRUE(r->requeue_after.has_value());
+  EXPECT_EQ(*r->requeue_after, std::chrono::seconds(3000));
+}
+
 }  // namespace
 }  // namespace gracekeeper::controller::testing

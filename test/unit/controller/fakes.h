@@ -132,6 +132,8 @@ class FakeEvents final : public EventSink {
 class FakeMeter final : public PropagationMeter {
  public:
   double seconds = 4;
+  // false: the source failed and `seconds` is its fallback (MetricsAvailable=False).
+  bool available = true;
   int calls = 0;
   asio::awaitable<propagation::Measurement> measure(const std::string&, const budget::PolicySpec&,
                                                     const std::optional<propagation::LastGood>&,
@@ -140,7 +142,9 @@ class FakeMeter final : public PropagationMeter {
     propagation::Measurement m;
     m.seconds = seconds;
     m.source = "Static";
-    m.reason = "StaticSource";
+    m.reason = available ? "StaticSource" : "QueryFailed";
+    m.metrics_available = available;
+    m.fallback = !available;
     m.sampled_at = now;
     co_return m;
   }
