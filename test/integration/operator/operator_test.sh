@@ -16,7 +16,7 @@ WORK="$(mktemp -d)"
 
 cleanup() {
   for pid in ${OP_PID:-} ${RACER_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
-  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight --wait=false >/dev/null 2>&1
+  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight op-fightend op-paused op-manage --wait=false >/dev/null 2>&1
   k delete clusterrolebinding gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
   k delete clusterrole gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
   if [ "$FAILED" -gt 0 ]; then
@@ -53,7 +53,7 @@ event_note() {
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
-for ns in op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight; do k create namespace "$ns" >/dev/null && serve "$ns"; done
+for ns in op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight op-fightend op-paused op-manage; do k create namespace "$ns" >/dev/null && serve "$ns"; done
 
 # ------------------------------------------------------------- the basics
 # Without a node no rollout ever completes, so re-tunes are not spread here
@@ -298,6 +298,79 @@ for i in 1 2 3; do CREATE=apply deployment op-fight web "$OPTED"; sleep 1; done
 sleep 2
 expect "three more syncs of the same manifest start no rollout (generation)" "$(jp deployment op-fight web '{.metadata.generation}')" "$generation"
 expect "... and the manifest's values stay (the hook it does not name stays too)" "$(settings op-fight web)" "6 30 25% 25%"
+
+# ------------------------------------------- a FieldFight ends on its own (issue 32)
+# minIntervalSeconds 15: two set-backs make a fight; with no set-back for 15 s
+# it is over, and the budget is repaired with no other event (a requeue at
+# the interval's end, not a watch event or a resync).
+policy op-fightend default '  changes: {minIntervalSeconds: 15}'
+CREATE=apply deployment op-fightend web "$OPTED"
+wait_for 10 settings_are op-fightend web "6 46 0 1" || not_ok "op-fightend: not tuned: '$(settings op-fightend web)'"
+CREATE=apply deployment op-fightend web "$OPTED"
+wait_for 10 settings_are op-fightend web "6 46 0 1" || not_ok "op-fightend: first set-back not repaired"
+CREATE=apply deployment op-fightend web "$OPTED"
+wait_for 10 has_event op-fightend web FieldFight && fight_at=$(date +%s) ||
+  not_ok "op-fightend: no FieldFight: $(event_reasons op-fightend web)"
+expect "op-fightend: in the fight, the manifest's values stay" "$(settings op-fightend web)" "6 30 25% 25%"
+if wait_for 30 settings_are op-fightend web "6 46 0 1"; then
+  ok "the fight ended by itself: repaired $(($(date +%s) - fight_at)) s after the FieldFight (interval 15 s)"
+else
+  not_ok "the fight never ended: '$(settings op-fightend web)'"
+fi
+
+# ---------------------------- a paused Deployment holds no rollout slot (issue 32)
+# maxConcurrentRollouts 1. p1 is paused, then re-tuned: its rollout never
+# completes. The re-tune of p2 must not wait for it.
+policy op-paused default '  changes: {maxConcurrentRollouts: 1}'
+for d in p1 p2; do deployment op-paused "$d" "$OPTED"; done
+paused_tuned() { settings_are op-paused p1 "6 46 0 1" && settings_are op-paused p2 "6 46 0 1"; }
+wait_for 10 paused_tuned || not_ok "op-paused first tunes: $(settings op-paused p1); $(settings op-paused p2)"
+# status_of NAME UPDATED: the controller observed the generation, UPDATED of 3 new.
+status_of() {
+  local gen
+  gen=$(jp deployment op-paused "$1" '{.metadata.generation}')
+  k patch deployment -n op-paused "$1" --subresource=status --type merge -p \
+    "{\"status\":{\"observedGeneration\":$gen,\"replicas\":3,\"updatedReplicas\":$2,\"availableReplicas\":3}}" >/dev/null
+}
+status_of p1 3
+status_of p2 3
+k patch deployment -n op-paused p1 --type merge -p '{"spec":{"paused":true}}' >/dev/null
+status_of p1 3
+k patch sdp default -n op-paused --type merge -p '{"spec":{"propagation":{"staticSeconds":8}}}' >/dev/null
+wait_for 10 bash -c "$(declare -f k settings settings_are); settings_are op-paused p1 '12 52 0 1' || settings_are op-paused p2 '12 52 0 1'" ||
+  not_ok "op-paused: no re-tune after the figure rose"
+status_of p1 0  # whichever went first: p1 is paused, its new template never rolls
+if settings_are op-paused p1 "12 52 0 1"; then
+  wait_for 15 settings_are op-paused p2 "12 52 0 1" &&
+    ok "a paused Deployment's re-tune held no slot: p2 re-tuned too" ||
+    not_ok "p2 waits behind paused p1: '$(settings op-paused p2)'"
+else
+  status_of p2 3  # p2 went first and completed: then p1 goes, and holds nothing
+  wait_for 15 settings_are op-paused p1 "12 52 0 1" && ok "both re-tuned (p2 first)" ||
+    not_ok "p1 not re-tuned: '$(settings op-paused p1)'"
+fi
+
+# ---------------------------------- rollout.manage: false, replicas 0 (issue 32)
+# Tuned with the strategy managed (25%/25% -> 25%/0), then manage: false and
+# a new figure: the re-tune leaves the strategy as it is (server-side apply
+# would otherwise drop gracekeeper's maxUnavailable, back to its 25% default).
+policy op-manage default '  changes: {maxConcurrentRollouts: "100%"}'
+deployment op-manage web "$OPTED"
+wait_for 10 settings_are op-manage web "6 46 0 1" || not_ok "op-manage: not tuned: '$(settings op-manage web)'"
+k patch sdp default -n op-manage --type merge -p '{"spec":{"rollout":{"manage":false},"propagation":{"staticSeconds":8}}}' >/dev/null
+wait_for 10 settings_are op-manage web "12 52 0 1" &&
+  ok "rollout.manage: false: the re-tune leaves the strategy (maxUnavailable 0, maxSurge 1)" ||
+  not_ok "op-manage after manage: false: '$(settings op-manage web)'"
+# Scaled to 0 with a percentage surge: it stays a percentage.
+k patch sdp default -n op-manage --type merge -p '{"spec":{"rollout":{"manage":true}}}' >/dev/null
+k create deployment zero -n op-manage --image=app:1 --replicas=0 -o json --dry-run=client |
+  jq --argjson a "$OPTED" '.metadata.annotations = $a | .spec.template.metadata.labels.served = "yes" |
+    .spec.strategy = {"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"25%","maxSurge":"25%"}}' |
+  k create -f - >/dev/null
+wait_for 10 bash -c "[ \"\$(kubectl get deployment -n op-manage zero -o jsonpath='{.spec.strategy.rollingUpdate.maxUnavailable}')\" = 0 ]" ||
+  not_ok "op-manage zero: strategy not tuned"
+expect "scaled to 0: maxSurge stays 25% (not 1), maxUnavailable 0" \
+  "$(jp deployment op-manage zero '{.spec.replicas} {.spec.strategy.rollingUpdate.maxSurge} {.spec.strategy.rollingUpdate.maxUnavailable}')" "0 25% 0"
 
 # ------------------------------------------------------------- field conflicts and existing: Replace
 # A Deployment whose fields belong to another *applier* (a GitOps controller

@@ -288,6 +288,67 @@ wait_for 20 settings_are "$NS" checkout "6 46 0 1" &&
   ok "the reconciler repairs it once the process runs again" ||
   not_ok "not repaired: '$(settings "$NS" checkout)'"
 
+# ------------------ 8. a GitOps applier, a risen figure, and pods still rolling
+# (issue 32, items 6 and 8) In a namespace of its own: Flux's server-side
+# apply owns the fields; the webhook put the budget in at creation. The
+# figure rises between deploys: gracekeeper does not take Flux's fields (its
+# next apply without --force-conflicts would fail), it says why and what
+# fixes it, and Flux's next apply carries the new budget. Meanwhile, with no
+# node, the new template's pods never become ready: the old ones stay, and
+# the policy counts the Deployment Rolling, not compliant.
+FNS=wh-flux
+k create namespace "$FNS" >/dev/null && serve "$FNS"
+k apply -f - >/dev/null <<YAML
+apiVersion: gracekeeper.dev/v1alpha1
+kind: ShutdownPolicy
+metadata: {name: default, namespace: $FNS}
+spec:
+  propagation: {source: Static, staticSeconds: 4}
+  changes: {maxConcurrentRollouts: 100%}
+YAML
+flux_manifest() {  # IMAGE [REPLICAS]
+  manifest flux "$1" | sed -e "s/namespace: $NS/namespace: $FNS/" -e "s/replicas: 2/replicas: ${2:-2}/"
+}
+flux_apply() { flux_manifest "$@" | k apply --server-side --field-manager=flux -f - >"$WORK/flux.out" 2>&1; }
+sdp_deployments() { jp sdp "$FNS" default '{.status.deployments.managed} {.status.deployments.compliant} {.status.deployments.rolling}'; }
+budget_holds() { jp sdp "$FNS" default '{.status.conditions[?(@.type=="BudgetHolds")].reason}'; }
+flux_apply app:1 && expect "flux's server-side apply: stored tuned" "$(settings "$FNS" flux)" "6 46 0 1" ||
+  not_ok "flux apply: $(cat "$WORK/flux.out")"
+wait_for 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.compliant}')\" = 1 ]" &&
+  ok "created tuned, every pod of one template: compliant ($(sdp_deployments))" ||
+  not_ok "not compliant after creation: $(sdp_deployments) $(budget_holds)"
+flux_apply app:2  # a new image: new pods never get ready without a node, old ones stay
+wait_for 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.rolling}')\" = 1 ]" &&
+  ok "a rollout with old pods left: Rolling ($(sdp_deployments))" ||
+  not_ok "not counted rolling: $(sdp_deployments)"
+expect "... not compliant, BudgetHolds reason Rolling" "$(sdp_deployments) $(budget_holds)" "1 0 1 Rolling"
+k get sdp -n "$FNS" -o wide >"$WORK/sdp.out"
+grep -qE "COMPLIANT +ROLLING" "$WORK/sdp.out" && awk 'NR == 2 { exit !($8 == 0 && $9 == 1) }' "$WORK/sdp.out" &&
+  ok "kubectl get sdp -o wide shows it: COMPLIANT 0, ROLLING 1" || not_ok "kubectl get sdp -o wide: $(cat "$WORK/sdp.out")"
+flux_apply app:2 0  # scaled to 0 by the next deploy: the old pods go
+wait_for 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.compliant}')\" = 1 ]" &&
+  ok "once no old pod is left: compliant again ($(sdp_deployments) $(budget_holds))" ||
+  not_ok "still not compliant: $(sdp_deployments) $(budget_holds)"
+
+since=$(now_rfc3339)
+k patch sdp default -n "$FNS" --type merge -p '{"spec":{"propagation":{"staticSeconds":8}}}' >/dev/null
+# The reconciler's write conflicts with flux's fields: reported with its fix.
+wait_for 20 bash -c "kubectl get events.events.k8s.io -n $FNS -o json | jq -e '.items[] | select(.reason == \"FieldConflict\")' >/dev/null" &&
+  ok "the figure rose: a FieldConflict with flux" || not_ok "no FieldConflict: $(k get events.events.k8s.io -n "$FNS" -o json | jq -r '[.items[].reason] | join(",")')"
+note_text=$(k get events.events.k8s.io -n "$FNS" -o json | jq -r '[.items[] | select(.reason == "FieldConflict") | .note][0] // ""')
+case "$note_text" in
+  *'"flux"'*'next apply or sync carries this change'*) ok "... its note names flux and the fix (its next apply)";;
+  *) not_ok "FieldConflict note: $note_text";;
+esac
+expect "... and gracekeeper took none of flux's fields" "$(settings "$FNS" flux)" "6 46 0 1"
+flux_apply app:2 0 || not_ok "flux's next apply failed: $(cat "$WORK/flux.out")"
+expect "flux's next apply (same manifest) carries the new budget" "$(settings "$FNS" flux)" "12 52 0 1"
+sleep 2
+expect "... with no gracekeeper write of the Deployment since the rise (audit log)" \
+  "$(gk_writes_since "$since" | grep -cE ' deployments/ .* 20[01]$')" 0
+wait_for 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.pending}')\" = 0 ]" &&
+  ok "... and nothing is pending any more" || not_ok "pending: $(jp sdp "$FNS" default '{.status.deployments}')"
+
 stop_operator
 expect "the operator exits 0 on SIGTERM" "$OP_EXIT" 0
 OP_PID=""
