@@ -126,17 +126,13 @@ Overrides read_overrides(const Deployment& deployment, FieldErrors& errors) {
     return out;
   }
 
-  // Default: every app container that declares a port, else every app
-  // container. Never a native sidecar, even a serving one: it is stopped only
+  // Default: every app container, with ports or not: one without (a database
+  // proxy) that stopped at once would fail the requests the others still
+  // serve. Never a native sidecar, even a serving one: it is stopped only
   // after the app containers have exited, so their wait keeps it up too.
   const auto& containers = deployment.containers;
   for (std::size_t i = 0; i < containers.size(); ++i) {
-    if (containers[i].has_ports && !containers[i].sidecar) out.targets.push_back(i);
-  }
-  if (out.targets.empty()) {
-    for (std::size_t i = 0; i < containers.size(); ++i) {
-      if (!containers[i].sidecar) out.targets.push_back(i);
-    }
+    if (!containers[i].sidecar) out.targets.push_back(i);
   }
   return out;
 }
@@ -301,6 +297,13 @@ class Planner {
       // not (one of unknown length is given the wait only on a target).
       if (!c.sidecar && (is_target(i) || c.pre_stop.length_ms)) {
         current_wait = std::max(current_wait, hook_grace_seconds(c.pre_stop, b.pre_stop_seconds));
+      }
+      if (!c.sidecar && !is_target(i)) {
+        add("ContainerWithoutWait", Severity::Info, c.name,
+            fmt::format("{} leaves this app container out: it gets no preStop wait and is told "
+                        "to stop at once, while endpoints may still route requests to the pod; "
+                        "name it there unless the others can serve without it",
+                        kAnnotationContainers));
       }
       if (!is_target(i)) continue;
       if (c.pre_stop.kind == PreStopHook::Kind::None) {

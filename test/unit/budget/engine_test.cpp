@@ -689,6 +689,40 @@ TEST(Plan, StatefulSetGetsWaitAndGraceButNoStrategy) {
   EXPECT_FALSE(plan(project(object), ctx).changed());
 }
 
+// Issue 32 item 2: every app container gets the wait, with ports or not (a
+// database proxy stopped at once fails the requests the app still serves).
+// The containers annotation still chooses; a container it leaves out is named.
+TEST(Plan, EveryAppContainerGetsTheWaitByDefault) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["containers"].push_back(
+      Json::parse(R"({"name": "db-proxy", "image": "cloud-sql-proxy:2"})"));
+  auto result = plan(project(object), ctx);
+  ASSERT_EQ(result.containers.size(), 2u);
+  EXPECT_EQ(result.containers[1].name, "db-proxy");
+  EXPECT_EQ(result.containers[1].action, ContainerPlan::Action::SetSleep);
+  EXPECT_EQ(result.containers[1].pre_stop_seconds, 15);
+  EXPECT_FALSE(has(codes(result.findings, Severity::Info), "ContainerWithoutWait"));
+  apply_plan(object, result, ctx.policy_name, kTime);
+  EXPECT_EQ(object["spec"]["template"]["spec"]["containers"][1]["lifecycle"]["preStop"]["sleep"]
+                  ["seconds"],
+            15);
+  EXPECT_FALSE(plan(project(object), ctx).changed());
+
+  Json chosen = article_deployment();
+  chosen["spec"]["template"]["spec"]["containers"].push_back(
+      Json::parse(R"({"name": "db-proxy", "image": "cloud-sql-proxy:2"})"));
+  chosen["metadata"]["annotations"]["gracekeeper.dev/containers"] = "checkout";
+  auto one = plan(project(chosen), ctx);
+  ASSERT_EQ(one.containers.size(), 1u);
+  const auto left_out = std::ranges::find(one.findings, "ContainerWithoutWait", &Finding::code);
+  ASSERT_NE(left_out, one.findings.end());
+  EXPECT_EQ(left_out->severity, Severity::Info);
+  EXPECT_EQ(left_out->container, "db-proxy");
+  EXPECT_NE(left_out->message.find("gracekeeper.dev/containers"), std::string::npos);
+}
+
 // Property tests: random Deployments and policies; the invariants of API.md hold for every one.
 struct Generated {
   PolicySpec policy;
