@@ -723,6 +723,37 @@ TEST(Plan, EveryAppContainerGetsTheWaitByDefault) {
   EXPECT_NE(left_out->message.find("gracekeeper.dev/containers"), std::string::npos);
 }
 
+// Issue 32 item 3: gracekeeper's own hook goes when the wait falls to 0, in
+// each container that has one and in the exec form too; the lifecycle the
+// user never had goes with it, and the next plan is a no-op.
+TEST(Plan, OwnHooksAreRemovedWhenTheWaitFallsToZero) {
+  PolicySpec policy;
+  policy.pre_stop.min_seconds = 0;
+  policy.pre_stop.action = PreStopAction::Exec;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["containers"].push_back(
+      Json::parse(R"({"name": "db-proxy", "image": "cloud-sql-proxy:2"})"));
+  apply_plan(object, plan(project(object), ctx), ctx.policy_name, kTime);
+  for (const auto& c : project(object).containers) {
+    ASSERT_EQ(c.pre_stop.kind, PreStopHook::Kind::ExecSleep) << c.name;
+    ASSERT_TRUE(c.pre_stop.owned) << c.name;
+  }
+  ctx.propagation_seconds = 0;
+  const auto removal = plan(project(object), ctx);
+  EXPECT_EQ(removal.budget.pre_stop_seconds, 0);
+  ASSERT_EQ(removal.containers.size(), 2u);
+  for (const auto& cp : removal.containers) {
+    EXPECT_EQ(cp.action, ContainerPlan::Action::Remove) << cp.name;
+  }
+  EXPECT_EQ(removal.grace_seconds, 0 + 30 + 10);  // our own grace comes down with it
+  apply_plan(object, removal, ctx.policy_name, kTime + std::chrono::hours(1));
+  for (const auto& c : object["spec"]["template"]["spec"]["containers"]) {
+    EXPECT_FALSE(c.contains("lifecycle")) << c.dump();
+  }
+  EXPECT_FALSE(plan(project(object), ctx).changed());
+}
+
 // Property tests: random Deployments and policies; the invariants of API.md hold for every one.
 struct Generated {
   PolicySpec policy;
