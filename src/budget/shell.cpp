@@ -352,9 +352,19 @@ std::size_t program_index(const std::vector<std::string>& argv) {
 }
 
 // Commands that take no time worth counting, cannot fail, and tell the app
-// nothing: they neither end the wait nor add to it.
-bool does_nothing(std::string_view word) {
-  return word == ":" || word == "true" || word == "echo" || word == "printf";
+// nothing: they neither end the wait nor add to it. `set` only with flags
+// that change no command's effect (-e, -u, -x, -v): a bad option makes a
+// POSIX shell exit, and -n runs nothing after it.
+bool does_nothing(const std::vector<std::string>& argv) {
+  const std::string_view program = argv.front();
+  if (program == ":" || program == "true" || program == "echo" || program == "printf") {
+    return true;
+  }
+  if (program != "set" || argv.size() < 2) return false;
+  return std::all_of(argv.begin() + 1, argv.end(), [](const std::string& arg) {
+    return arg.size() >= 2 && (arg[0] == '-' || arg[0] == '+') &&
+           arg.find_first_not_of("euxv", 1) == std::string::npos;
+  });
 }
 
 // A word of the script without its quotes; nullopt when it expands
@@ -422,7 +432,7 @@ std::optional<HookLength> script_length(std::string_view script) {
       if (!sleep) return std::nullopt;
       out.length_ms = add_saturating(out.length_ms, sleep->ceil);
       if (waiting && out.wait_ms) out.wait_ms = add_saturating(*out.wait_ms, sleep->floor);
-    } else if (!(plain && !argv.empty() && does_nothing(argv.front())) &&
+    } else if (!(plain && !argv.empty() && does_nothing(argv)) &&
                !(words.size() >= 1 && words.front() == "exit")) {
       // Another command: the wait before the app is told to stop is over.
       // One that comes before any sleep may stop the app at once, or not.
