@@ -138,6 +138,7 @@ Deployment apply_plan(Deployment current, const Plan& plan, const std::string& p
       hook.kind = cp.action == ContainerPlan::Action::SetSleep ? PreStopHook::Kind::Sleep
                                                                : PreStopHook::Kind::ExecSleep;
       hook.seconds = cp.pre_stop_seconds;
+      hook.wait_ms = hook.length_ms = milliseconds_of(cp.pre_stop_seconds);
       hook.json = pre_stop_json(cp).dump();
     }
     container->pre_stop = std::move(hook);

@@ -7,6 +7,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "gracekeeper/budget/shell.h"
+
 namespace gracekeeper::budget {
 namespace {
 
@@ -177,37 +179,6 @@ bool missing(const Json& parent, const char* key) {
   return it == parent.end() || it->is_null();
 }
 
-std::optional<std::int64_t> parse_sleep_seconds(const std::string& text) {
-  std::string_view digits = text;
-  if (!digits.empty() && digits.back() == 's') digits.remove_suffix(1);
-  std::int64_t value = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty() || value < 0) {
-    return std::nullopt;
-  }
-  return value;
-}
-
-std::string basename(const std::string& path) {
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-// exec ["sleep", "N"], ["/bin/sleep", "N"] or ["sh", "-c", "sleep N"]: a wait of known length.
-std::optional<std::int64_t> exec_sleep_seconds(const std::vector<std::string>& command) {
-  if (command.size() == 2 && basename(command[0]) == "sleep") {
-    return parse_sleep_seconds(command[1]);
-  }
-  if (command.size() == 3 && command[1] == "-c") {
-    const std::string shell = basename(command[0]);
-    if (shell == "sh" || shell == "bash" || shell == "ash" || shell == "dash") {
-      const std::string& script = command[2];
-      if (script.rfind("sleep ", 0) == 0) return parse_sleep_seconds(script.substr(6));
-    }
-  }
-  return std::nullopt;
-}
-
 std::string port_text(const Json& handler) {
   auto it = handler.find("port");
   if (it == handler.end()) return "";
@@ -254,10 +225,16 @@ PreStopHook read_pre_stop(Reader& reader, const Json& container, const std::stri
     hook.seconds = reader.integer(*sleep, "seconds", hook_path + ".sleep.seconds", 0,
                                   std::numeric_limits<std::int64_t>::max());
     if (!hook.seconds) reader.fail(hook_path + ".sleep.seconds", "required: the sleep duration");
+    if (hook.seconds) hook.wait_ms = hook.length_ms = milliseconds_of(*hook.seconds);
   } else if (const Json* exec = reader.object(*pre_stop, "exec", hook_path + ".exec")) {
     auto command = reader.strings(*exec, "command", hook_path + ".exec.command");
-    hook.seconds = exec_sleep_seconds(command);
-    hook.kind = hook.seconds ? PreStopHook::Kind::ExecSleep : PreStopHook::Kind::Exec;
+    hook.kind = PreStopHook::Kind::Exec;
+    if (auto length = exec_hook_length(command)) {
+      hook.wait_ms = length->wait_ms;
+      hook.length_ms = length->length_ms;
+      if (hook.wait_ms) hook.seconds = *hook.wait_ms / 1000;
+      if (length->only_sleeps) hook.kind = PreStopHook::Kind::ExecSleep;
+    }
   } else if (pre_stop->contains("httpGet")) {
     hook.kind = PreStopHook::Kind::HttpGet;
   } else if (pre_stop->contains("tcpSocket")) {
@@ -410,7 +387,9 @@ void mark_owned_hooks(Deployment& deployment) {
     const bool sleeps =
         hook.kind == PreStopHook::Kind::Sleep || hook.kind == PreStopHook::Kind::ExecSleep;
     const auto recorded = recorded_wait(record, container.name);
-    container.pre_stop.owned = !container.sidecar && recorded && sleeps && hook.seconds == recorded;
+    container.pre_stop.owned = !container.sidecar && recorded && sleeps &&
+                               hook.length_ms == milliseconds_of(*recorded) &&
+                               hook.wait_ms == hook.length_ms;
   }
 }
 

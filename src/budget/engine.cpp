@@ -126,19 +126,26 @@ Overrides read_overrides(const Deployment& deployment, FieldErrors& errors) {
     return out;
   }
 
-  // Default: every app container that declares a port, else every app
-  // container. Never a native sidecar, even a serving one: it is stopped only
+  // Default: every app container, with ports or not: one without (a database
+  // proxy) that stopped at once would fail the requests the others still
+  // serve. Never a native sidecar, even a serving one: it is stopped only
   // after the app containers have exited, so their wait keeps it up too.
   const auto& containers = deployment.containers;
   for (std::size_t i = 0; i < containers.size(); ++i) {
-    if (containers[i].has_ports && !containers[i].sidecar) out.targets.push_back(i);
-  }
-  if (out.targets.empty()) {
-    for (std::size_t i = 0; i < containers.size(); ++i) {
-      if (!containers[i].sidecar) out.targets.push_back(i);
-    }
+    if (!containers[i].sidecar) out.targets.push_back(i);
   }
   return out;
+}
+
+// Milliseconds as seconds, as short as exact: "15", "0.5", "2.25".
+std::string seconds_text(std::int64_t ms) {
+  std::string text = fmt::format("{}", ms / 1000);
+  if (ms % 1000 != 0) {
+    std::string fraction = fmt::format("{:03}", ms % 1000);
+    while (fraction.back() == '0') fraction.pop_back();
+    text += "." + fraction;
+  }
+  return text;
 }
 
 std::string describe(const PreStopHook& hook) {
@@ -148,9 +155,10 @@ std::string describe(const PreStopHook& hook) {
     case PreStopHook::Kind::Sleep:
       return fmt::format("sleep {}s", hook.seconds.value_or(0));
     case PreStopHook::Kind::ExecSleep:
-      return fmt::format("exec sleep {}", hook.seconds.value_or(0));
+      return fmt::format("exec sleep {}", seconds_text(hook.length_ms.value_or(0)));
     case PreStopHook::Kind::Exec:
-      return "exec";
+      return hook.wait_ms ? fmt::format("exec, waiting {}s first", seconds_text(*hook.wait_ms))
+                          : "exec";
     case PreStopHook::Kind::HttpGet:
       return "httpGet";
     case PreStopHook::Kind::TcpSocket:
@@ -165,12 +173,18 @@ std::string describe(const Strategy& strategy) {
                      strategy.max_unavailable.to_string());
 }
 
-// The wait a container's current hook gives, as the budget counts it: a
-// user hook of unknown length counts as the computed preStop (API.md).
-std::int64_t counted_wait(const PreStopHook& hook, std::int64_t budget_pre_stop) {
+// The seconds a container's current hook needs in the grace period: its
+// length rounded up. A hook of unknown length is given the computed wait
+// (it never counts as covering that wait: PreStopUnknownLength).
+std::int64_t hook_grace_seconds(const PreStopHook& hook, std::int64_t budget_pre_stop) {
   if (hook.kind == PreStopHook::Kind::None) return 0;
-  if (hook.seconds) return *hook.seconds;
+  if (hook.length_ms) return seconds_covering(*hook.length_ms);
   return budget_pre_stop;
+}
+
+// A hook whose wait before the app is told to stop is not known.
+bool unknown_wait(const PreStopHook& hook) {
+  return hook.kind != PreStopHook::Kind::None && !hook.wait_ms;
 }
 
 // `sh -c "java -jar app.jar"`: the shell is PID 1 and does not forward SIGTERM.
@@ -189,7 +203,9 @@ bool shell_form_without_exec(const Container& container) {
 std::int64_t sidecar_waits(const Deployment& deployment) {
   std::int64_t total = 0;
   for (const Container& c : deployment.containers) {
-    if (c.sidecar && c.pre_stop.seconds) total = sum_seconds(total, *c.pre_stop.seconds);
+    if (c.sidecar && c.pre_stop.length_ms) {
+      total = sum_seconds(total, seconds_covering(*c.pre_stop.length_ms));
+    }
   }
   return total;
 }
@@ -237,11 +253,16 @@ class Planner {
   bool hooks_out_of_range() {
     bool found = false;
     for (const Container& c : d_.containers) {
-      if (!c.pre_stop.seconds || *c.pre_stop.seconds <= kMaxHookSeconds) continue;
+      if (!c.pre_stop.length_ms || *c.pre_stop.length_ms <= milliseconds_of(kMaxHookSeconds)) {
+        continue;
+      }
       add("PreStopOutOfRange", Severity::Error, c.name,
           fmt::format("the preStop hook waits {}s, more than the {}s (one day) gracekeeper "
                       "budgets for; the Deployment is left as it is",
-                      *c.pre_stop.seconds, kMaxHookSeconds));
+                      c.pre_stop.kind == PreStopHook::Kind::Sleep
+                          ? fmt::format("{}", c.pre_stop.seconds.value_or(0))
+                          : seconds_text(*c.pre_stop.length_ms),
+                      kMaxHookSeconds));
       found = true;
     }
     return found;
@@ -272,9 +293,19 @@ class Planner {
     std::int64_t current_wait = 0;
     for (std::size_t i = 0; i < d_.containers.size(); ++i) {
       const Container& c = d_.containers[i];
+      // Every app container's hook runs within the grace period, target or
+      // not (one of unknown length is given the wait only on a target).
+      if (!c.sidecar && (is_target(i) || c.pre_stop.length_ms)) {
+        current_wait = std::max(current_wait, hook_grace_seconds(c.pre_stop, b.pre_stop_seconds));
+      }
+      if (!c.sidecar && !is_target(i)) {
+        add("ContainerWithoutWait", Severity::Info, c.name,
+            fmt::format("{} leaves this app container out: it gets no preStop wait and is told "
+                        "to stop at once, while endpoints may still route requests to the pod; "
+                        "name it there unless the others can serve without it",
+                        kAnnotationContainers));
+      }
       if (!is_target(i)) continue;
-      const std::int64_t wait = counted_wait(c.pre_stop, b.pre_stop_seconds);
-      current_wait = std::max(current_wait, wait);
       if (c.pre_stop.kind == PreStopHook::Kind::None) {
         if (serving(c) && b.pre_stop_seconds > 0) {
           add("NoPreStopWait", Severity::Error, c.name,
@@ -283,9 +314,14 @@ class Planner {
                           b.pre_stop_seconds));
           plan_.budget_broken = true;
         }
-      } else if (c.pre_stop.seconds && *c.pre_stop.seconds < b.pre_stop_seconds) {
+      } else if (c.pre_stop.wait_ms && *c.pre_stop.wait_ms < milliseconds_of(b.pre_stop_seconds)) {
         // The budget does not hold, whoever wrote the hook: requests are lost.
         add("PreStopTooShort", Severity::Error, c.name, too_short_message(c));
+        plan_.budget_broken = true;
+      } else if (unknown_wait(c.pre_stop) && b.pre_stop_seconds > 0 &&
+                 (ctx_.behind_service != false || waits_without_service())) {
+        // Never counted as the wait: the budget is not known to hold.
+        add("PreStopUnknownLength", Severity::Warning, c.name, unknown_length_message(c));
         plan_.budget_broken = true;
       }
       if (c.pre_stop.kind == PreStopHook::Kind::ExecSleep && ctx_.capabilities.native_sleep) {
@@ -327,9 +363,11 @@ class Planner {
   std::string too_short_message(const Container& c) const {
     const std::int64_t needed = plan_.budget.pre_stop_seconds;
     std::string message = fmt::format(
-        "preStop waits {}s, less than the {}s endpoint propagation needs: requests still routed "
-        "to the pod are lost",
-        *c.pre_stop.seconds, needed);
+        "preStop waits {}s{}, less than the {}s endpoint propagation needs: requests still "
+        "routed to the pod are lost",
+        seconds_text(*c.pre_stop.wait_ms),
+        c.pre_stop.kind == PreStopHook::Kind::Exec ? " before its first other command" : "",
+        needed);
     if (c.pre_stop.owned) return message;
     if (policy_.pre_stop.existing == ExistingHook::Replace) {
       return message + "; gracekeeper replaces the hook (existing: Replace)";
@@ -339,6 +377,24 @@ class Planner {
                          "sleep to {}s, or set the policy's preStop.existing to Replace, or "
                          "remove the hook so that gracekeeper writes its own",
                          needed);
+  }
+
+  // A hook of unknown length: whether it covers the wait cannot be told.
+  std::string unknown_length_message(const Container& c) const {
+    const std::int64_t needed = plan_.budget.pre_stop_seconds;
+    std::string message = fmt::format(
+        "the preStop hook ({}) runs for a length gracekeeper cannot know, so it is not counted as "
+        "the {}s wait endpoint propagation needs: the budget is not known to hold",
+        describe(c.pre_stop), needed);
+    if (policy_.pre_stop.existing == ExistingHook::Replace) {
+      return message + "; gracekeeper replaces the hook (existing: Replace)";
+    }
+    return message + fmt::format(
+                         "; the hook was written by hand and is kept (existing: Keep): make it a "
+                         "sleep of at least {}s (sleep: {{seconds: {}}}, or exec sleep {} before "
+                         "the rest of a script), or set the policy's preStop.existing to "
+                         "Replace, or remove the hook so that gracekeeper writes its own",
+                         needed, needed, needed);
   }
 
   void check_strategy() {
@@ -414,14 +470,16 @@ class Planner {
         cp.pre_stop_seconds = 0;
       } else if (user_hook &&
                  (policy_.pre_stop.existing == ExistingHook::Keep || b.pre_stop_seconds == 0)) {
-        cp.pre_stop_seconds = counted_wait(hook, b.pre_stop_seconds);
+        cp.pre_stop_seconds = hook_grace_seconds(hook, b.pre_stop_seconds);
         cp.user_hook_kept = true;
         add("ExistingPreStopKept", Severity::Info, c.name,
-            hook.seconds ? fmt::format("the preStop hook ({}) was written by hand and is kept",
-                                       describe(hook))
-                         : fmt::format("the preStop hook ({}) was written by hand and is kept; its "
-                                       "duration is unknown, so the budget counts it as {}s",
-                                       describe(hook), b.pre_stop_seconds));
+            hook.length_ms
+                ? fmt::format("the preStop hook ({}) was written by hand and is kept",
+                              describe(hook))
+                : fmt::format("the preStop hook ({}) was written by hand and is kept; its length "
+                              "is unknown: the grace leaves it {}s, but it does not count as the "
+                              "wait",
+                              describe(hook), b.pre_stop_seconds));
       } else if (hook.owned && hook.kind == desired_kind && hook.seconds &&
                  *hook.seconds >= b.pre_stop_seconds &&
                  *hook.seconds - b.pre_stop_seconds < std::max<std::int64_t>(threshold, 1)) {
@@ -439,7 +497,12 @@ class Planner {
         cp.gracekeeper_hook = true;
         plan_.changes.push_back(
             {fmt::format("containers[{}].preStop", c.name), describe(hook),
-             describe(PreStopHook{desired_kind, b.pre_stop_seconds, true, {}})});
+             describe(PreStopHook{.kind = desired_kind,
+                                  .wait_ms = milliseconds_of(b.pre_stop_seconds),
+                                  .length_ms = milliseconds_of(b.pre_stop_seconds),
+                                  .seconds = b.pre_stop_seconds,
+                                  .owned = true,
+                                  .json = {}})});
       }
       plan_.containers.push_back(std::move(cp));
     }
@@ -449,6 +512,12 @@ class Planner {
     const Budget& b = plan_.budget;
     std::int64_t wait = 0;
     for (const auto& cp : plan_.containers) wait = std::max(wait, cp.pre_stop_seconds);
+    // The hooks of app containers that get no wait run within the grace too.
+    for (std::size_t i = 0; i < d_.containers.size(); ++i) {
+      const Container& c = d_.containers[i];
+      if (c.sidecar || is_target(i) || !c.pre_stop.length_ms) continue;
+      wait = std::max(wait, seconds_covering(*c.pre_stop.length_ms));
+    }
     const std::int64_t required =
         sum_seconds(wait, b.drain_seconds, sidecar_seconds(), b.reserve_seconds);
     const bool ours = d_.applied && d_.applied->grace_owned &&

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <limits>
 #include <optional>
 #include <string_view>
 
@@ -254,6 +255,196 @@ bool single_simple_command(const std::vector<Token>& tokens) {
   return !reserved(tokens[i].text) && !builtin(tokens[i].text);
 }
 
+// A duration in milliseconds, rounded down and up.
+struct Millis {
+  std::int64_t floor = 0;
+  std::int64_t ceil = 0;
+};
+
+std::int64_t add_saturating(std::int64_t a, std::int64_t b) {
+  std::int64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<std::int64_t>::max() : sum;
+}
+
+bool all_digits(std::string_view text) {
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+
+// One argument of coreutils `sleep`: NUMBER[SUFFIX], NUMBER a decimal with an
+// optional fraction (`5`, `0.5`, `.5`, `2.`), SUFFIX `s`, `m`, `h` or `d`.
+// Everything else sleep may accept (`inf`, hex, exponents) is not read.
+std::optional<Millis> sleep_argument(std::string_view arg) {
+  std::int64_t unit = 1000;
+  if (!arg.empty() && !std::isdigit(static_cast<unsigned char>(arg.back())) && arg.back() != '.') {
+    switch (arg.back()) {
+      case 's':
+        break;
+      case 'm':
+        unit = 60'000;
+        break;
+      case 'h':
+        unit = 3'600'000;
+        break;
+      case 'd':
+        unit = 86'400'000;
+        break;
+      default:
+        return std::nullopt;
+    }
+    arg.remove_suffix(1);
+  }
+  const auto dot = arg.find('.');
+  const std::string_view whole = arg.substr(0, dot);
+  const std::string_view fraction =
+      dot == std::string_view::npos ? std::string_view() : arg.substr(dot + 1);
+  if ((whole.empty() && fraction.empty()) || !all_digits(whole) || !all_digits(fraction)) {
+    return std::nullopt;
+  }
+  // Whole units, saturating far above any budget (10^9 days fit in int64 ms).
+  std::int64_t units = 0;
+  for (char c : whole) units = std::min<std::int64_t>(units * 10 + (c - '0'), 1'000'000'000);
+  Millis out;
+  out.floor = units * unit;
+  // The fraction of a unit: its first 9 digits are exact enough for
+  // milliseconds of a day; any later non-zero digit only rounds up.
+  std::int64_t numerator = 0, denominator = 1;
+  bool rest = false;
+  for (std::size_t i = 0; i < fraction.size(); ++i) {
+    if (i < 9) {
+      numerator = numerator * 10 + (fraction[i] - '0');
+      denominator *= 10;
+    } else if (fraction[i] != '0') {
+      rest = true;
+    }
+  }
+  const std::int64_t part = numerator * unit / denominator;
+  const bool exact = !rest && part * denominator == numerator * unit;
+  out.floor += part;
+  out.ceil = out.floor + (exact ? 0 : 1);
+  return out;
+}
+
+// `sleep ARG...`: the arguments added up, as coreutils sleep does.
+std::optional<Millis> sleep_arguments(const std::vector<std::string>& args, std::size_t first) {
+  if (first >= args.size()) return std::nullopt;
+  Millis total;
+  for (std::size_t i = first; i < args.size(); ++i) {
+    auto one = sleep_argument(args[i]);
+    if (!one) return std::nullopt;
+    total.floor = add_saturating(total.floor, one->floor);
+    total.ceil = add_saturating(total.ceil, one->ceil);
+  }
+  return total;
+}
+
+// The index of the program after `/usr/bin/env [-i] [NAME=value...]` and
+// `busybox`, the applets' launchers.
+std::size_t program_index(const std::vector<std::string>& argv) {
+  std::size_t i = 0;
+  if (i < argv.size() && basename(argv[i]) == "env") {
+    for (++i; i < argv.size() && (argv[i] == "-i" || argv[i] == "-" || is_assignment(argv[i]));) {
+      ++i;
+    }
+  }
+  if (i < argv.size() && basename(argv[i]) == "busybox") ++i;
+  return i;
+}
+
+// Commands that take no time worth counting, cannot fail, and tell the app
+// nothing: they neither end the wait nor add to it. `set` only with flags
+// that change no command's effect (-e, -u, -x, -v): a bad option makes a
+// POSIX shell exit, and -n runs nothing after it.
+bool does_nothing(const std::vector<std::string>& argv) {
+  const std::string_view program = argv.front();
+  if (program == ":" || program == "true" || program == "echo" || program == "printf") {
+    return true;
+  }
+  if (program != "set" || argv.size() < 2) return false;
+  return std::all_of(argv.begin() + 1, argv.end(), [](const std::string& arg) {
+    return arg.size() >= 2 && (arg[0] == '-' || arg[0] == '+') &&
+           arg.find_first_not_of("euxv", 1) == std::string::npos;
+  });
+}
+
+// A word of the script without its quotes; nullopt when it expands
+// something (a variable, a substitution) or escapes a character.
+std::optional<std::string> plain_word(std::string_view word) {
+  std::string out;
+  char quote = 0;
+  for (char c : word) {
+    if (quote == 0 && (c == '\'' || c == '"')) {
+      quote = c;
+    } else if (quote != 0 && c == quote) {
+      quote = 0;
+    } else if (quote != '\'' && (c == '$' || c == '`' || c == '\\')) {
+      return std::nullopt;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// The sleeps of a -c script: simple commands joined by `;`, `&&` or
+// newlines. The first command that is not a sleep (and does not do nothing)
+// ends the wait: it may tell the app to stop (`nginx -s quit`); the sleeps
+// after it still add to the hook's length.
+std::optional<HookLength> script_length(std::string_view script) {
+  const auto tokens = Lexer(script).run();
+  if (!tokens) return std::nullopt;
+  HookLength out;
+  out.wait_ms = 0;
+  bool waiting = true;
+  std::size_t i = 0;
+  while (i < tokens->size()) {
+    std::vector<std::string> words;
+    for (; i < tokens->size() && ((*tokens)[i].word || (*tokens)[i].text == ">"); ++i) {
+      const Token& t = (*tokens)[i];
+      if (!t.word) {
+        ++i;  // the redirection's target
+        if (i >= tokens->size() || !(*tokens)[i].word) return std::nullopt;
+        continue;
+      }
+      if (words.empty() && is_assignment(t.text)) continue;
+      words.push_back(t.text);
+    }
+    if (i < tokens->size()) {
+      const std::string& separator = (*tokens)[i].text;
+      if (separator != ";" && separator != "\n" && separator != "&&") return std::nullopt;
+      ++i;
+    }
+    if (words.empty()) continue;
+    if (reserved(words.front())) return std::nullopt;
+    const bool last = words.front() == "exec" || words.front() == "exit";
+    if (words.front() == "exec") words.erase(words.begin());
+    // A word that expands something reads as "$": no program, no duration.
+    std::vector<std::string> argv;
+    bool plain = true;
+    for (const auto& word : words) {
+      auto text = plain_word(word);
+      plain = plain && text.has_value();
+      argv.push_back(text ? std::move(*text) : std::string("$"));
+    }
+    const std::size_t program = program_index(argv);
+    if (program < argv.size() && basename(argv[program]) == "sleep") {
+      auto sleep = sleep_arguments(argv, program + 1);
+      if (!sleep) return std::nullopt;
+      out.length_ms = add_saturating(out.length_ms, sleep->ceil);
+      if (waiting && out.wait_ms) out.wait_ms = add_saturating(*out.wait_ms, sleep->floor);
+    } else if (!(plain && !argv.empty() && does_nothing(argv)) &&
+               !(words.size() >= 1 && words.front() == "exit")) {
+      // Another command: the wait before the app is told to stop is over.
+      // One that comes before any sleep may stop the app at once, or not.
+      if (waiting && out.wait_ms == 0 && out.length_ms == 0) out.wait_ms = std::nullopt;
+      waiting = false;
+      out.only_sleeps = false;
+    }
+    if (last) break;
+  }
+  return out;
+}
+
 }  // namespace
 
 ShellForm classify_entrypoint(const std::vector<std::string>& argv) {
@@ -305,6 +496,39 @@ ShellForm classify_entrypoint(const std::vector<std::string>& argv) {
     return ShellForm::Replaced;
   }
   return ShellForm::ShellStays;
+}
+
+}  // namespace gracekeeper::budget
+
+namespace gracekeeper::budget {
+
+std::optional<HookLength> exec_hook_length(const std::vector<std::string>& command) {
+  std::size_t i = program_index(command);
+  if (i >= command.size()) return std::nullopt;
+  const std::string_view program = basename(command[i]);
+  if (program == "sleep") {
+    auto sleep = sleep_arguments(command, i + 1);
+    if (!sleep) return std::nullopt;
+    return HookLength{sleep->floor, sleep->ceil, true};
+  }
+  if (program != "sh" && program != "bash" && program != "ash" && program != "dash") {
+    return std::nullopt;
+  }
+  // Flags: clusters of letters (`-c`, `-ec`, `-e -c`); one of them is -c.
+  bool command_string = false;
+  for (++i; i < command.size() && command[i].size() >= 2 &&
+            (command[i][0] == '-' || command[i][0] == '+');
+       ++i) {
+    const std::string_view flags = std::string_view(command[i]).substr(1);
+    if (!std::all_of(flags.begin(), flags.end(), [](char c) {
+          return std::isalpha(static_cast<unsigned char>(c)) && c != 'o' && c != 'O';
+        })) {
+      return std::nullopt;
+    }
+    if (command[i][0] == '-' && flags.find('c') != std::string_view::npos) command_string = true;
+  }
+  if (!command_string || i >= command.size()) return std::nullopt;
+  return script_length(command[i]);
 }
 
 }  // namespace gracekeeper::budget

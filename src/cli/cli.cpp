@@ -136,7 +136,8 @@ void summarise(const Evaluated& e, std::ostream& summary) {
   for (const auto& f : e.plan.findings) {
     if (f.code == "AmbiguousPolicy" || f.code == "PolicyNotFound" || f.code == "NoMatchingPolicy" ||
         f.code == "BudgetClamped" || f.code == "PreStopOutOfRange" || f.code == "UnsupportedKind" ||
-        (f.code == "PreStopTooShort" && kept_by_user(e.plan, f.container))) {
+        ((f.code == "PreStopTooShort" || f.code == "PreStopUnknownLength") &&
+         kept_by_user(e.plan, f.container))) {
       summary << fmt::format("{}: {}: {}: {}\n", escaped(e.position.format()), object_name(e),
                              f.code, escaped(f.message));
     }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <expected>
+#include <limits>
 #include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -38,8 +39,18 @@ struct Probe {
 
 struct PreStopHook {
   enum class Kind { None, Sleep, ExecSleep, Exec, HttpGet, TcpSocket };
+  // ExecSleep: an exec hook that only sleeps (`sleep 0.5`, `sh -c "sleep 2; sleep 3"`).
   Kind kind = Kind::None;
-  // Known duration: the native sleep action or exec ["sleep", "N"] (also via sh -c "sleep N").
+  // How long the hook waits before the app is told to stop, in milliseconds
+  // (rounded down): the native sleep action, or the leading sleeps of an exec
+  // hook (API.md "The budget"). nullopt when it cannot be known (httpGet,
+  // tcpSocket, a command that is not read).
+  std::optional<std::int64_t> wait_ms;
+  // The least time the hook runs, in milliseconds (rounded up): all its
+  // sleeps. Exact for Sleep and ExecSleep. nullopt when not known.
+  std::optional<std::int64_t> length_ms;
+  // wait_ms in whole seconds, rounded down (what the termination audit and
+  // the FieldFight check compare).
   std::optional<std::int64_t> seconds;
   // Written by gracekeeper (per the applied annotation offline, per managedFields
   // in the cluster). Only an owned hook is ever updated under `existing: Keep`.
@@ -50,6 +61,21 @@ struct PreStopHook {
   std::string json;
   bool operator==(const PreStopHook&) const = default;
 };
+
+// Whole seconds in milliseconds, saturating (a hook's seconds are the user's).
+inline std::int64_t milliseconds_of(std::int64_t seconds) {
+  std::int64_t ms = 0;
+  if (__builtin_mul_overflow(seconds, 1000, &ms)) {
+    return seconds > 0 ? std::numeric_limits<std::int64_t>::max()
+                       : std::numeric_limits<std::int64_t>::min();
+  }
+  return ms;
+}
+
+// Milliseconds in whole seconds, rounded up: what a grace period must cover.
+inline std::int64_t seconds_covering(std::int64_t ms) {
+  return ms / 1000 + (ms % 1000 > 0 ? 1 : 0);
+}
 
 struct Container {
   std::string name;

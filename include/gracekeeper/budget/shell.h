@@ -4,6 +4,8 @@
 // shell with the app, and flagged whenever that is not certain.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,5 +19,27 @@ enum class ShellForm {
 
 // `argv` is the container's command followed by its args.
 ShellForm classify_entrypoint(const std::vector<std::string>& argv);
+
+// How long an exec preStop hook runs, read as the kubelet runs it (API.md,
+// "The budget"): `sleep ARG...` (also `/bin/sleep`, `busybox sleep`,
+// `/usr/bin/env sleep`), or a shell (`sh`, `bash`, `ash`, `dash`) run with
+// -c on a script of simple commands joined by `;`, `&&` or newlines.
+struct HookLength {
+  // Before the app is told to stop: the sleeps before the first other
+  // command, in milliseconds rounded down. nullopt when a command other than
+  // a sleep comes first: it may stop the app at once, or not.
+  std::optional<std::int64_t> wait_ms;
+  // Every sleep of the hook, in milliseconds rounded up: the least time the
+  // hook runs. Exact when `only_sleeps`.
+  std::int64_t length_ms = 0;
+  // Nothing but sleeps (and commands that do nothing, such as `true`).
+  bool only_sleeps = true;
+};
+
+// nullopt when the length cannot be known: not a sleep or such a script, a
+// sleep argument coreutils would not read as NUMBER[smhd] (`inf`, `0x10`,
+// `-1`, `1e3`, a variable), or any other shell construct (`||`, pipes, the
+// background, `if`, loops, subshells, substitutions in a sleep's argument).
+std::optional<HookLength> exec_hook_length(const std::vector<std::string>& command);
 
 }  // namespace gracekeeper::budget

@@ -28,30 +28,81 @@ TEST(ProjectDeployment, KubernetesDefaultsApplyWhenFieldsAreAbsent) {
   EXPECT_EQ(key(*d), "web");
 }
 
+// Issue 32 item 1: hook lengths read as the kubelet runs them, in
+// milliseconds: the wait before the app is told to stop, and the whole length.
 TEST(ProjectDeployment, RecognisesWaitsOfKnownLength) {
+  using Kind = PreStopHook::Kind;
+  const std::optional<std::int64_t> unknown;
   struct Case {
     const char* pre_stop;
-    PreStopHook::Kind kind;
-    std::optional<std::int64_t> seconds;
+    Kind kind;
+    std::optional<std::int64_t> wait_ms;
+    std::optional<std::int64_t> length_ms;
   } cases[] = {
-      {R"({"sleep": {"seconds": 7}})", PreStopHook::Kind::Sleep, 7},
-      {R"({"exec": {"command": ["sleep", "5"]}})", PreStopHook::Kind::ExecSleep, 5},
-      {R"({"exec": {"command": ["/bin/sleep", "5s"]}})", PreStopHook::Kind::ExecSleep, 5},
-      {R"({"exec": {"command": ["sh", "-c", "sleep 12"]}})", PreStopHook::Kind::ExecSleep, 12},
-      {R"({"exec": {"command": ["sleep", "0.5"]}})", PreStopHook::Kind::Exec, std::nullopt},
-      {R"({"exec": {"command": ["sh", "-c", "sleep 5 && nginx -s quit"]}})",
-       PreStopHook::Kind::Exec, std::nullopt},
-      {R"({"exec": {"command": ["/drain.sh"]}})", PreStopHook::Kind::Exec, std::nullopt},
-      {R"({"httpGet": {"path": "/drain", "port": 8080}})", PreStopHook::Kind::HttpGet,
-       std::nullopt},
+      {R"({"sleep": {"seconds": 7}})", Kind::Sleep, 7000, 7000},
+      {R"({"exec": {"command": ["sleep", "5"]}})", Kind::ExecSleep, 5000, 5000},
+      {R"({"exec": {"command": ["/bin/sleep", "5s"]}})", Kind::ExecSleep, 5000, 5000},
+      {R"({"exec": {"command": ["sh", "-c", "sleep 12"]}})", Kind::ExecSleep, 12000, 12000},
+      // coreutils sleep: decimals, suffixes, several arguments added up.
+      {R"({"exec": {"command": ["sleep", "0.5"]}})", Kind::ExecSleep, 500, 500},
+      {R"({"exec": {"command": ["sleep", ".5"]}})", Kind::ExecSleep, 500, 500},
+      {R"({"exec": {"command": ["sleep", "2."]}})", Kind::ExecSleep, 2000, 2000},
+      {R"({"exec": {"command": ["sleep", "1m"]}})", Kind::ExecSleep, 60000, 60000},
+      {R"({"exec": {"command": ["sleep", "1h", "0.5d"]}})", Kind::ExecSleep, 46800000, 46800000},
+      {R"({"exec": {"command": ["sleep", "1m", "30s", "0.25"]}})", Kind::ExecSleep, 90250, 90250},
+      {R"({"exec": {"command": ["sleep", "0.0001"]}})", Kind::ExecSleep, 0, 1},
+      {R"({"exec": {"command": ["busybox", "sleep", "3"]}})", Kind::ExecSleep, 3000, 3000},
+      {R"({"exec": {"command": ["/usr/bin/env", "sleep", "3"]}})", Kind::ExecSleep, 3000, 3000},
+      {R"({"exec": {"command": ["sleep", "inf"]}})", Kind::Exec, unknown, unknown},
+      {R"({"exec": {"command": ["sleep", "0x10"]}})", Kind::Exec, unknown, unknown},
+      {R"({"exec": {"command": ["sleep", "-1"]}})", Kind::Exec, unknown, unknown},
+      {R"({"exec": {"command": ["sleep", "1e3"]}})", Kind::Exec, unknown, unknown},
+      {R"({"exec": {"command": ["sleep", "5x"]}})", Kind::Exec, unknown, unknown},
+      {R"({"exec": {"command": ["sleep", "."]}})", Kind::Exec, unknown, unknown},
+      {R"({"exec": {"command": ["sleep"]}})", Kind::Exec, unknown, unknown},
+      // Shell forms: the sleeps of simple commands joined by ;, && or newlines.
+      {R"({"exec": {"command": ["sh", "-c", "sleep 2.5"]}})", Kind::ExecSleep, 2500, 2500},
+      {R"({"exec": {"command": ["bash", "-ec", "sleep 2; sleep '3'"]}})", Kind::ExecSleep, 5000,
+       5000},
+      {R"({"exec": {"command": ["/bin/sh", "-c", "echo bye\nsleep 1m && true"]}})", Kind::ExecSleep,
+       60000, 60000},
+      {R"({"exec": {"command": ["sh", "-c", "sleep 90; nginx -s quit"]}})", Kind::Exec, 90000,
+       90000},
+      {R"({"exec": {"command": ["sh", "-c", "sleep 5 && nginx -s quit && sleep 10"]}})", Kind::Exec,
+       5000, 15000},
+      {R"({"exec": {"command": ["sh", "-c", "set -eu; sleep 5"]}})", Kind::ExecSleep, 5000, 5000},
+      {R"({"exec": {"command": ["sh", "-c", "set -n; sleep 5"]}})", Kind::Exec, unknown, 5000},
+      {R"({"exec": {"command": ["sh", "-c", "set -o pipefail; sleep 5"]}})", Kind::Exec, unknown,
+       5000},
+      {R"({"exec": {"command": ["sh", "-c", "sleep 5; exit 0; sleep 50"]}})", Kind::ExecSleep, 5000,
+       5000},
+      {R"({"exec": {"command": ["busybox", "sh", "-c", "exec sleep 4"]}})", Kind::ExecSleep, 4000,
+       4000},
+      // A command before any sleep may stop the app at once: the wait is unknown.
+      {R"({"exec": {"command": ["sh", "-c", "nginx -s quit; sleep 10"]}})", Kind::Exec, unknown,
+       10000},
+      {R"({"exec": {"command": ["sh", "-c", "sleep $DELAY"]}})", Kind::Exec, unknown, unknown},
+      {R"({"exec": {"command": ["sh", "-c", "sleep 5 || true"]}})", Kind::Exec, unknown, unknown},
+      {R"({"exec": {"command": ["sh", "-c", "sleep 5 &"]}})", Kind::Exec, unknown, unknown},
+      {R"({"exec": {"command": ["sh", "-c", "if true; then sleep 5; fi"]}})", Kind::Exec, unknown,
+       unknown},
+      {R"({"exec": {"command": ["sh", "-c", "sleep 5 | cat"]}})", Kind::Exec, unknown, unknown},
+      {R"({"exec": {"command": ["zsh", "-c", "sleep 5"]}})", Kind::Exec, unknown, unknown},
+      {R"({"exec": {"command": ["/drain.sh"]}})", Kind::Exec, unknown, unknown},
+      {R"({"httpGet": {"path": "/drain", "port": 8080}})", Kind::HttpGet, unknown, unknown},
+      {R"({"tcpSocket": {"port": 8080}})", Kind::TcpSocket, unknown, unknown},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.pre_stop);
     Json container = {{"name", "app"}, {"lifecycle", {{"preStop", Json::parse(c.pre_stop)}}}};
     auto d = project_deployment(with_container(container));
     ASSERT_TRUE(d.has_value());
-    EXPECT_EQ(d->containers[0].pre_stop.kind, c.kind);
-    EXPECT_EQ(d->containers[0].pre_stop.seconds, c.seconds);
+    const PreStopHook& hook = d->containers[0].pre_stop;
+    EXPECT_EQ(hook.kind, c.kind);
+    EXPECT_EQ(hook.wait_ms, c.wait_ms);
+    EXPECT_EQ(hook.length_ms, c.length_ms);
+    // Whole seconds, rounded down, for the controller's comparisons.
+    EXPECT_EQ(hook.seconds, c.wait_ms ? std::optional<std::int64_t>(*c.wait_ms / 1000) : unknown);
   }
 }
 

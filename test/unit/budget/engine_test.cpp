@@ -152,7 +152,10 @@ TEST(Plan, ExecSleepOnNativeServerIsReported) {
   EXPECT_EQ(result.grace_seconds, 20 + 30 + 10);  // the user's longer wait is budgeted
 }
 
-TEST(Plan, UserHookOfUnknownLengthIsKeptAndCountedAsPreStop) {
+// Issue 32 item 1: a hook of unknown length is kept under existing: Keep,
+// never counted as covering the wait (the budget is not known to hold, so
+// the Deployment is not compliant), and replaced under existing: Replace.
+TEST(Plan, UserHookOfUnknownLengthIsKeptButNeverCountedAsTheWait) {
   PolicySpec policy;
   auto ctx = context_for(policy, 10);
   Json object = article_deployment();
@@ -161,14 +164,89 @@ TEST(Plan, UserHookOfUnknownLengthIsKeptAndCountedAsPreStop) {
   auto result = plan(project(object), ctx);
   EXPECT_EQ(result.containers[0].action, ContainerPlan::Action::Keep);
   EXPECT_TRUE(result.containers[0].user_hook_kept);
-  EXPECT_EQ(result.grace_seconds, 55);
+  EXPECT_EQ(result.grace_seconds, 55);  // room for the wait the hook should be
+  const auto unknown = std::ranges::find(result.findings, "PreStopUnknownLength", &Finding::code);
+  ASSERT_NE(unknown, result.findings.end());
+  EXPECT_EQ(unknown->severity, Severity::Warning);
+  EXPECT_EQ(unknown->container, "checkout");
+  EXPECT_NE(unknown->message.find("not known to hold"), std::string::npos);
+  EXPECT_NE(unknown->message.find("at least 15s"), std::string::npos);
+  EXPECT_NE(unknown->message.find("preStop.existing to Replace"), std::string::npos);
+  EXPECT_NE(unknown->message.find("remove the hook"), std::string::npos);
+  EXPECT_TRUE(result.budget_broken);  // never compliant
   apply_plan(object, result, ctx.policy_name, kTime);
   EXPECT_TRUE(object["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"].contains(
       "httpGet"));
+  const auto again = plan(project(object), ctx);
+  EXPECT_FALSE(again.changed());
+  EXPECT_TRUE(again.budget_broken);
+  EXPECT_TRUE(has(codes(again.findings, Severity::Warning), "PreStopUnknownLength"));
+
+  // So are a script that is not read and an unbounded sleep.
+  for (const char* command :
+       {R"(["/drain.sh"])", R"(["sleep", "inf"])", R"(["sh", "-c", "nginx -s quit; sleep 20"])"}) {
+    SCOPED_TRACE(command);
+    Json other = object;
+    other["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"] =
+        Json{{"exec", {{"command", Json::parse(command)}}}};
+    const auto kept = plan(project(other), ctx);
+    EXPECT_TRUE(has(codes(kept.findings, Severity::Warning), "PreStopUnknownLength"));
+    EXPECT_TRUE(kept.budget_broken);
+  }
 
   policy.pre_stop.existing = ExistingHook::Replace;
   auto replaced = plan(project(object), ctx);
   EXPECT_EQ(replaced.containers[0].action, ContainerPlan::Action::SetSleep);
+  const auto replacing =
+      std::ranges::find(replaced.findings, "PreStopUnknownLength", &Finding::code);
+  ASSERT_NE(replacing, replaced.findings.end());
+  EXPECT_NE(replacing->message.find("gracekeeper replaces the hook"), std::string::npos);
+}
+
+// Issue 32 item 1: fractions, units and shell sums are read as the kubelet
+// runs them. Shorter than the wait is an error; longer raises the grace.
+TEST(Plan, HookLengthsAreReadAsTheKubeletRunsThem) {
+  PolicySpec policy;  // safety 1.5, min 5, reserve 10; drain 30 from the annotation
+  const auto with_hook = [](const char* command) {
+    Json object = article_deployment();
+    object["spec"]["template"]["spec"]["containers"][0]["lifecycle"] =
+        Json{{"preStop", {{"exec", {{"command", Json::parse(command)}}}}}};
+    return object;
+  };
+  const auto too_short = [&](const char* command, double propagation) {
+    SCOPED_TRACE(command);
+    auto ctx = context_for(policy, propagation);
+    const auto result = plan(project(with_hook(command)), ctx);
+    EXPECT_TRUE(has(codes(result.findings, Severity::Error), "PreStopTooShort"));
+    EXPECT_TRUE(result.budget_broken);
+    return result;
+  };
+  // 0.5 s < 5 s, and 2.5 s < 3 s: each was once counted as the full wait.
+  auto half = too_short(R"(["sleep", "0.5"])", 0);
+  EXPECT_EQ(half.budget.pre_stop_seconds, 5);
+  const auto message = std::ranges::find(half.findings, "PreStopTooShort", &Finding::code);
+  EXPECT_NE(message->message.find("preStop waits 0.5s"), std::string::npos) << message->message;
+  policy.pre_stop.min_seconds = 3;
+  auto two_and_a_half = too_short(R"(["sh", "-c", "sleep 2.5"])", 2);  // ceil(1.5 * 2) = 3
+  EXPECT_EQ(two_and_a_half.budget.pre_stop_seconds, 3);
+  too_short(R"(["sh", "-c", "sleep 1; sleep 1.5"])", 2);
+  policy.pre_stop.min_seconds = 5;
+
+  // Longer than the wait (15 s): the grace covers the whole hook, rounded up.
+  const auto grace_for = [&](const char* command) {
+    SCOPED_TRACE(command);
+    auto ctx = context_for(policy, 10);
+    const auto result = plan(project(with_hook(command)), ctx);
+    EXPECT_FALSE(has(codes(result.findings, Severity::Error), "PreStopTooShort"));
+    EXPECT_FALSE(has(codes(result.findings, Severity::Warning), "PreStopUnknownLength"));
+    EXPECT_EQ(result.containers[0].action, ContainerPlan::Action::Keep);
+    return result.grace_seconds;
+  };
+  EXPECT_EQ(grace_for(R"(["sleep", "1m"])"), 60 + 30 + 10);
+  EXPECT_EQ(grace_for(R"(["sh", "-c", "sleep 90; nginx -s quit"])"), 90 + 30 + 10);
+  EXPECT_EQ(grace_for(R"(["sleep", "15.2"])"), 16 + 30 + 10);
+  EXPECT_EQ(grace_for(R"(["sh", "-c", "sleep 20 && nginx -s quit && sleep 10"])"), 30 + 30 + 10);
+  EXPECT_EQ(grace_for(R"(["busybox", "sleep", "1m", "30"])"), 90 + 30 + 10);
 }
 
 TEST(Plan, LargerUserGraceIsKept) {
@@ -663,6 +741,71 @@ TEST(Plan, StatefulSetGetsWaitAndGraceButNoStrategy) {
   EXPECT_FALSE(plan(project(object), ctx).changed());
 }
 
+// Issue 32 item 2: every app container gets the wait, with ports or not (a
+// database proxy stopped at once fails the requests the app still serves).
+// The containers annotation still chooses; a container it leaves out is named.
+TEST(Plan, EveryAppContainerGetsTheWaitByDefault) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["containers"].push_back(
+      Json::parse(R"({"name": "db-proxy", "image": "cloud-sql-proxy:2"})"));
+  auto result = plan(project(object), ctx);
+  ASSERT_EQ(result.containers.size(), 2u);
+  EXPECT_EQ(result.containers[1].name, "db-proxy");
+  EXPECT_EQ(result.containers[1].action, ContainerPlan::Action::SetSleep);
+  EXPECT_EQ(result.containers[1].pre_stop_seconds, 15);
+  EXPECT_FALSE(has(codes(result.findings, Severity::Info), "ContainerWithoutWait"));
+  apply_plan(object, result, ctx.policy_name, kTime);
+  EXPECT_EQ(object["spec"]["template"]["spec"]["containers"][1]["lifecycle"]["preStop"]["sleep"]
+                  ["seconds"],
+            15);
+  EXPECT_FALSE(plan(project(object), ctx).changed());
+
+  Json chosen = article_deployment();
+  chosen["spec"]["template"]["spec"]["containers"].push_back(
+      Json::parse(R"({"name": "db-proxy", "image": "cloud-sql-proxy:2"})"));
+  chosen["metadata"]["annotations"]["gracekeeper.dev/containers"] = "checkout";
+  auto one = plan(project(chosen), ctx);
+  ASSERT_EQ(one.containers.size(), 1u);
+  const auto left_out = std::ranges::find(one.findings, "ContainerWithoutWait", &Finding::code);
+  ASSERT_NE(left_out, one.findings.end());
+  EXPECT_EQ(left_out->severity, Severity::Info);
+  EXPECT_EQ(left_out->container, "db-proxy");
+  EXPECT_NE(left_out->message.find("gracekeeper.dev/containers"), std::string::npos);
+}
+
+// Issue 32 item 3: gracekeeper's own hook goes when the wait falls to 0, in
+// each container that has one and in the exec form too; the lifecycle the
+// user never had goes with it, and the next plan is a no-op.
+TEST(Plan, OwnHooksAreRemovedWhenTheWaitFallsToZero) {
+  PolicySpec policy;
+  policy.pre_stop.min_seconds = 0;
+  policy.pre_stop.action = PreStopAction::Exec;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["containers"].push_back(
+      Json::parse(R"({"name": "db-proxy", "image": "cloud-sql-proxy:2"})"));
+  apply_plan(object, plan(project(object), ctx), ctx.policy_name, kTime);
+  for (const auto& c : project(object).containers) {
+    ASSERT_EQ(c.pre_stop.kind, PreStopHook::Kind::ExecSleep) << c.name;
+    ASSERT_TRUE(c.pre_stop.owned) << c.name;
+  }
+  ctx.propagation_seconds = 0;
+  const auto removal = plan(project(object), ctx);
+  EXPECT_EQ(removal.budget.pre_stop_seconds, 0);
+  ASSERT_EQ(removal.containers.size(), 2u);
+  for (const auto& cp : removal.containers) {
+    EXPECT_EQ(cp.action, ContainerPlan::Action::Remove) << cp.name;
+  }
+  EXPECT_EQ(removal.grace_seconds, 0 + 30 + 10);  // our own grace comes down with it
+  apply_plan(object, removal, ctx.policy_name, kTime + std::chrono::hours(1));
+  for (const auto& c : object["spec"]["template"]["spec"]["containers"]) {
+    EXPECT_FALSE(c.contains("lifecycle")) << c.dump();
+  }
+  EXPECT_FALSE(plan(project(object), ctx).changed());
+}
+
 // Property tests: random Deployments and policies; the invariants of API.md hold for every one.
 struct Generated {
   PolicySpec policy;
@@ -719,7 +862,37 @@ Generated generate(std::mt19937_64& rng) {
             {"preStop", {{"exec", {{"command", {"sleep", std::to_string(pick(0, 90))}}}}}}};
         break;
       case 2:
-        c["lifecycle"] = {{"preStop", {{"exec", {{"command", {"/drain.sh"}}}}}}};
+        switch (pick(0, 3)) {
+          case 0:
+            c["lifecycle"] = {{"preStop", {{"exec", {{"command", {"/drain.sh"}}}}}}};
+            break;
+          case 1:  // a fraction or a unit
+            c["lifecycle"] = {{"preStop",
+                               {{"exec",
+                                 {{"command",
+                                   {"sleep",
+                                    std::to_string(pick(0, 90)) + "." + std::to_string(pick(0, 9)) +
+                                        (pick(0, 1) ? "" : "s"),
+                                    pick(0, 1) ? "1m" : "0.25"}}}}}}};
+            break;
+          case 2:  // a shell sum
+            c["lifecycle"] = {
+                {"preStop",
+                 {{"exec",
+                   {{"command",
+                     {"sh", "-c",
+                      "sleep " + std::to_string(pick(0, 60)) + "." + std::to_string(pick(0, 9)) +
+                          "; sleep " + std::to_string(pick(0, 30))}}}}}}};
+            break;
+          default:  // a wait, then a command that tells the app to stop
+            c["lifecycle"] = {
+                {"preStop",
+                 {{"exec",
+                   {{"command",
+                     {"sh", "-c",
+                      "sleep " + std::to_string(pick(0, 90)) + " && nginx -s quit"}}}}}}};
+            break;
+        }
         break;
       case 3:  // an empty lifecycle, or one with another handler only
         c["lifecycle"] = pick(0, 1) ? Json::object()

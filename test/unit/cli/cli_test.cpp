@@ -615,6 +615,77 @@ TEST_F(CliTest, KeptUserHookThatIsTooShortFailsCheck) {
   EXPECT_THAT(checked.out, HasSubstr("error PreStopTooShort"));
 }
 
+// Issue 32 item 1: hooks read as the kubelet runs them. Each short one
+// (0.5 s < 5 s, 2.5 s < 3 s) fails check; each long one gets a grace that
+// covers it (above 60 s); one of unknown length is a warning, never the wait.
+TEST_F(CliTest, HookLengthsAreReadAsTheKubeletRunsThem) {
+  const auto with_hook = [&](const std::string& name, const std::string& command) {
+    const std::string hook =
+        "        lifecycle:\n          preStop:\n            exec:\n"
+        "              command: " +
+        command + "\n";
+    return write(name, with(kArticle, "        readinessProbe:", hook + "        readinessProbe:"));
+  };
+  const auto policy_with_min = [&](int min_seconds) {
+    return write(
+        "policy-" + std::to_string(min_seconds) + ".yaml",
+        std::string(kPolicy) + "  preStop: {minSeconds: " + std::to_string(min_seconds) + "}\n");
+  };
+  struct Short {
+    const char* command;
+    int propagation;  // seconds of --propagation; the wait is max(minSeconds, ceil(1.5 x))
+    int min_seconds;
+  } short_hooks[] = {
+      {R"(["sleep", "0.5"])", 0, 5},
+      {R"(["sh", "-c", "sleep 2.5"])", 2, 3},
+      {R"(["/bin/sh", "-c", "sleep 1; sleep 1.5"])", 2, 3},
+  };
+  int i = 0;
+  for (const auto& h : short_hooks) {
+    SCOPED_TRACE(h.command);
+    const auto file = with_hook("short-" + std::to_string(i++) + ".yaml", h.command);
+    const auto policy = policy_with_min(h.min_seconds);
+    auto checked = run({"check", "-f", file, "--policy", policy, "--propagation-seconds",
+                        std::to_string(h.propagation)});
+    EXPECT_EQ(checked.code, 1) << checked.out << checked.err;
+    EXPECT_THAT(checked.out, HasSubstr("error PreStopTooShort"));
+    auto planned = run({"plan", "-f", file, "--policy", policy, "--propagation-seconds",
+                        std::to_string(h.propagation)});
+    ASSERT_EQ(planned.code, 0) << planned.err;
+    EXPECT_EQ(run({"check", "-f", write("planned-" + std::to_string(i) + ".yaml", planned.out),
+                   "--policy", policy, "--propagation-seconds", std::to_string(h.propagation)})
+                  .code,
+              1);  // a kept user hook: plan cannot fix it
+  }
+  struct Long {
+    const char* command;
+    const char* grace;
+  } long_hooks[] = {
+      {R"(["sleep", "1m"])", "terminationGracePeriodSeconds: 30s -> 100s"},  // 60 + 30 + 10
+      {R"(["sh", "-c", "sleep 90; nginx -s quit"])", "terminationGracePeriodSeconds: 30s -> 130s"},
+      {R"(["sleep", "1m", "0.5"])", "terminationGracePeriodSeconds: 30s -> 101s"},
+  };
+  for (const auto& h : long_hooks) {
+    SCOPED_TRACE(h.command);
+    const auto file = with_hook("long-" + std::to_string(i++) + ".yaml", h.command);
+    auto planned = run({"plan", "-f", file});
+    ASSERT_EQ(planned.code, 0) << planned.err;
+    EXPECT_THAT(planned.err, HasSubstr(h.grace));
+    EXPECT_THAT(planned.err, Not(HasSubstr("containers[checkout].preStop")));
+    EXPECT_EQ(
+        run({"check", "-f", write("planned-" + std::to_string(i) + ".yaml", planned.out)}).code, 0);
+  }
+  // Unknown length: a warning in check and in plan's summary; not the wait.
+  const auto unknown = with_hook("unknown.yaml", R"(["/drain.sh"])");
+  auto planned = run({"plan", "-f", unknown});
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  EXPECT_THAT(planned.err, HasSubstr("PreStopUnknownLength"));
+  EXPECT_THAT(planned.err, HasSubstr("not known to hold"));
+  auto checked = run({"check", "-f", write("planned-unknown.yaml", planned.out)});
+  EXPECT_EQ(checked.code, 0);
+  EXPECT_THAT(checked.out, HasSubstr("warning PreStopUnknownLength"));
+}
+
 // Issue 18 item 2: a native sidecar is read and left alone; the app gets the wait.
 TEST_F(CliTest, NativeSidecarsAreBudgetedNotGivenTheWait) {
   const std::string sidecar =

@@ -113,6 +113,37 @@ TEST(Revert, RestoresAReplacedHookAsWrittenAndKeepsTheRestOfTheLifecycle) {
   EXPECT_EQ(after_tune.patch(p.patch)["spec"], before["spec"]);
 }
 
+// Issue 32 item 3: a container whose recorded hook is null (the user had
+// none) ends with no hook and no lifecycle, whether gracekeeper's hook is
+// still there or already went when the wait fell to 0.
+TEST(Revert, ANullRecordedHookEndsWithNoHook) {
+  budget::PolicySpec policy;
+  policy.pre_stop.min_seconds = 0;
+  Json before = created();
+  before["spec"]["template"]["spec"]["containers"].push_back(
+      Json::parse(R"({"name": "db-proxy", "image": "cloud-sql-proxy:2"})"));
+  const Json after_tune = tuned(before, policy);
+  const Json record = Json::parse(
+      after_tune["metadata"]["annotations"]["gracekeeper.dev/applied"].get<std::string>());
+  EXPECT_EQ(record["user"]["preStop"], Json::parse(R"({"checkout": null, "db-proxy": null})"));
+  for (const auto& c : after_tune["spec"]["template"]["spec"]["containers"]) {
+    ASSERT_TRUE(c["lifecycle"]["preStop"].contains("sleep")) << c.dump();
+  }
+  const RevertPlan p = planned(after_tune);
+  EXPECT_THAT(lines(p), ::testing::Contains("containers[db-proxy].preStop: sleep 6s -> none"));
+  const Json reverted = after_tune.patch(p.patch);
+  EXPECT_EQ(reverted["spec"], before["spec"]);
+
+  // The wait falls to 0: gracekeeper's hooks go; revert has no hook to restore.
+  Json zero = tuned(after_tune, policy, 0);
+  for (const auto& c : zero["spec"]["template"]["spec"]["containers"]) {
+    ASSERT_FALSE(c.contains("lifecycle")) << c.dump();
+  }
+  const RevertPlan q = planned(zero);
+  EXPECT_TRUE(q.notes.empty());
+  EXPECT_EQ(zero.patch(q.patch)["spec"], before["spec"]);
+}
+
 TEST(Revert, AnEmptyLifecycleComesBackEmpty) {
   budget::PolicySpec policy;
   Json before = created();
