@@ -2,7 +2,9 @@
 or "not ok - ...") for alerts_test.sh.
 
 The metric names come from src/server/metrics.cpp, the one list of every
-family the operator exports, so a renamed or removed metric fails here.
+family the operator exports, and so do their label names (each family's
+.Add(labels({...})) calls there): a renamed or removed metric or label fails
+here, in the alerts, the panels and the promtool tests' input series.
 
 usage:
   check.py metrics METRICS_CPP                 the exported series names, one a line
@@ -20,6 +22,9 @@ import sys
 import yaml
 
 METRIC = re.compile(r"\bgracekeeper_[a-z0-9_]+\b")
+# Labels a scrape adds to every series (Prometheus's job and instance, the
+# pod of the kubernetes service discovery).
+TARGET_LABELS = {"job", "instance", "pod"}
 
 
 def ok(msg):
@@ -54,6 +59,48 @@ def exported(metrics_cpp):
         else:
             names.add(name)
     return names
+
+
+def labels_of(metrics_cpp):
+    """Series name -> the label names metrics.cpp gives it: each
+    impl_->FAMILY.Add(labels({...})) (or .Add(l) with `auto l = labels(...)`
+    in the same function), histograms' _bucket with le."""
+    src = open(metrics_cpp).read()
+    members = dict(re.findall(r"Family<\w+>&\s+(\w+)\s*=\s*prometheus::Build\w+\(\)\s*\.Name\(\"(\w+)\"\)", src))
+    fams = {name: set() for name in members.values()}
+    for body in re.split(r"\n}\n", src):
+        if "forget_policy" in body.split("{")[0]:
+            continue  # removals only
+        local = {var: set(re.findall(r'\{"(\w+)",', inner))
+                 for var, inner in re.findall(r"auto\s+(\w+)\s*=\s*labels\(\{(.*?)\}\);", body, re.S)}
+        for member, arg in re.findall(r"impl_->(\w+)\s*\.Add\(\s*(labels\(\{.*?\}\)|\w+)", body, re.S):
+            if member in members:
+                keys = set(re.findall(r'\{"(\w+)",', arg)) if arg.startswith("labels") else local.get(arg)
+                if keys is None:
+                    raise SystemExit(f"Bail out! {metrics_cpp}: {member}.Add({arg}): labels not found")
+                fams[members[member]] |= keys
+    out = {}
+    for name in exported(metrics_cpp):
+        for fam, keys in fams.items():
+            if name == fam or (name.startswith(fam + "_") and name[len(fam):] in ("_bucket", "_sum", "_count")):
+                out[name] = keys | ({"le"} if name.endswith("_bucket") else set())
+    return out
+
+
+def label_problems(expr, labels):
+    """Label names an expression uses that its metrics do not have."""
+    bad = []
+    for metric, inner in re.findall(r"\b(gracekeeper_[a-z0-9_]+)\{([^}]*)\}", expr):
+        for name in re.findall(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)", inner):
+            if name not in labels.get(metric, set()) | TARGET_LABELS:
+                bad.append(f"{metric}{{{name}}}")
+    allowed = set(TARGET_LABELS).union(*(labels.get(m, set()) for m in named(expr)))
+    for clause in re.findall(r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)", expr):
+        bad += [f"({n})" for n in re.findall(r"[a-zA-Z_][a-zA-Z0-9_]*", clause) if n not in allowed]
+    for metric, name in re.findall(r"label_values\((gracekeeper_[a-z0-9_]+)[^,]*,\s*(\w+)\)", expr):
+        if name not in labels.get(metric, set()):
+            bad.append(f"label_values {metric} {name}")
+    return bad
 
 
 def named(expr):
@@ -114,11 +161,15 @@ def cmd_dashboard(metrics_cpp, rendered, out_rules):
     check(not bad_ds, "every panel and target queries ${datasource}", "; ".join(bad_ds))
     check(not no_metric, f"every one of {len(exprs)} panel queries names a gracekeeper metric", "; ".join(no_metric))
     check(not bad_metric, "every metric the panels name is one metrics.cpp exports", "; ".join(bad_metric))
+    labels = labels_of(metrics_cpp)
+    bad_labels = [f"{title}/{ref}: {b}" for title, ref, e in exprs for b in label_problems(e, labels)]
+    check(not bad_labels, "every label the panel queries name is one their metrics have", "; ".join(bad_labels))
     for v in variables:
         if v.get("type") == "query":
             q = v.get("definition") or (v.get("query") or {}).get("query", "")
             found = named(q)
-            check(found and found <= names and (v.get("datasource") or {}).get("uid") == "${datasource}",
+            check(found and found <= names and not label_problems(q, labels_of(metrics_cpp))
+                  and (v.get("datasource") or {}).get("uid") == "${datasource}",
                   f"variable {v.get('name')} queries an exported metric through ${{datasource}} ({q})")
     # What the dashboard is for: each of these has a panel.
     used = set().union(*(named(e) for _, _, e in exprs))
@@ -150,20 +201,36 @@ def cmd_rules(metrics_cpp, rendered, out_rules, out_test_rules, *test_files):
     check(r.get("apiVersion") == "monitoring.coreos.com/v1", f"apiVersion {r.get('apiVersion')}")
     spec = r.get("spec", {})
     yaml.safe_dump(spec, open(out_rules, "w"), sort_keys=False)
+    labels = labels_of(metrics_cpp)
     alerts = [x for g in spec.get("groups", []) for x in g.get("rules", []) if "alert" in x]
     check(len({a["alert"] for a in alerts}) == len(alerts), f"{len(alerts)} alerts, names unique")
     for a in alerts:
         found = named(a.get("expr", ""))
         check(found and found <= names, f"{a['alert']}: names exported metrics only ({', '.join(sorted(found))})",
               f"not exported: {sorted(found - names)}")
-        labels, ann = a.get("labels", {}), a.get("annotations", {})
-        check(labels.get("severity") in ("critical", "warning", "info") and ann.get("summary") and ann.get("description"),
-              f"{a['alert']}: severity {labels.get('severity')}, summary and description")
+        bad = label_problems(a.get("expr", ""), labels)
+        check(not bad, f"{a['alert']}: every label it names is one its metric has", "; ".join(bad))
+        rule_labels, ann = a.get("labels", {}), a.get("annotations", {})
+        check(rule_labels.get("severity") in ("critical", "warning", "info") and ann.get("summary") and ann.get("description"),
+              f"{a['alert']}: severity {rule_labels.get('severity')}, summary and description")
     stripped = {"groups": [dict(g, rules=[{k: v for k, v in x.items() if k != "annotations"} for x in g["rules"]])
                            for g in spec.get("groups", [])]}
     yaml.safe_dump(stripped, open(out_test_rules, "w"), sort_keys=False)
     fire, quiet = set(), set()
     for f in test_files:
+        series, bad = 0, []
+        for t in yaml.safe_load(open(f)).get("tests", []):
+            for i in t.get("input_series", []):
+                series += 1
+                m = re.fullmatch(r"(\w+)\{(.*)\}", i["series"])
+                if not m or m.group(1) not in labels:
+                    bad.append(i["series"])
+                    continue
+                extra = set(re.findall(r'(\w+)="', m.group(2))) - labels[m.group(1)] - TARGET_LABELS
+                if extra:
+                    bad.append(f"{m.group(1)}: {sorted(extra)}")
+        check(series and not bad, f"{f.rsplit('/', 1)[-1]}: its {series} input series are exported metrics with their labels",
+              "; ".join(bad))
         for t in yaml.safe_load(open(f)).get("tests", []):
             for c in t.get("alert_rule_test", []):
                 (fire if c.get("exp_alerts") else quiet).add(c["alertname"])
