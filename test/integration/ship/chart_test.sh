@@ -27,7 +27,9 @@ done
   && ok "helm lint --strict with every switch on" || { not_ok "helm lint --strict with switches"; note <"$WORK/lint2.out"; }
 "$HELM" package "$CHART" -d "$WORK" >/dev/null 2>&1 && [ -f "$WORK/gracekeeper-0.1.0.tgz" ] \
   && ok "helm package gives gracekeeper-0.1.0.tgz" || not_ok "helm package"
-tar -tzf "$WORK/gracekeeper-0.1.0.tgz" 2>/dev/null | grep -qx 'gracekeeper/crds/shutdownpolicies.gracekeeper.dev.yaml' \
+# grep reads the whole list (no -q): with pipefail, tar killed by SIGPIPE
+# after an early match would fail the pipeline.
+tar -tzf "$WORK/gracekeeper-0.1.0.tgz" 2>/dev/null | grep -x 'gracekeeper/crds/shutdownpolicies.gracekeeper.dev.yaml' >/dev/null \
   && ok "the package carries the CRD in crds/" || not_ok "no crds/ in the package"
 
 # ------------------------------------------------------------- the schema
