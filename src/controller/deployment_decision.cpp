@@ -68,15 +68,26 @@ void find_set_back(const budget::Deployment& d, const budget::PolicySpec& policy
   for (const auto& [name, seconds] : *a.waits) {
     const auto c =
         std::ranges::find_if(d.containers, [&](const auto& c) { return c.name == name; });
-    if (c == d.containers.end() || (c->pre_stop.seconds && *c->pre_stop.seconds == seconds) ||
-        (seconds == 0 && c->pre_stop.kind == budget::PreStopHook::Kind::None)) {
+    if (c == d.containers.end()) continue;
+    const budget::PreStopHook& hook = c->pre_stop;
+    // Still gracekeeper's: a hook that only sleeps, exactly the recorded
+    // length (to the millisecond: `sleep 15.5` over a recorded 15 is not).
+    const bool sleeps_only = hook.kind == budget::PreStopHook::Kind::Sleep ||
+                             hook.kind == budget::PreStopHook::Kind::ExecSleep;
+    if ((sleeps_only && hook.length_ms == budget::milliseconds_of(seconds)) ||
+        (seconds == 0 && hook.kind == budget::PreStopHook::Kind::None)) {
       continue;
     }
     out.set_back_paths.push_back(".spec.template.spec.containers[name=\"" + name +
                                  "\"].lifecycle.preStop");
+    std::string now = "none";
+    if (sleeps_only && hook.length_ms) {
+      now = fmt::format("sleep {}s", static_cast<double>(*hook.length_ms) / 1000);
+    } else if (hook.kind != budget::PreStopHook::Kind::None) {
+      now = "another hook";
+    }
     out.set_back.push_back(
-        fmt::format("containers[{}].preStop: sleep {}s -> {}", name, seconds,
-                    c->pre_stop.seconds ? fmt::format("sleep {}s", *c->pre_stop.seconds) : "none"));
+        fmt::format("containers[{}].preStop: sleep {}s -> {}", name, seconds, now));
   }
 }
 

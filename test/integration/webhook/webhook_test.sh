@@ -340,9 +340,9 @@ case "$note_text" in
   *'"flux"'*'next apply or sync carries this change'*) ok "... its note names flux and the fix (its next apply)";;
   *) not_ok "FieldConflict note: $note_text";;
 esac
-expect "... and gracekeeper took none of flux's fields" "$(settings "$FNS" flux)" "6 46 0 1"
+expect "... and gracekeeper took none of flux's fields (at 0 replicas the surge stays 25%)" "$(settings "$FNS" flux)" "6 46 0 25%"
 flux_apply app:2 0 || not_ok "flux's next apply failed: $(cat "$WORK/flux.out")"
-expect "flux's next apply (same manifest) carries the new budget" "$(settings "$FNS" flux)" "12 52 0 1"
+expect "flux's next apply (same manifest) carries the new budget" "$(settings "$FNS" flux)" "12 52 0 25%"
 sleep 2
 expect "... with no gracekeeper write of the Deployment since the rise (audit log)" \
   "$(gk_writes_since "$since" | grep -cE ' deployments/ .* 20[01]$')" 0
