@@ -62,8 +62,10 @@ class TerminationBook {
 };
 
 // The preStop wait of a Deployment's pods as its template has it: the
-// shortest known wait of the containers that serve (declare a port; all
-// when none does); nullopt when one of them has a hook of unknown length.
+// shortest known wait of the containers that get the wait (those
+// gracekeeper.dev/containers names, else the app containers that declare a
+// port, else all app containers; never a native sidecar); nullopt when one
+// of them has a hook of unknown length.
 std::optional<std::int64_t> pod_wait(const budget::Deployment&);
 
 class TerminationAudit {
