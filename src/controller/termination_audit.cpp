@@ -116,6 +116,15 @@ std::optional<std::int64_t> pod_wait(const budget::Deployment& d) {
   return wait;
 }
 
+double TerminationAudit::implausible_above(const std::string& ns) const {
+  std::optional<double> bound;
+  deps_.policies.in_namespace(ns, [&](const std::string&, const CachedPolicy& p) {
+    if (!p.spec) return;
+    bound = std::max(bound.value_or(0), propagation::implausible_above(*p.spec));
+  });
+  return bound.value_or(propagation::implausible_above(budget::PolicySpec{}));
+}
+
 bool TerminationAudit::cached_pod(const std::string& ns, const std::string& pod) const {
   const auto owner = pod_owner(pod);
   return owner && deps_.deployments.get(ns + "/" + owner->deployment) != nullptr;
@@ -190,9 +199,18 @@ std::optional<CachedSlice> TerminationAudit::observe(const nlohmann::json& objec
         counters.clamped += now_out.size();
         deps_.metrics.count_propagation_anomaly("clamped", now_out.size());
       }
+      const double bound = implausible_above(change.ns);
       for (std::size_t i = 0; i < now_out.size(); ++i) {
-        deps_.samples.add(change.ns, seen, *lag);
+        if (!deps_.samples.add(change.ns, seen, *lag, bound)) {
+          deps_.metrics.count_propagation_anomaly("implausible", 1);
+        }
         deps_.metrics.observe_endpoint_propagation(change.ns, *lag);
+      }
+      if (*lag > bound) {
+        log::warn("implausible EndpointSlice propagation sample: dropped from the figure",
+                  {{"endpointSlice", kube::object_key(object)},
+                   {"seconds", seconds(*lag)},
+                   {"above", seconds(bound)}});
       }
     } else {
       const bool missing = measured.error().kind == propagation::LagError::Kind::Missing;

@@ -98,6 +98,10 @@ class TerminationAudit {
   void audit(const std::string& ns, const std::string& pod, const PodOwner& owner,
              std::optional<double> lag, TimePoint seen);
   bool cached_pod(const std::string& ns, const std::string& pod) const;
+  // The largest propagation::implausible_above() of the namespace's policies
+  // (the default policy's when none is valid): a sample above it is of no
+  // use to any of them.
+  double implausible_above(const std::string& ns) const;
   void report_drop(const std::string& slice, std::size_t endpoints,
                    const propagation::LagError& error, TimePoint now);
   // The wait of a rollout's pods is the template's when its first endpoint

@@ -406,6 +406,32 @@ TEST(TerminationAudit, APodWithANativeSidecarIsAuditedAgainstTheAppsWait) {
   EXPECT_THAT(w.events.recorded, IsEmpty());
 }
 
+// A slice change 400 s after its trigger (a stuck controller, a clock far
+// ahead): above maxSeconds / safetyFactor = 40 s, dropped from the figure
+// and counted, but the termination is still audited on what was seen.
+TEST(TerminationAudit, AnImplausibleSampleIsDroppedFromTheFigureAndCounted) {
+  AuditWorld w;
+  w.see(slice({{kPod1}, {kPod2}}), kStart);
+  w.see(slice({{kPod1, false, true}, {kPod2, false, true}}, at(kStart + 10s)), kStart + 410s);
+  EXPECT_EQ(w.samples.counters().implausible, 2u);
+  auto window = w.samples.window("shop", 3600s, 0.99, kStart + 410s);
+  EXPECT_EQ(window.count, 0u);
+  EXPECT_FALSE(window.quantile);
+  const std::string metrics = w.metrics.serialize();
+  EXPECT_THAT(
+      metrics,
+      HasSubstr(R"(gracekeeper_endpoint_propagation_anomalies_total{reason="implausible"} 2)"));
+  EXPECT_EQ(w.terminations.totals("shop/default", json()).late, 2);
+
+  // A policy that allows a wait that long (maxSeconds 900: 600 s) keeps it.
+  AuditWorld slow(
+      json{{"propagation", {{"source", "Observed"}}}, {"preStop", {{"maxSeconds", 900}}}});
+  slow.see(slice({{kPod1}}), kStart);
+  slow.see(slice({{kPod1, false, true}}, at(kStart + 10s)), kStart + 410s);
+  EXPECT_EQ(slow.samples.counters().implausible, 0u);
+  EXPECT_FLOAT_EQ(*slow.samples.window("shop", 3600s, 0.99, kStart + 410s).quantile, 400);
+}
+
 TEST(TerminationBook, GoesOnFromTheWrittenStatus) {
   TerminationBook book;
   book.count("shop/default", true, kStart + 5s);
