@@ -18,6 +18,10 @@
 #   lag 1 s: 6 - (1 + 1) = 4   covered
 #   lag 7 s: 6 - (7 + 1) = -2  late -> Warning PropagationOutlastedPreStop
 #   lag 9 s: 6 - (9 + 1) = -4  late (the same rollout: no second Warning)
+# A lag of 400 s is above maxSeconds 60 / safetyFactor 1.5 = 40 s: dropped
+# from the figure and counted as implausible. Then staticSeconds goes up to
+# 30 and the operator restarts with no samples: the figure stays the one the
+# status holds (the last good value), and web is not tuned again.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -40,7 +44,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-policy() {  # policy CONSUMER-SYNC-SECONDS
+policy() {  # policy CONSUMER-SYNC-SECONDS [STATIC-SECONDS]
   k apply -f - >/dev/null <<YAML
 apiVersion: gracekeeper.dev/v1alpha1
 kind: ShutdownPolicy
@@ -49,7 +53,7 @@ spec:
   changes: {minIntervalSeconds: 0}
   propagation:
     source: Observed
-    staticSeconds: 4
+    staticSeconds: ${2:-4}
     observed: {minSamples: 3, windowSeconds: 600, consumerSyncSeconds: $1}
 YAML
 }
@@ -181,6 +185,30 @@ wait_for 10 prop_near 12 \
   || not_ok "consumerSyncSeconds 5: $(status '{.status.propagation}')"
 wait_for 20 settings_are "$NS" web "19 59 0 1" && ok "web follows: $(settings "$NS" web)" \
   || not_ok "web follows consumerSyncSeconds 5: $(settings "$NS" web)"
+
+# ------------------------------------------------------------- a restart keeps the figure
+# staticSeconds 30: what a restart without samples would fall back to (preStop 45).
+policy 5 30
+sleep 2
+figure=$(status '{.status.propagation.seconds}')
+sampled_at=$(status '{.status.propagation.sampledAt}')
+generation=$(jp deployment "$NS" web '{.metadata.generation}')
+near "$figure" 12 && ok "staticSeconds 30 changes nothing while samples hold: $figure, generation $generation" \
+  || not_ok "before the restart: $(status '{.status.propagation}')"
+stop_operator
+expect "SIGTERM: exit status" "$OP_EXIT" 0
+start_operator op2 --propagation-refresh 1 || { not_ok "the operator did not restart"; finish; }
+restarted() { log_has "last good value from the status" && status '{.status.propagation.message}' | grep -qF "last good value"; }
+wait_for 10 restarted && ok "restarted with no samples: $(status '{.status.propagation.message}')" \
+  || not_ok "after the restart: $(status '{.status.propagation}')"
+sleep 3  # time for a re-tune, were there one
+expect "... the figure is the one the status held" "$(status '{.status.propagation.seconds}')" "$figure"
+expect "... source" "$(status '{.status.propagation.source}')" Observed
+expect "... sampledAt" "$(status '{.status.propagation.sampledAt}')" "$sampled_at"
+row=$(k get sdp -n "$NS" 2>&1 | awk 'NR == 2' | tr -s ' ')
+near "$(cut -d' ' -f4 <<<"$row")" "$figure" 0.01 && ok "kubectl get sdp: $row" || not_ok "kubectl get sdp: $row"
+expect "... web not tuned again: generation" "$(jp deployment "$NS" web '{.metadata.generation}')" "$generation"
+expect "... settings" "$(settings "$NS" web)" "19 59 0 1"
 
 stop_operator
 expect "SIGTERM: exit status" "$OP_EXIT" 0
