@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "gracekeeper/log/log.h"
+#include "gracekeeper/propagation/observed.h"
 
 namespace gracekeeper::controller {
 
@@ -35,23 +37,56 @@ DeploymentCounts PolicyReconciler::count(const std::string& policy_key) const {
   return c;
 }
 
+std::optional<propagation::LastGood> seed_last_good(const budget::PolicySpec& spec,
+                                                    const nlohmann::json& status, TimePoint now) {
+  if (spec.propagation.source != budget::PropagationSource::Observed) return std::nullopt;
+  if (!status.is_object()) return std::nullopt;
+  auto p = status.find("propagation");
+  if (p == status.end() || !p->is_object()) return std::nullopt;
+  auto source = p->find("source");
+  auto seconds = p->find("seconds");
+  auto at = p->find("sampledAt");
+  if (source == p->end() || *source != "Observed" || seconds == p->end() || !seconds->is_number() ||
+      at == p->end() || !at->is_string()) {
+    return std::nullopt;
+  }
+  const double value = seconds->get<double>();
+  const auto sampled_at = propagation::parse_rfc3339(at->get_ref<const std::string&>());
+  if (!sampled_at || !std::isfinite(value) || value < 0) return std::nullopt;
+  const auto age = now - *sampled_at;
+  // Another replica's clock may be a little ahead of ours; far ahead is not a time we wrote.
+  if (age < -std::chrono::minutes(1) || age > propagation::kLastGoodMaxAge) return std::nullopt;
+  return propagation::LastGood{.seconds = value, .sampled_at = *sampled_at};
+}
+
 boost::asio::awaitable<void> PolicyReconciler::measure(const std::string& key,
                                                        const CachedPolicy& policy) {
   const TimePoint now = deps_.clock.now();
   const PolicyMeasurement* before = deps_.propagation.find(key);
   std::optional<propagation::LastGood> last_good =
       before ? before->last_good : std::optional<propagation::LastGood>();
+  // Not measured by this process yet (a restart): the figure the status holds.
+  const bool seeded = !before && (last_good = seed_last_good(*policy.spec, policy.status, now));
+  if (seeded) {
+    log::info("propagation: last good value from the status",
+              {{"policy", key},
+               {"seconds", fmt::format("{}", last_good->seconds)},
+               {"sampledAt", format_time(last_good->sampled_at)}});
+  }
   const propagation::Measurement m =
       co_await deps_.meter.measure(policy.namespace_, *policy.spec, last_good, now);
   PolicyMeasurement next;
   next.last_good = m.last_good;
   next.generation = policy.generation;
   next.next = now + options_.propagation_refresh;
+  next.seeded = (seeded || (before && before->seeded)) && m.fallback;
   PropagationState& s = next.state;
   s.seconds = m.seconds;
   // API.md: the source reads Static when a failing source fell back to staticSeconds.
   const bool static_fallback =
-      m.fallback && (!m.last_good || now - m.last_good->sampled_at > std::chrono::hours(1));
+      m.fallback && (!m.last_good || now - m.last_good->sampled_at > propagation::kLastGoodMaxAge);
+  next.fallback = m.fallback;
+  next.static_fallback = static_fallback;
   s.source = static_fallback ? "Static" : m.source;
   s.sampled_at = m.sampled_at;
   s.message = m.message;

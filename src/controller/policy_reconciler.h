@@ -26,6 +26,16 @@
 
 namespace gracekeeper::controller {
 
+// A restart keeps the figure of source Observed (API.md, "Propagation
+// sources"): the last good value, before this process has measured one, is
+// status.propagation as the server has it, when the policy's source is
+// Observed, the status's source is Observed (a measurement or a last good
+// value, not the staticSeconds fallback) and its sampledAt is at most
+// propagation::kLastGoodMaxAge old (and at most a minute in the future): the rule a last
+// good value kept in memory follows. nullopt otherwise.
+std::optional<propagation::LastGood> seed_last_good(const budget::PolicySpec& spec,
+                                                    const nlohmann::json& status, TimePoint now);
+
 class PolicyReconciler {
  public:
   struct Dependencies {

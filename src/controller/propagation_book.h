@@ -18,6 +18,15 @@ namespace gracekeeper::controller {
 struct PolicyMeasurement {
   PropagationState state;
   std::optional<propagation::LastGood> last_good;
+  // `state.seconds` is not a fresh measurement: the source failed (or had
+  // too few samples) and the figure is the last good value or staticSeconds.
+  bool fallback = false;
+  // ... and it is staticSeconds: no good value in the last hour (the status
+  // then reads source Static).
+  bool static_fallback = false;
+  // The last good value was seeded from the policy's status as the server
+  // had it (a restart; seed_last_good()), not measured by this process.
+  bool seeded = false;
   std::int64_t generation = -1;  // the policy generation it was measured for
   TimePoint next{};              // when to measure again
 };

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <string_view>
 
 #include "gracekeeper/kube/informer.h"  // object_key
 #include "gracekeeper/log/log.h"
@@ -69,18 +71,58 @@ void TerminationBook::erase(const std::string& policy_key) {
 }
 
 std::optional<std::int64_t> pod_wait(const budget::Deployment& d) {
-  const bool any_ports = std::ranges::any_of(d.containers, &budget::Container::has_ports);
+  // The containers that get the wait, as the budget engine chooses them:
+  // the app containers gracekeeper.dev/containers names, else every app
+  // container that declares a port, else every app container. Never a
+  // native sidecar: it has no wait of its own to keep the pod routed.
+  std::vector<const budget::Container*> targets;
+  if (auto it = d.annotations.find(budget::kAnnotationContainers); it != d.annotations.end()) {
+    std::set<std::string, std::less<>> names;
+    std::string_view rest = it->second;
+    while (true) {
+      const auto comma = rest.find(',');
+      std::string_view name = rest.substr(0, comma);
+      while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.remove_prefix(1);
+      while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
+      if (!name.empty()) names.emplace(name);
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    for (const auto& c : d.containers) {
+      if (!c.sidecar && names.contains(c.name)) targets.push_back(&c);
+    }
+  }
+  // No annotation, or one that names no app container (invalid: the
+  // Deployment is reported and left as it is): the default.
+  if (targets.empty()) {
+    for (const auto& c : d.containers) {
+      if (!c.sidecar && c.has_ports) targets.push_back(&c);
+    }
+  }
+  if (targets.empty()) {
+    for (const auto& c : d.containers) {
+      if (!c.sidecar) targets.push_back(&c);
+    }
+  }
   std::optional<std::int64_t> wait;
-  for (const auto& c : d.containers) {
-    if (any_ports && !c.has_ports) continue;
+  for (const budget::Container* c : targets) {
     std::int64_t w = 0;
-    if (c.pre_stop.kind != budget::PreStopHook::Kind::None) {
-      if (!c.pre_stop.seconds) return std::nullopt;  // a hook of unknown length
-      w = *c.pre_stop.seconds;
+    if (c->pre_stop.kind != budget::PreStopHook::Kind::None) {
+      if (!c->pre_stop.seconds) return std::nullopt;  // a hook of unknown length
+      w = *c->pre_stop.seconds;
     }
     wait = std::min(wait.value_or(w), w);
   }
   return wait;
+}
+
+double TerminationAudit::implausible_above(const std::string& ns) const {
+  std::optional<double> bound;
+  deps_.policies.in_namespace(ns, [&](const std::string&, const CachedPolicy& p) {
+    if (!p.spec) return;
+    bound = std::max(bound.value_or(0), propagation::implausible_above(*p.spec));
+  });
+  return bound.value_or(propagation::implausible_above(budget::PolicySpec{}));
 }
 
 bool TerminationAudit::cached_pod(const std::string& ns, const std::string& pod) const {
@@ -157,9 +199,18 @@ std::optional<CachedSlice> TerminationAudit::observe(const nlohmann::json& objec
         counters.clamped += now_out.size();
         deps_.metrics.count_propagation_anomaly("clamped", now_out.size());
       }
+      const double bound = implausible_above(change.ns);
       for (std::size_t i = 0; i < now_out.size(); ++i) {
-        deps_.samples.add(change.ns, seen, *lag);
+        if (!deps_.samples.add(change.ns, seen, *lag, bound)) {
+          deps_.metrics.count_propagation_anomaly("implausible", 1);
+        }
         deps_.metrics.observe_endpoint_propagation(change.ns, *lag);
+      }
+      if (*lag > bound) {
+        log::warn("implausible EndpointSlice propagation sample: dropped from the figure",
+                  {{"endpointSlice", kube::object_key(object)},
+                   {"seconds", seconds(*lag)},
+                   {"above", seconds(bound)}});
       }
     } else {
       const bool missing = measured.error().kind == propagation::LagError::Kind::Missing;

@@ -62,8 +62,10 @@ class TerminationBook {
 };
 
 // The preStop wait of a Deployment's pods as its template has it: the
-// shortest known wait of the containers that serve (declare a port; all
-// when none does); nullopt when one of them has a hook of unknown length.
+// shortest known wait of the containers that get the wait (those
+// gracekeeper.dev/containers names, else the app containers that declare a
+// port, else all app containers; never a native sidecar); nullopt when one
+// of them has a hook of unknown length.
 std::optional<std::int64_t> pod_wait(const budget::Deployment&);
 
 class TerminationAudit {
@@ -96,6 +98,10 @@ class TerminationAudit {
   void audit(const std::string& ns, const std::string& pod, const PodOwner& owner,
              std::optional<double> lag, TimePoint seen);
   bool cached_pod(const std::string& ns, const std::string& pod) const;
+  // The largest propagation::implausible_above() of the namespace's policies
+  // (the default policy's when none is valid): a sample above it is of no
+  // use to any of them.
+  double implausible_above(const std::string& ns) const;
   void report_drop(const std::string& slice, std::size_t endpoints,
                    const propagation::LagError& error, TimePoint now);
   // The wait of a rollout's pods is the template's when its first endpoint

@@ -104,14 +104,22 @@ std::expected<Lag, LagError> lag(const std::string* trigger, TimePoint seen) {
   return Lag{seconds, false};
 }
 
-void SampleBook::add(const std::string& ns, TimePoint seen, double seconds) {
+double implausible_above(const budget::PolicySpec& spec) {
+  return static_cast<double>(spec.pre_stop.max_seconds) / spec.propagation.safety_factor;
+}
+
+bool SampleBook::add(const std::string& ns, TimePoint seen, double seconds,
+                     double implausible_above) {
   auto it = samples_.find(ns);
   if (it == samples_.end()) it = samples_.emplace(ns, std::deque<Sample>{}).first;
   auto& q = it->second;
-  q.push_back({seen, static_cast<float>(seconds)});
+  const bool implausible = seconds > implausible_above;
+  q.push_back({seen, static_cast<float>(seconds), implausible});
   while (q.size() > kMaxSamples) q.pop_front();
   while (!q.empty() && seen - q.front().seen > kMaxAge) q.pop_front();
   ++counters_.samples;
+  if (implausible) ++counters_.implausible;
+  return !implausible;
 }
 
 Window SampleBook::window(std::string_view ns, std::chrono::seconds window, double quantile,
@@ -121,13 +129,24 @@ Window SampleBook::window(std::string_view ns, std::chrono::seconds window, doub
   if (it == samples_.end()) return out;
   std::vector<float> values;
   for (const Sample& s : it->second) {
-    if (now - s.seen < window && s.seen <= now) values.push_back(s.seconds);
+    if (!(now - s.seen < window && s.seen <= now)) continue;
+    if (s.implausible) {
+      ++out.implausible;
+    } else {
+      values.push_back(s.seconds);
+    }
   }
   out.count = values.size();
   if (values.empty()) return out;
-  // Nearest rank: the smallest sample with at least `quantile` of them at or below it.
+  // Nearest rank: the smallest sample with at least `quantile` of them at or
+  // below it; but never the largest alone (n - 1), which only binds when n <
+  // 1 / (1 - quantile).
   const auto n = values.size();
   std::size_t rank = static_cast<std::size_t>(std::ceil(quantile * static_cast<double>(n)));
+  if (n >= 2 && rank >= n) {
+    rank = n - 1;
+    out.short_tail = true;
+  }
   rank = std::clamp<std::size_t>(rank, 1, n);
   std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(rank - 1),
                    values.end());
@@ -147,11 +166,16 @@ Measurement observed_measurement(const budget::PolicySpec& spec, const Window& w
                                  const std::optional<LastGood>& last_good, TimePoint now) {
   const auto& o = spec.propagation.observed;
   const std::string span = fmt::format("{}s", o.window_seconds);
+  const std::string dropped =
+      window.implausible == 0
+          ? std::string()
+          : fmt::format(" ({} implausible sample(s) above maxSeconds / safetyFactor = {} dropped)",
+                        window.implausible, detail::seconds_text(implausible_above(spec)));
   if (window.count < static_cast<std::size_t>(o.min_samples) || !window.quantile) {
     return detail::fall_back(
         spec, "TooFewSamples",
-        fmt::format("{} sample(s) of EndpointSlice propagation in the last {}, minSamples is {}",
-                    window.count, span, o.min_samples),
+        fmt::format("{} sample(s) of EndpointSlice propagation in the last {}{}, minSamples is {}",
+                    window.count, span, dropped, o.min_samples),
         last_good, now);
   }
   Measurement m;
@@ -161,9 +185,10 @@ Measurement observed_measurement(const budget::PolicySpec& spec, const Window& w
   m.metrics_available = true;
   m.reason = "SamplesSufficient";
   m.message = fmt::format(
-      "quantile {} of {} EndpointSlice sample(s) in the last {}: {} + consumerSyncSeconds {}",
-      spec.propagation.quantile, window.count, span, detail::seconds_text(*window.quantile),
-      detail::seconds_text(o.consumer_sync_seconds));
+      "quantile {} of {} EndpointSlice sample(s) in the last {}{}{}: {} + consumerSyncSeconds {}",
+      spec.propagation.quantile, window.count, span,
+      window.short_tail ? " (too few for that quantile: the second largest)" : "", dropped,
+      detail::seconds_text(*window.quantile), detail::seconds_text(o.consumer_sync_seconds));
   m.sampled_at = now;
   m.fallback = false;
   m.last_good = LastGood{.seconds = m.seconds, .sampled_at = now};

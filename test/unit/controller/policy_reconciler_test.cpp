@@ -214,6 +214,124 @@ TEST_F(CountsReuseDecisions, AChangedServiceIsDecidedAgain) {
   EXPECT_EQ(decisions_of_a_count(), 2u);
 }
 
+// What a process of the operator keeps in memory, on the World's stores and
+// writers, with the real meter of source Observed: a restart is a new one.
+struct Process {
+  explicit Process(World& w)
+      : world(w),
+        meter(propagation_meter(nullptr, &samples)),
+        deployments({w.deployments, w.policies, w.services, book, w.writer, w.events, w.clock,
+                     w.metrics, [](const std::string&) {},
+                     [](const std::string&, std::chrono::nanoseconds) {}}),
+        policies({w.policies, w.deployments, book, *meter, w.status_writer, w.clock, w.metrics,
+                  deployments, [](const std::string&) {}, [] { return true; }},
+                 {}) {
+    budget::Capabilities c;
+    c.native_sleep = true;
+    deployments.set_capabilities(c);
+  }
+  ReconcileResult reconcile_policy() { return world.run(policies.reconcile("shop/default")); }
+  ReconcileResult reconcile_deployment() { return world.run(deployments.reconcile("shop/web")); }
+  World& world;
+  PropagationBook book;
+  propagation::SampleBook samples;
+  std::unique_ptr<PropagationMeter> meter;
+  DeploymentReconciler deployments;
+  PolicyReconciler policies;
+};
+
+json observed_policy() {
+  return policy({{"propagation",
+                  {{"source", "Observed"},
+                   {"staticSeconds", 10},
+                   {"observed", {{"minSamples", 3}, {"consumerSyncSeconds", 1}}}}}});
+}
+
+// A restart (a new process, helm upgrade) has no samples: the figure is the
+// one the status holds, so no Deployment is tuned again, until samples come
+// back or the value is an hour old, as for a last good value kept in memory.
+TEST(PolicyReconciler, ARestartKeepsTheObservedFigureOfTheStatus) {
+  World world;
+  world.put_policy(observed_policy());
+  world.put_deployment(deployment("web"));
+  auto first = std::make_unique<Process>(world);
+  for (int i = 0; i < 5; ++i) first->samples.add("shop", kStart - std::chrono::seconds(10 + i), 2);
+  ASSERT_TRUE(first->reconcile_policy());
+  ASSERT_EQ(world.status_writer.written.size(), 1u);
+  EXPECT_EQ(world.status_writer.written[0]["propagation"]["seconds"], 3);  // 2 + 1
+  EXPECT_EQ(world.status_writer.written[0]["propagation"]["source"], "Observed");
+  ASSERT_TRUE(first->reconcile_deployment());
+  ASSERT_EQ(world.writer.calls.size(), 1u);  // tuned to 3 s
+  ASSERT_TRUE(first->reconcile_deployment());
+  EXPECT_EQ(world.writer.calls.size(), 1u);
+  const std::string sampled_at = world.status_writer.written[0]["propagation"]["sampledAt"];
+  first.reset();
+
+  world.clock.advance(std::chrono::minutes(10));
+  auto second = std::make_unique<Process>(world);  // no samples
+  ASSERT_TRUE(second->reconcile_policy());
+  const PolicyMeasurement* m = second->book.find("shop/default");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->state.seconds, 3) << m->state.message;  // not staticSeconds 10
+  EXPECT_EQ(m->state.source, "Observed");
+  EXPECT_TRUE(m->fallback);
+  EXPECT_FALSE(m->static_fallback);
+  EXPECT_TRUE(m->seeded);
+  const json& status = world.status_writer.written.back();
+  EXPECT_EQ(status["propagation"]["seconds"], 3);
+  EXPECT_EQ(status["propagation"]["sampledAt"], sampled_at);
+  EXPECT_THAT(status["propagation"]["message"].get<std::string>(),
+              HasSubstr("using the last good value 3s"));
+  ASSERT_TRUE(second->reconcile_deployment());
+  EXPECT_EQ(world.writer.calls.size(), 1u) << "the restart tuned the Deployment again";
+
+  // Samples come back: measured again, the seeded value is gone.
+  for (int i = 0; i < 3; ++i) second->samples.add("shop", world.clock.now(), 2);
+  world.clock.advance(std::chrono::seconds(61));
+  ASSERT_TRUE(second->reconcile_policy());
+  EXPECT_FALSE(second->book.find("shop/default")->fallback);
+  EXPECT_FALSE(second->book.find("shop/default")->seeded);
+  second.reset();
+
+  // An hour after sampledAt with no sample since: staticSeconds, as in memory.
+  world.clock.advance(std::chrono::hours(1) + std::chrono::seconds(1));
+  Process third(world);
+  ASSERT_TRUE(third.reconcile_policy());
+  EXPECT_EQ(third.book.find("shop/default")->state.seconds, 10);
+  EXPECT_TRUE(third.book.find("shop/default")->static_fallback);
+  EXPECT_EQ(world.status_writer.written.back()["propagation"]["source"], "Static");
+}
+
+TEST(PolicyReconciler, WhatTheStatusSeedsAndWhatNot) {
+  auto spec = budget::parse_policy_spec(budget::Json(observed_policy()["spec"]));
+  ASSERT_TRUE(spec);
+  const json status = {
+      {"propagation",
+       {{"seconds", 3.5}, {"source", "Observed"}, {"sampledAt", format_time(kStart)}}}};
+  auto seeded = seed_last_good(*spec, status, kStart + std::chrono::minutes(59));
+  ASSERT_TRUE(seeded);
+  EXPECT_EQ(seeded->seconds, 3.5);
+  EXPECT_EQ(seeded->sampled_at, kStart);
+  EXPECT_FALSE(seed_last_good(*spec, status, kStart + std::chrono::minutes(61)));  // too old
+  EXPECT_FALSE(seed_last_good(*spec, status, kStart - std::chrono::minutes(2)));   // future
+  EXPECT_TRUE(seed_last_good(*spec, status, kStart - std::chrono::seconds(30)));  // a clock's drift
+  json fallback = status;
+  fallback["propagation"]["source"] = "Static";  // the staticSeconds fallback
+  EXPECT_FALSE(seed_last_good(*spec, fallback, kStart));
+  for (json bad :
+       {json(nullptr), json::object(), json{{"propagation", "x"}},
+        json{{"propagation", {{"source", "Observed"}, {"seconds", "3"}}}},
+        json{{"propagation", {{"source", "Observed"}, {"seconds", -1}, {"sampledAt", "x"}}}}}) {
+    EXPECT_FALSE(seed_last_good(*spec, bad, kStart)) << bad.dump();
+  }
+  auto prometheus = budget::parse_policy_spec(budget::Json(
+      policy({{"propagation",
+               {{"source", "Prometheus"},
+                {"prometheus", {{"queries", {{{"name", "q"}, {"query", "x"}}}}}}}}})["spec"]));
+  ASSERT_TRUE(prometheus);
+  EXPECT_FALSE(seed_last_good(*prometheus, status, kStart));  // it measures at once
+}
+
 TEST(PolicyReconciler, ADeletedPolicyIsForgotten) {
   World world;
   world.put_policy(policy());

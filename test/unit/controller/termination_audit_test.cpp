@@ -350,6 +350,88 @@ TEST(PodWait, ShortestKnownWaitOfTheServingContainers) {
   EXPECT_EQ(pod_wait(*none), 0);
 }
 
+// app (port 8080, sleep 7) and a native sidecar that serves too (port
+// 15001), without a hook: it never gets the wait, so it does not set it.
+json with_serving_sidecar(json d) {
+  d = with_pre_stop(std::move(d), 7);
+  d["spec"]["template"]["spec"]["initContainers"] = json::parse(R"([
+    {"name": "proxy", "image": "proxy:1", "restartPolicy": "Always",
+     "ports": [{"containerPort": 15001}]}])");
+  return d;
+}
+
+TEST(PodWait, NativeSidecarsNeverSetTheWait) {
+  auto d = CachedDeployment::project(budget::Json(with_serving_sidecar(deployment("web"))));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(pod_wait(*d), 7);
+  // Even when no app container declares a port.
+  json portless = with_serving_sidecar(deployment("web"));
+  portless["spec"]["template"]["spec"]["containers"][0].erase("ports");
+  portless["spec"]["template"]["spec"]["containers"][0].erase("readinessProbe");
+  auto p = CachedDeployment::project(budget::Json(portless));
+  ASSERT_TRUE(p);
+  EXPECT_EQ(pod_wait(*p), 7);
+}
+
+TEST(PodWait, OnlyTheContainersTheAnnotationNamesGetTheWait) {
+  // app: port, sleep 3; api: port, sleep 9; worker: no port, no hook.
+  json d = with_pre_stop(deployment("web"), 3);
+  d["spec"]["template"]["spec"]["containers"].push_back(json::parse(R"(
+    {"name": "api", "image": "api:1", "ports": [{"containerPort": 9090}],
+     "lifecycle": {"preStop": {"sleep": {"seconds": 9}}}})"));
+  d["spec"]["template"]["spec"]["containers"].push_back(
+      json::parse(R"({"name": "worker", "image": "worker:1"})"));
+  auto wait_with = [&](std::optional<std::string> annotation) {
+    json copy = d;
+    if (annotation) copy["metadata"]["annotations"]["gracekeeper.dev/containers"] = *annotation;
+    auto projected = CachedDeployment::project(budget::Json(copy));
+    EXPECT_TRUE(projected);
+    return pod_wait(*projected);
+  };
+  EXPECT_EQ(wait_with(std::nullopt), 3);  // the serving containers: app and api
+  EXPECT_EQ(wait_with("api"), 9);
+  EXPECT_EQ(wait_with(" api , app "), 3);
+  EXPECT_EQ(wait_with("worker"), 0);
+  EXPECT_EQ(wait_with("nobody"), 3);  // invalid (reported by the engine): the default
+}
+
+TEST(TerminationAudit, APodWithANativeSidecarIsAuditedAgainstTheAppsWait) {
+  AuditWorld w;
+  w.put_deployment(with_serving_sidecar(deployment("web")));
+  w.see(slice({{kPod1}}), kStart);
+  w.see(slice({{kPod1, false, true}}, at(kStart + 10s)), kStart + 13s);
+  auto t = w.terminations.totals("shop/default", json());
+  EXPECT_EQ(t.observed, 1);
+  EXPECT_EQ(t.late, 0);  // 7 - (3 + 1); the sidecar's 0 would make it late
+  EXPECT_THAT(w.events.recorded, IsEmpty());
+}
+
+// A slice change 400 s after its trigger (a stuck controller, a clock far
+// ahead): above maxSeconds / safetyFactor = 40 s, dropped from the figure
+// and counted, but the termination is still audited on what was seen.
+TEST(TerminationAudit, AnImplausibleSampleIsDroppedFromTheFigureAndCounted) {
+  AuditWorld w;
+  w.see(slice({{kPod1}, {kPod2}}), kStart);
+  w.see(slice({{kPod1, false, true}, {kPod2, false, true}}, at(kStart + 10s)), kStart + 410s);
+  EXPECT_EQ(w.samples.counters().implausible, 2u);
+  auto window = w.samples.window("shop", 3600s, 0.99, kStart + 410s);
+  EXPECT_EQ(window.count, 0u);
+  EXPECT_FALSE(window.quantile);
+  const std::string metrics = w.metrics.serialize();
+  EXPECT_THAT(
+      metrics,
+      HasSubstr(R"(gracekeeper_endpoint_propagation_anomalies_total{reason="implausible"} 2)"));
+  EXPECT_EQ(w.terminations.totals("shop/default", json()).late, 2);
+
+  // A policy that allows a wait that long (maxSeconds 900: 600 s) keeps it.
+  AuditWorld slow(
+      json{{"propagation", {{"source", "Observed"}}}, {"preStop", {{"maxSeconds", 900}}}});
+  slow.see(slice({{kPod1}}), kStart);
+  slow.see(slice({{kPod1, false, true}}, at(kStart + 10s)), kStart + 410s);
+  EXPECT_EQ(slow.samples.counters().implausible, 0u);
+  EXPECT_FLOAT_EQ(*slow.samples.window("shop", 3600s, 0.99, kStart + 410s).quantile, 400);
+}
+
 TEST(TerminationBook, GoesOnFromTheWrittenStatus) {
   TerminationBook book;
   book.count("shop/default", true, kStart + 5s);

@@ -90,8 +90,10 @@ TEST(SampleBook, NearestRankQuantileOverTheWindow) {
   EXPECT_EQ(w.count, 10u);
   ASSERT_TRUE(w.quantile);
   EXPECT_FLOAT_EQ(*w.quantile, 9);  // ceil(0.9 * 10) = 9th of 10
+  EXPECT_FALSE(w.short_tail);
   w = book.window("shop", 600s, 0.99, kNow);
-  EXPECT_FLOAT_EQ(*w.quantile, 10);
+  EXPECT_FLOAT_EQ(*w.quantile, 9);  // 10 < 1 / (1 - 0.99): never the largest alone
+  EXPECT_TRUE(w.short_tail);
   w = book.window("shop", 600s, 0.5, kNow);
   EXPECT_FLOAT_EQ(*w.quantile, 5);
   w = book.window("shop", 600s, 0.01, kNow);
@@ -104,14 +106,65 @@ TEST(SampleBook, OnlyTheWindowCountsAndNamespacesAreApart) {
   book.add("shop", kNow - 100s, 2);
   book.add("shop", kNow - 50s, 3);
   book.add("other", kNow - 10s, 50);
-  Window w = book.window("shop", 600s, 0.99, kNow);
+  Window w = book.window("shop", 600s, 0.5, kNow);
   EXPECT_EQ(w.count, 2u);
+  EXPECT_FLOAT_EQ(*w.quantile, 2);
+  w = book.window("shop", 600s, 0.99, kNow);
+  EXPECT_FLOAT_EQ(*w.quantile, 2);  // never the largest alone
+  w = book.window("shop", 800s, 0.5, kNow);
+  EXPECT_EQ(w.count, 3u);
   EXPECT_FLOAT_EQ(*w.quantile, 3);
   w = book.window("shop", 800s, 0.99, kNow);
-  EXPECT_EQ(w.count, 3u);
-  EXPECT_FLOAT_EQ(*w.quantile, 30);
+  EXPECT_FLOAT_EQ(*w.quantile, 3);  // the second largest of 3
   EXPECT_EQ(book.window("nowhere", 600s, 0.99, kNow).count, 0u);
   EXPECT_FALSE(book.window("nowhere", 600s, 0.99, kNow).quantile);
+}
+
+// One outlier among fewer samples than the quantile needs does not set it:
+// nearest rank would make p99 of 20 samples their maximum.
+TEST(SampleBook, AHighQuantileIsNeverSetByOneSample) {
+  SampleBook book;
+  for (int i = 1; i <= 19; ++i)
+    book.add("shop", kNow - 100s + std::chrono::seconds(i), 1 + i * 0.1);
+  book.add("shop", kNow - 50s, 30);  // a stuck moment, still plausible
+  Window w = book.window("shop", 600s, 0.99, kNow);
+  EXPECT_EQ(w.count, 20u);
+  ASSERT_TRUE(w.quantile);
+  EXPECT_FLOAT_EQ(*w.quantile, 2.9f);  // the second largest, not 30
+  EXPECT_TRUE(w.short_tail);
+  // Enough samples for the quantile (n >= 1 / (1 - q)): plain nearest rank,
+  // which leaves the largest out by itself.
+  SampleBook full;
+  for (int i = 1; i <= 100; ++i) full.add("shop", kNow - 200s + std::chrono::seconds(i), i);
+  w = full.window("shop", 600s, 0.99, kNow);
+  EXPECT_FLOAT_EQ(*w.quantile, 99);
+  EXPECT_FALSE(w.short_tail);
+  full.add("shop", kNow - 10s, 500);  // 101 samples: ceil(99.99) = 100th
+  EXPECT_FLOAT_EQ(*full.window("shop", 600s, 0.99, kNow).quantile, 100);
+  // A single sample is all there is.
+  SampleBook one;
+  one.add("shop", kNow - 1s, 4);
+  w = one.window("shop", 600s, 0.99, kNow);
+  EXPECT_FLOAT_EQ(*w.quantile, 4);
+  EXPECT_FALSE(w.short_tail);
+}
+
+TEST(SampleBook, ImplausibleSamplesAreCountedButNeverInTheFigure) {
+  budget::PolicySpec defaults;
+  EXPECT_DOUBLE_EQ(implausible_above(defaults), 40);  // maxSeconds 60 / safetyFactor 1.5
+  SampleBook book;
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(book.add("shop", kNow - 60s + std::chrono::seconds(i), 2, 40));
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(book.add("shop", kNow - 30s, 400, 40));
+  EXPECT_TRUE(book.add("shop", kNow - 20s, 40, 40));  // at the bound: kept
+  Window w = book.window("shop", 600s, 0.5, kNow);
+  EXPECT_EQ(w.count, 6u);
+  EXPECT_EQ(w.implausible, 3u);
+  EXPECT_FLOAT_EQ(*w.quantile, 2);
+  EXPECT_EQ(book.counters().samples, 9u);
+  EXPECT_EQ(book.counters().implausible, 3u);
+  // They leave the window as the others do.
+  EXPECT_EQ(book.window("shop", 25s, 0.5, kNow).implausible, 0u);
 }
 
 TEST(SampleBook, BoundedInCountAndAge) {
@@ -157,6 +210,22 @@ TEST(ObservedMeasurement, TooFewSamplesFallsBackAndSaysHowMany) {
   EXPECT_DOUBLE_EQ(m.seconds, 3.5);
   EXPECT_FALSE(m.metrics_available);
   EXPECT_THAT(m.message, HasSubstr("last good value 3.5s"));
+}
+
+TEST(ObservedMeasurement, SaysWhenTheQuantileIsTheSecondLargestAndWhatWasDropped) {
+  auto spec = observed_policy(/*min_samples=*/3);
+  Window w{.count = 5, .quantile = 2, .short_tail = true, .implausible = 2};
+  auto m = observed_measurement(spec, w, std::nullopt, kNow);
+  EXPECT_TRUE(m.metrics_available);
+  EXPECT_DOUBLE_EQ(m.seconds, 3);
+  EXPECT_THAT(m.message, HasSubstr("too few for that quantile: the second largest"));
+  EXPECT_THAT(m.message,
+              HasSubstr("2 implausible sample(s) above maxSeconds / safetyFactor = 40s dropped"));
+  // Every sample implausible (a cluster that slow, or a clock far ahead):
+  // too few samples, and the message says why.
+  m = observed_measurement(spec, Window{.count = 0, .implausible = 30}, std::nullopt, kNow);
+  EXPECT_EQ(m.reason, "TooFewSamples");
+  EXPECT_THAT(m.message, HasSubstr("30 implausible sample(s)"));
 }
 
 TEST(ObservedMeasurement, NoSamplesAtAll) {
