@@ -129,8 +129,8 @@ struct Metrics::Impl {
       prometheus::BuildCounter()
           .Name("gracekeeper_endpoint_propagation_anomalies_total")
           .Help(
-              "Propagation samples clamped to 0 (clock skew) or dropped (missing or garbage "
-              "trigger time), by reason.")
+              "Propagation samples clamped to 0 (clock skew), dropped (missing or garbage "
+              "trigger time), or left out of the figure (implausible), by reason.")
           .Register(registry);
   Family<Histogram>& termination_slack =
       prometheus::BuildHistogram()
