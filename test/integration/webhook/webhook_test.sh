@@ -64,16 +64,20 @@ metric() {  # metric NAME_WITH_LABELS: its value on the running operator, 0 when
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
-k create namespace "$NS" >/dev/null && serve "$NS"
-k apply -f - >/dev/null <<YAML
+# namespace_with_policy NS: NS, its Service, and its policy "default".
+namespace_with_policy() {
+  k create namespace "$1" >/dev/null && serve "$1"
+  k apply -f - >/dev/null <<YAML
 apiVersion: gracekeeper.dev/v1alpha1
 kind: ShutdownPolicy
-metadata: {name: default, namespace: $NS}
+metadata: {name: default, namespace: $1}
 spec:
   propagation: {source: Static, staticSeconds: 4}
   # Without a node no rollout completes: the repair must not wait for a slot.
   changes: {maxConcurrentRollouts: 100%}
 YAML
+}
+namespace_with_policy "$NS"
 
 # manifest NAME IMAGE: the user's manifest, which names the grace (30 s) and
 # the strategy (25 %/25 %) and has no hook: every deploy sets them back.
@@ -297,15 +301,7 @@ wait_for 20 settings_are "$NS" checkout "6 46 0 1" &&
 # node, the new template's pods never become ready: the old ones stay, and
 # the policy counts the Deployment Rolling, not compliant.
 FNS=wh-flux
-k create namespace "$FNS" >/dev/null && serve "$FNS"
-k apply -f - >/dev/null <<YAML
-apiVersion: gracekeeper.dev/v1alpha1
-kind: ShutdownPolicy
-metadata: {name: default, namespace: $FNS}
-spec:
-  propagation: {source: Static, staticSeconds: 4}
-  changes: {maxConcurrentRollouts: 100%}
-YAML
+namespace_with_policy "$FNS"
 flux_manifest() {  # IMAGE [REPLICAS]
   manifest flux "$1" | sed -e "s/namespace: $NS/namespace: $FNS/" -e "s/replicas: 2/replicas: ${2:-2}/"
 }
