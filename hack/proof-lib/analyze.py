@@ -510,7 +510,7 @@ def main():
     for scenario, sres in results["scenarios"].items():
         b = sres["budget"] or {}
         props = [m["summary"]["propagation_observed"] for m in sres["modes"].values() if m["summary"]["propagation_observed"]]
-        obs = f"max {max(p['max'] for p in props)} s, median {statistics.median(p['median'] for p in props)} s" if props else "-"
+        obs = f"max {max(p['max'] for p in props)} s, median {round(statistics.median(p['median'] for p in props), 2)} s" if props else "-"
         line = f"- {scenario}: preStop {b.get('preStop') or 'none'}, grace {b.get('grace')} s"
         if b.get("propagation"):
             line += f", gracekeeper's propagation figure {json.dumps(b['propagation'])}"
