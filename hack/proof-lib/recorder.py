@@ -12,7 +12,9 @@ until SIGTERM/SIGINT, and writes one JSON line per observation, each with
   {"kind": "endpoint", "ip", "ready", "serving", "terminating"}  an endpoint's
         conditions changed in one of the Service's EndpointSlices (a watch)
   {"kind": "rules", "ips": [...]}  the pod IPs kube-proxy's iptables rules
-        send the Service to (iptables-save every 100 ms; a line on change)
+        send the Service to (iptables-save every 100 ms; a line on change).
+        "prev": when the read before it started, the last time the previous
+        set was seen: an IP that leaves the rules was last in them at "prev"
 
 Both watches talk to the API server directly with the lab's admin
 certificate, so that an event's time is when it arrived, not when a kubectl
@@ -112,7 +114,9 @@ def poll_rules(ns, service):
     comment = re.compile(r'--comment "?' + re.escape(f"{ns}/{service}") + r'(:[^"\s]*)?"? ')
     dnat = re.compile(r"--to-destination (\d+\.\d+\.\d+\.\d+):\d+")
     last = None
+    last_poll = None  # when the previous read (still showing LAST) started
     while not stop.is_set():
+        polled = round(time.time(), 4)
         try:
             text = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, timeout=5).stdout
         except subprocess.TimeoutExpired:
@@ -122,7 +126,8 @@ def poll_rules(ns, service):
                       for m in [dnat.search(line)] if m})
         if ips != last:
             last = ips
-            emit(kind="rules", ips=ips)
+            emit(kind="rules", ips=ips, prev=last_poll)
+        last_poll = polled
         stop.wait(0.1)
 
 

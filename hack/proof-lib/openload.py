@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""An open-loop load generator: POSTs at a fixed rate, whatever the answers.
+
+    openload.py --url http://IP[:PORT]/PATH --rate R --duration S [--timeout T] [--keepalive]
+
+Request i starts at start + i/R, for i < R*S, each in its own task: a request
+that hangs (a pod that is gone: no route, or a timeout) does not hold back the
+next one, so the offered load is the same in every scenario, however many
+requests fail. hey -q is closed-loop (a worker waits for its answer), so its
+rate falls exactly when requests fail.
+
+Bounded: at most R*S requests, each at most T seconds; it stops by itself.
+Without --keepalive each request opens its own connection and sends
+"Connection: close"; with it, an idle connection from a pool is reused (as
+Go's http.Transport does), and a connection the server closes leaves the pool.
+
+Prints a summary in hey's format (Summary / Latency distribution / Status
+code distribution / Error distribution), so hey's parser reads it; error
+messages carry the same words as Go's ("connection refused", "no route to
+host", "EOF", "Timeout", "reset by peer").
+"""
+
+import argparse
+import asyncio
+import errno
+import resource
+import time
+import urllib.parse
+
+
+class Pool:
+    def __init__(self):
+        self.idle = []
+
+
+async def one(host, port, path, timeout, keepalive, pool, results):
+    t0 = time.monotonic()
+    conn = None
+    reused = False
+    try:
+        async def run():
+            nonlocal conn, reused
+            if keepalive and pool.idle:
+                conn = pool.idle.pop()
+                reused = True
+            else:
+                conn = await asyncio.open_connection(host, port)
+            reader, writer = conn
+            writer.write((f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n"
+                          f"User-Agent: gk-openload\r\n"
+                          + ("" if keepalive else "Connection: close\r\n") + "\r\n").encode())
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split()[1])
+            headers = {}
+            for line in lines[1:]:
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            if "content-length" in headers:
+                await reader.readexactly(int(headers["content-length"]))
+            else:
+                await reader.read()
+            close = not keepalive or headers.get("connection", "").lower() == "close"
+            return status, close
+        status, close = await asyncio.wait_for(run(), timeout)
+        if close:
+            conn[1].close()
+        else:
+            pool.idle.append(conn)
+        results.append((status, None, time.monotonic() - t0))
+    except asyncio.TimeoutError:
+        results.append((None, "Client.Timeout exceeded while awaiting headers", None))
+        close_quietly(conn)
+    except ConnectionRefusedError:
+        results.append((None, "dial tcp: connect: connection refused", None))
+    except ConnectionResetError:
+        results.append((None, "read: connection reset by peer", None))
+        close_quietly(conn)
+    except asyncio.IncompleteReadError:
+        results.append((None, "EOF" + (" (a kept-alive connection)" if reused else ""), None))
+        close_quietly(conn)
+    except OSError as e:
+        if e.errno == errno.EHOSTUNREACH:
+            msg = "dial tcp: connect: no route to host"
+        elif e.errno == errno.ECONNREFUSED:
+            msg = "dial tcp: connect: connection refused"
+        elif e.errno == errno.ECONNRESET:
+            msg = "read: connection reset by peer"
+        elif e.errno == errno.ETIMEDOUT:
+            msg = "dial tcp: i/o timeout (Client.Timeout exceeded)"
+        else:
+            msg = f"OSError {e.errno}: {e.strerror}"
+        results.append((None, msg, None))
+        close_quietly(conn)
+    except (ValueError, IndexError) as e:
+        results.append((None, f"malformed answer: {e}", None))
+        close_quietly(conn)
+
+
+def close_quietly(conn):
+    if conn:
+        try:
+            conn[1].close()
+        except Exception:
+            pass
+
+
+async def main_async(args):
+    u = urllib.parse.urlsplit(args.url)
+    host, port, path = u.hostname, u.port or 80, u.path or "/"
+    n = int(args.rate * args.duration)
+    pool = Pool()
+    results = []
+    tasks = []
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    t_wall = time.monotonic()
+    for i in range(n):
+        due = start + i / args.rate
+        delay = due - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(host, port, path, args.timeout, args.keepalive, pool, results)))
+    issuing = loop.time() - start
+    await asyncio.gather(*tasks)
+    total = time.monotonic() - t_wall
+    for conn in pool.idle:
+        close_quietly(conn)
+    return results, total, issuing
+
+
+def report(results, total, issuing):
+    lat = sorted(r[2] for r in results if r[0] is not None)
+    statuses, errors = {}, {}
+    for status, err, _ in results:
+        if status is not None:
+            statuses[status] = statuses.get(status, 0) + 1
+        else:
+            errors[err] = errors.get(err, 0) + 1
+    print("\nSummary:")
+    print(f"  Total:\t{total:.4f} secs")
+    if lat:
+        print(f"  Slowest:\t{lat[-1]:.4f} secs")
+        print(f"  Fastest:\t{lat[0]:.4f} secs")
+        print(f"  Average:\t{sum(lat) / len(lat):.4f} secs")
+    print(f"  Requests/sec:\t{len(results) / total:.4f}")
+    print(f"  Requests issued:\t{len(results)} in {issuing:.4f} secs (open loop)")
+    if lat:
+        print("\nLatency distribution:")
+        for p in (10, 25, 50, 75, 90, 95, 99):
+            print(f"  {p}% in {lat[min(len(lat) - 1, int(len(lat) * p / 100))]:.4f} secs")
+    print("\nStatus code distribution:")
+    for code in sorted(statuses):
+        print(f"  [{code}]\t{statuses[code]} responses")
+    if errors:
+        print("\nError distribution:")
+        for msg, count in sorted(errors.items(), key=lambda kv: -kv[1]):
+            print(f"  [{count}]\tPost: {msg}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--rate", type=float, required=True, help="requests per second")
+    ap.add_argument("--duration", type=float, required=True, help="seconds of issuing requests")
+    ap.add_argument("--timeout", type=float, default=10)
+    ap.add_argument("--keepalive", action="store_true")
+    args = ap.parse_args()
+    if not (0 < args.rate <= 5000 and 0 < args.duration <= 600 and 0 < args.timeout <= 60):
+        ap.error("--rate 0-5000, --duration 0-600, --timeout 0-60")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, max(soft, int(args.rate * args.timeout) + 256))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    results, total, issuing = asyncio.run(main_async(args))
+    report(results, total, issuing)
+
+
+if __name__ == "__main__":
+    main()
