@@ -92,11 +92,16 @@ PropagationBook figures(const AdmissionInputs& in,
   PropagationBook book;
   for (const CachedPolicy* p : policies) {
     const std::string key = p->namespace_ + "/" + p->name;
+    PolicyMeasurement m;
+    m.generation = p->generation;
     if (const PropagationState* mine = in.propagation ? in.propagation->state(key) : nullptr) {
-      book.put(key, PolicyMeasurement{*mine, std::nullopt, p->generation, {}});
+      m.state = *mine;
     } else if (auto theirs = status_propagation(*p)) {
-      book.put(key, PolicyMeasurement{std::move(*theirs), std::nullopt, p->generation, {}});
+      m.state = std::move(*theirs);
+    } else {
+      continue;
     }
+    book.put(key, std::move(m));
   }
   return book;
 }

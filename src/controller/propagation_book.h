@@ -18,6 +18,8 @@ namespace gracekeeper::controller {
 struct PolicyMeasurement {
   PropagationState state;
   std::optional<propagation::LastGood> last_good;
+  std::int64_t generation = -1;  // the policy generation it was measured for
+  TimePoint next{};              // when to measure again
   // `state.seconds` is not a fresh measurement: the source failed (or had
   // too few samples) and the figure is the last good value or staticSeconds.
   bool fallback = false;
@@ -27,8 +29,6 @@ struct PolicyMeasurement {
   // The last good value was seeded from the policy's status as the server
   // had it (a restart; seed_last_good()), not measured by this process.
   bool seeded = false;
-  std::int64_t generation = -1;  // the policy generation it was measured for
-  TimePoint next{};              // when to measure again
 };
 
 class PropagationBook {
