@@ -103,6 +103,7 @@ boost::asio::awaitable<void> PolicyReconciler::measure(const std::string& key,
               {{"policy", key}, {"source", s.source}, {"seconds", fmt::format("{}", s.seconds)}});
   }
   deps_.metrics.set_propagation(policy.namespace_, policy.name, s.source, s.seconds);
+  deps_.metrics.set_propagation_available(policy.namespace_, policy.name, s.available);
   deps_.propagation.put(key, std::move(next));
   if (moved) deps_.namespace_changed(policy.namespace_);
 }

@@ -102,6 +102,13 @@ struct Metrics::Impl {
           .Name("gracekeeper_propagation_seconds")
           .Help("Endpoint propagation time a ShutdownPolicy budgets for, by source.")
           .Register(registry);
+  Family<Gauge>& propagation_available =
+      prometheus::BuildGauge()
+          .Name("gracekeeper_propagation_available")
+          .Help(
+              "1 while a ShutdownPolicy's propagation source answers (MetricsAvailable=True), "
+              "0 while it budgets a fallback.")
+          .Register(registry);
   Family<Counter>& patches =
       prometheus::BuildCounter()
           .Name("gracekeeper_patches_applied_total")
@@ -226,8 +233,15 @@ void Metrics::set_propagation(std::string_view ns, std::string_view policy, std:
       .Set(seconds);
 }
 
+void Metrics::set_propagation_available(std::string_view ns, std::string_view policy,
+                                        bool available) {
+  impl_->propagation_available.Add(labels({{"namespace", ns}, {"policy", policy}}))
+      .Set(available ? 1 : 0);
+}
+
 void Metrics::forget_policy(std::string_view ns, std::string_view policy) {
   auto l = labels({{"namespace", ns}, {"policy", policy}});
+  remove_series(impl_->propagation_available, l);
   remove_series(impl_->deployments_managed, l);
   remove_series(impl_->deployments_compliant, l);
   remove_series(impl_->deployments_violating, l);

@@ -49,7 +49,12 @@ class Metrics {
   void set_propagation(std::string_view ns, std::string_view policy, std::string_view source,
                        double seconds);
 
-  // A deleted policy: removes its deployments_* and propagation series.
+  // gracekeeper_propagation_available{namespace,policy} (gauge): 1 while
+  // the policy's source answers (MetricsAvailable=True), 0 on a fallback.
+  void set_propagation_available(std::string_view ns, std::string_view policy, bool available);
+
+  // A deleted policy: removes its deployments_*, propagation and
+  // propagation_available series.
   void forget_policy(std::string_view ns, std::string_view policy);
 
   // gracekeeper_patches_applied_total{namespace} (counter).

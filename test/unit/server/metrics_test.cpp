@@ -156,6 +156,22 @@ TEST(Metrics, ForgetPolicyRemovesOnlyItsSeries) {
   EXPECT_FALSE(mentions(text, R"(source="observed")"));
 }
 
+TEST(Metrics, PropagationAvailableFollowsTheSourceAndGoesWithThePolicy) {
+  Metrics metrics;
+  metrics.set_propagation_available("shop", "web", true);
+  metrics.set_propagation_available("shop", "api", true);
+  auto text = metrics.serialize();
+  EXPECT_EQ(sample(text, R"(gracekeeper_propagation_available{namespace="shop",policy="web"})"), 1);
+  metrics.set_propagation_available("shop", "web", false);  // a fallback
+  text = metrics.serialize();
+  EXPECT_EQ(sample(text, R"(gracekeeper_propagation_available{namespace="shop",policy="web"})"), 0);
+  metrics.forget_policy("shop", "web");
+  text = metrics.serialize();
+  EXPECT_FALSE(
+      mentions(text, R"(gracekeeper_propagation_available{namespace="shop",policy="web"})"));
+  EXPECT_EQ(sample(text, R"(gracekeeper_propagation_available{namespace="shop",policy="api"})"), 1);
+}
+
 TEST(Metrics, PatchesAndEventsCount) {
   Metrics metrics;
   metrics.count_patch("shop");
