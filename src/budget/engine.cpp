@@ -728,6 +728,13 @@ Plan plan(const Deployment& deployment, const Context& context) {
   return Planner(deployment, context).run();
 }
 
+std::optional<std::vector<std::size_t>> annotated_containers(const Deployment& deployment) {
+  auto it = deployment.annotations.find(kAnnotationContainers);
+  if (it == deployment.annotations.end()) return std::nullopt;
+  FieldErrors ignored;  // plan() reports them
+  return read_container_list(deployment, it->second, ignored);
+}
+
 std::vector<Finding> check(const Deployment& deployment, const Context& context) {
   return plan(deployment, context).findings;
 }

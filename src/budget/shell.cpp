@@ -448,19 +448,10 @@ std::optional<HookLength> script_length(std::string_view script) {
 }  // namespace
 
 ShellForm classify_entrypoint(const std::vector<std::string>& argv) {
-  std::size_t i = 0;
   // `/usr/bin/env [-i] [NAME=value...] sh -c ...` and `busybox sh -c ...`.
-  bool busybox = false;
-  if (i < argv.size() && basename(argv[i]) == "env") {
-    for (++i; i < argv.size() && (argv[i] == "-i" || argv[i] == "-" || is_assignment(argv[i]));) {
-      ++i;
-    }
-  }
-  if (i < argv.size() && basename(argv[i]) == "busybox") {
-    busybox = true;
-    ++i;
-  }
+  std::size_t i = program_index(argv);
   if (i >= argv.size()) return ShellForm::NotShell;
+  const bool busybox = i > 0 && basename(argv[i - 1]) == "busybox";
   auto shell = shell_named(argv[i]);
   if (!shell) return ShellForm::NotShell;
   if (busybox && basename(argv[i]) == "sh") shell = Shell::Ash;
@@ -497,10 +488,6 @@ ShellForm classify_entrypoint(const std::vector<std::string>& argv) {
   }
   return ShellForm::ShellStays;
 }
-
-}  // namespace gracekeeper::budget
-
-namespace gracekeeper::budget {
 
 std::optional<HookLength> exec_hook_length(const std::vector<std::string>& command) {
   std::size_t i = program_index(command);

@@ -4,9 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
-#include <string_view>
 
+#include "gracekeeper/budget/engine.h"  // annotated_containers
 #include "gracekeeper/kube/informer.h"  // object_key
 #include "gracekeeper/log/log.h"
 #include "gracekeeper/propagation/observed.h"
@@ -71,26 +70,14 @@ void TerminationBook::erase(const std::string& policy_key) {
 }
 
 std::optional<std::int64_t> pod_wait(const budget::Deployment& d) {
-  // The containers that get the wait, as the budget engine chooses them:
-  // the app containers gracekeeper.dev/containers names, else every app
-  // container that declares a port, else every app container. Never a
-  // native sidecar: it has no wait of its own to keep the pod routed.
+  // The containers traffic reaches while the wait runs: the app containers
+  // gracekeeper.dev/containers names (read as the budget engine reads it),
+  // else every app container that declares a port, else every app
+  // container. Never a native sidecar: it has no wait of its own to keep
+  // the pod routed.
   std::vector<const budget::Container*> targets;
-  if (auto it = d.annotations.find(budget::kAnnotationContainers); it != d.annotations.end()) {
-    std::set<std::string, std::less<>> names;
-    std::string_view rest = it->second;
-    while (true) {
-      const auto comma = rest.find(',');
-      std::string_view name = rest.substr(0, comma);
-      while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.remove_prefix(1);
-      while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
-      if (!name.empty()) names.emplace(name);
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
-    }
-    for (const auto& c : d.containers) {
-      if (!c.sidecar && names.contains(c.name)) targets.push_back(&c);
-    }
+  for (std::size_t i : budget::annotated_containers(d).value_or(std::vector<std::size_t>{})) {
+    targets.push_back(&d.containers[i]);
   }
   // No annotation, or one that names no app container (invalid: the
   // Deployment is reported and left as it is): the default.

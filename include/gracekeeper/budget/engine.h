@@ -134,6 +134,12 @@ Budget compute_budget(const PolicySpec&, double propagation_seconds, std::int64_
 // ExistingPreStopKept).
 Plan plan(const Deployment&, const Context&);
 
+// The app containers gracekeeper.dev/containers names, as indices into
+// Deployment::containers in order; nullopt without the annotation. Names it
+// cannot use (unknown, a native sidecar, empty) are left out: plan() reports
+// them as invalid.
+std::optional<std::vector<std::size_t>> annotated_containers(const Deployment&);
+
 // Only the findings on the current state, for `check`.
 std::vector<Finding> check(const Deployment&, const Context&);
 

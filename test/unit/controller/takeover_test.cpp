@@ -78,9 +78,15 @@ TEST(Takeover, OnlyAChangeOfHandlerNeedsThePatch) {
   EXPECT_FALSE(changes_handler(d, plan));
   d.containers[0].pre_stop.kind = budget::PreStopHook::Kind::None;
   EXPECT_FALSE(changes_handler(d, plan));
-  d.containers[0].pre_stop = {budget::PreStopHook::Kind::ExecSleep, 6, /*owned=*/true};
+  budget::PreStopHook owned_exec;
+  owned_exec.kind = budget::PreStopHook::Kind::ExecSleep;
+  owned_exec.wait_ms = owned_exec.length_ms = 6000;
+  owned_exec.seconds = 6;
+  owned_exec.owned = true;
+  d.containers[0].pre_stop = owned_exec;
   EXPECT_TRUE(changes_handler(d, plan));  // owned or not, other managers may share it
-  d.containers[0].pre_stop = {budget::PreStopHook::Kind::HttpGet, std::nullopt, false};
+  d.containers[0].pre_stop = budget::PreStopHook{};
+  d.containers[0].pre_stop.kind = budget::PreStopHook::Kind::HttpGet;
   plan.containers[0].action = budget::ContainerPlan::Action::Keep;
   EXPECT_FALSE(changes_handler(d, plan));
 }
