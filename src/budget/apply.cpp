@@ -183,7 +183,7 @@ Json apply_configuration(const Deployment& current, const Plan& plan,
   }
   return Json{
       {"apiVersion", "apps/v1"},
-      {"kind", "Deployment"},
+      {"kind", current.kind},
       {"metadata", Json{{"name", current.name},
                         {"namespace", current.namespace_},
                         {"annotations",

@@ -459,6 +459,39 @@ void read_strategy(Reader& reader, const Json& spec, Strategy& strategy) {
   }
 }
 
+void read_stateful_update(Reader& reader, const Json& spec, StatefulUpdate& update) {
+  if (const Json* object = reader.object(spec, "updateStrategy", "spec.updateStrategy")) {
+    const auto type =
+        reader.string(*object, "type", "spec.updateStrategy.type").value_or("RollingUpdate");
+    if (type == "OnDelete") {
+      update.on_delete = true;
+    } else if (type != "RollingUpdate") {
+      reader.fail("spec.updateStrategy.type",
+                  fmt::format("expected RollingUpdate or OnDelete, got \"{}\"", type));
+    }
+    if (const Json* rolling =
+            reader.object(*object, "rollingUpdate", "spec.updateStrategy.rollingUpdate")) {
+      update.partition =
+          reader
+              .integer(*rolling, "partition", "spec.updateStrategy.rollingUpdate.partition", 0,
+                       std::numeric_limits<std::int32_t>::max())
+              .value_or(0);
+      if (auto unavailable = reader.int_or_percent(
+              *rolling, "maxUnavailable", "spec.updateStrategy.rollingUpdate.maxUnavailable")) {
+        update.max_unavailable = *unavailable;
+      }
+    }
+  }
+  const auto policy = reader.string(spec, "podManagementPolicy", "spec.podManagementPolicy")
+                          .value_or("OrderedReady");
+  if (policy == "Parallel") {
+    update.parallel = true;
+  } else if (policy != "OrderedReady") {
+    reader.fail("spec.podManagementPolicy",
+                fmt::format("expected OrderedReady or Parallel, got \"{}\"", policy));
+  }
+}
+
 void check_unique_name(Reader& reader, const Container& container, const Deployment& out,
                        const std::string& path) {
   // Kubernetes rejects two containers with one name (init containers
@@ -548,7 +581,11 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
           .integer(*spec, "replicas", "spec.replicas", 0, std::numeric_limits<std::int32_t>::max())
           .value_or(kDefaultReplicas);
 
-  if (out.kind == "Deployment") read_strategy(reader, *spec, out.strategy);
+  if (out.kind == "Deployment") {
+    read_strategy(reader, *spec, out.strategy);
+  } else {
+    read_stateful_update(reader, *spec, out.stateful);
+  }
 
   const Json* pod_template = reader.object(*spec, "template", "spec.template");
   const Json* pod_spec =

@@ -397,8 +397,42 @@ class Planner {
                          needed, needed, needed);
   }
 
+  // A StatefulSet replaces each pod in place: its rollout is reported,
+  // never written (StatefulUpdate).
+  void check_stateful_update() {
+    const StatefulUpdate& u = d_.stateful;
+    if (u.on_delete) {
+      add("OnDeleteStrategy", Severity::Info, "",
+          "updateStrategy OnDelete: a pod takes a new template, with its wait and grace, only "
+          "when it is deleted; gracekeeper starts no rollout (reported, not changed)");
+      return;
+    }
+    if (u.partition > 0) {
+      add("PartitionedRollout", Severity::Info, "",
+          fmt::format("partition {}: pods with an ordinal below {} keep the old template, with "
+                      "its wait and grace, until the partition is lowered (reported, not changed)",
+                      u.partition, u.partition));
+    }
+    // As the StatefulSet controller scales it: rounded up, at least 1.
+    const std::int64_t at_once =
+        std::max<std::int64_t>(u.max_unavailable.resolve(d_.replicas, /*round_up=*/true), 1);
+    if (ctx_.capabilities.statefulset_max_unavailable && at_once > 1) {
+      add("CapacityDropOnRollout", Severity::Warning, "",
+          fmt::format("maxUnavailable {} takes {} of {} pods down at once during a rollout{}; a "
+                      "StatefulSet replaces its pods in place, so use maxUnavailable 1 "
+                      "(reported, not changed)",
+                      u.max_unavailable.to_string(), at_once, d_.replicas,
+                      u.parallel ? " (podManagementPolicy Parallel)" : ""));
+    }
+    if (d_.replicas == 1) {
+      add("SingleReplica", Severity::Info, "",
+          "one replica: a StatefulSet replaces its pod in place, so each rollout leaves no "
+          "ready target until the new pod is ready");
+    }
+  }
+
   void check_strategy() {
-    if (d_.kind != "Deployment") return;  // a StatefulSet's updateStrategy is not budgeted
+    if (d_.kind != "Deployment") return check_stateful_update();
     const Strategy& s = d_.strategy;
     if (s.type == Strategy::Type::Recreate) {
       add("RecreateStrategy", Severity::Warning, "",

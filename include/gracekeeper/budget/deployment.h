@@ -101,6 +101,17 @@ struct Strategy {
   bool operator==(const Strategy&) const = default;
 };
 
+// A StatefulSet's spec.updateStrategy and podManagementPolicy: read and
+// reported, never written. A StatefulSet replaces each pod in place, with no
+// surge, so no strategy keeps its capacity through a rollout.
+struct StatefulUpdate {
+  bool on_delete = false;      // type OnDelete: a pod takes a new template only when deleted
+  std::int64_t partition = 0;  // pods with a lower ordinal keep the old template
+  IntOrPercent max_unavailable{1, false};  // pods replaced at once (Kubernetes >= 1.35)
+  bool parallel = false;                   // podManagementPolicy Parallel
+  bool operator==(const StatefulUpdate&) const = default;
+};
+
 // The user's own values of the fields gracekeeper changed (`user` in the
 // applied annotation), each recorded the first time gracekeeper changed that
 // field and kept from then on: what `gracekeeper revert` restores, and the
@@ -136,14 +147,15 @@ struct AppliedRecord {
 };
 
 struct Deployment {
-  std::string kind = "Deployment";  // or StatefulSet (offline only): no strategy is managed
+  std::string kind = "Deployment";  // or StatefulSet: no strategy is managed
   std::string name;
   std::string namespace_;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
   std::map<std::string, std::string> pod_labels;
   std::int64_t replicas = kDefaultReplicas;
-  Strategy strategy;
+  Strategy strategy;        // a Deployment's
+  StatefulUpdate stateful;  // a StatefulSet's
   std::int64_t grace_seconds = kDefaultGraceSeconds;
   bool grace_set = false;  // false when the manifest relied on the 30 s default
   // The app containers in order, then the native sidecars in order.
@@ -162,8 +174,8 @@ void set_applied_annotation(Deployment&, std::string text);
 
 bool is_deployment(const Json& object);
 
-// apps/v1 StatefulSet: planned offline for its preStop wait and grace only
-// (it replaces one pod at a time; its updateStrategy is not gracekeeper's).
+// apps/v1 StatefulSet: planned for its preStop wait and grace only (it
+// replaces its pods in place; its updateStrategy is reported, not written).
 bool is_statefulset(const Json& object);
 
 // A value for "expected X, got Y" messages: `string "abc"`, `number .inf`,

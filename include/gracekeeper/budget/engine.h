@@ -30,6 +30,9 @@ struct Finding {
 struct Capabilities {
   // The API server has the native `sleep` preStop action (Kubernetes >= 1.30).
   bool native_sleep = true;
+  // A StatefulSet's rollingUpdate.maxUnavailable is honoured (Kubernetes >=
+  // 1.35); before, a StatefulSet replaced one pod at a time whatever it said.
+  bool statefulset_max_unavailable = true;
 };
 
 struct Context {

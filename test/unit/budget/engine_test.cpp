@@ -741,6 +741,66 @@ TEST(Plan, StatefulSetGetsWaitAndGraceButNoStrategy) {
   EXPECT_FALSE(plan(project(object), ctx).changed());
 }
 
+// Issue 36: a StatefulSet's updateStrategy is read and reported, never
+// written: OnDelete, a partition, and maxUnavailable above 1 (where the
+// cluster honours it) each have a finding; the configuration is a
+// StatefulSet's, with no strategy of either kind.
+TEST(Plan, StatefulSetUpdateStrategyIsReportedNotWritten) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["kind"] = "StatefulSet";
+  object["spec"]["replicas"] = 4;
+  object["spec"]["podManagementPolicy"] = "Parallel";
+  object["spec"]["updateStrategy"] = Json::parse(
+      R"({"type": "RollingUpdate", "rollingUpdate": {"partition": 2, "maxUnavailable": "50%"}})");
+  const Deployment d = project(object);
+  EXPECT_EQ(d.stateful.partition, 2);
+  EXPECT_TRUE(d.stateful.parallel);
+  auto result = plan(d, ctx);
+  EXPECT_FALSE(result.manage_strategy);
+  EXPECT_TRUE(has(codes(result.findings, Severity::Info), "PartitionedRollout"));
+  EXPECT_TRUE(has(codes(result.findings, Severity::Warning), "CapacityDropOnRollout"));
+  EXPECT_FALSE(has(codes(result.findings, Severity::Error), "CapacityDropOnRollout"));
+  for (const auto& f : result.findings) {
+    if (f.code == "CapacityDropOnRollout") {
+      EXPECT_NE(f.message.find("maxUnavailable 50% takes 2 of 4 pods down at once during a "
+                               "rollout (podManagementPolicy Parallel)"),
+                std::string::npos)
+          << f.message;
+    }
+  }
+  const Json config = apply_configuration(d, result, "default", kTime);
+  EXPECT_EQ(config["kind"], "StatefulSet");
+  EXPECT_FALSE(config["spec"].contains("strategy"));
+  EXPECT_FALSE(config["spec"].contains("updateStrategy"));
+  EXPECT_EQ(config["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 55);
+
+  // Before 1.35 the field is ignored: one pod at a time, nothing to report.
+  ctx.capabilities.statefulset_max_unavailable = false;
+  EXPECT_FALSE(has(codes(plan(d, ctx).findings, Severity::Warning), "CapacityDropOnRollout"));
+  // maxUnavailable 1 (the default) is fine.
+  object["spec"]["updateStrategy"]["rollingUpdate"].erase("maxUnavailable");
+  ctx.capabilities.statefulset_max_unavailable = true;
+  EXPECT_FALSE(
+      has(codes(plan(project(object), ctx).findings, Severity::Warning), "CapacityDropOnRollout"));
+
+  object["spec"]["updateStrategy"] = Json::parse(R"({"type": "OnDelete"})");
+  object["spec"]["replicas"] = 1;
+  const auto on_delete = plan(project(object), ctx);
+  EXPECT_TRUE(has(codes(on_delete.findings, Severity::Info), "OnDeleteStrategy"));
+  EXPECT_FALSE(has(codes(on_delete.findings, Severity::Info), "PartitionedRollout"));
+
+  // A bad value names its field.
+  object["spec"]["updateStrategy"] = Json::parse(R"({"type": "Sometimes"})");
+  object["spec"]["podManagementPolicy"] = "Random";
+  const auto bad = project_deployment(object);
+  ASSERT_FALSE(bad.has_value());
+  ASSERT_EQ(bad.error().size(), 2u);
+  EXPECT_EQ(bad.error()[0].path, "spec.updateStrategy.type");
+  EXPECT_EQ(bad.error()[1].path, "spec.podManagementPolicy");
+}
+
 // Issue 32 item 2: every app container gets the wait, with ports or not (a
 // database proxy stopped at once fails the requests the app still serves).
 // The containers annotation still chooses; a container it leaves out is named.
