@@ -219,7 +219,18 @@ class EventRecorder {
   // a series patch that finds its Event gone is not a failure: the Event is
   // created again). Not called for occurrences still waiting.
   using Outcome = std::function<void(const EventRecord&, bool written)>;
-  void on_outcome(Outcome outcome) { outcome_ = std::move(outcome); }
+  // Each callback given is told (one per reconciler that records).
+  void on_outcome(Outcome outcome) {
+    if (!outcome_) {
+      outcome_ = std::move(outcome);
+      return;
+    }
+    outcome_ = [first = std::move(outcome_), second = std::move(outcome)](const EventRecord& e,
+                                                                          bool written) {
+      first(e, written);
+      second(e, written);
+    };
+  }
 
   Stats stats() const { return stats_; }
   // Writes waiting or running.
