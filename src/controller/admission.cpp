@@ -73,17 +73,21 @@ std::string review(const std::string& uid, const json* patch, const std::string*
       .dump();
 }
 
-// The request's object is a Deployment of apps/v1 being created or updated.
-bool is_deployment_write(const json& request) {
+// The kind of the request's object when it is a Deployment or StatefulSet of
+// apps/v1 being created or updated; "" otherwise.
+std::string workload_write(const json& request) {
   const auto kind = request.find("kind");
   if (kind == request.end() || text_member(*kind, "group") != "apps" ||
-      text_member(*kind, "version") != "v1" || text_member(*kind, "kind") != "Deployment") {
-    return false;
+      text_member(*kind, "version") != "v1") {
+    return {};
   }
+  std::string name = text_member(*kind, "kind");
+  if (name != "Deployment" && name != "StatefulSet") return {};
   const std::string operation = text_member(request, "operation");
-  if (operation != "CREATE" && operation != "UPDATE") return false;
+  if (operation != "CREATE" && operation != "UPDATE") return {};
   const auto object = request.find("object");
-  return object != request.end() && object->is_object();
+  if (object == request.end() || !object->is_object()) return {};
+  return name;
 }
 
 // The namespace's figures, as the reconciler would plan with them.
@@ -135,12 +139,13 @@ json old_template(std::string_view body) {
   return document.is_object() && document.contains(at) ? document[at] : json();
 }
 
-std::optional<json> plan_patch(const json& object, const std::string& request_namespace,
-                               std::string_view body, const AdmissionInputs& in,
-                               AdmissionAnswer& answer) {
+std::optional<json> plan_patch(const json& object, const std::string& kind,
+                               const std::string& request_namespace, std::string_view body,
+                               const AdmissionInputs& in, AdmissionAnswer& answer) {
   // The same view as the reconciler's: the budget fields through MessagePack,
   // as the cache keeps them (cache.cpp).
   json fields = budget_fields(object);
+  fields["kind"] = kind;
   // On CREATE the namespace, and with generateName the name, are not set yet.
   const std::string ns = text_member(object["metadata"], "namespace").empty()
                              ? request_namespace
@@ -274,7 +279,8 @@ AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {
   if (uid.empty()) return bad_request(400, "the AdmissionReview's request has no uid");
 
   AdmissionAnswer answer;
-  if (!is_deployment_write(*request)) {
+  const std::string kind = workload_write(*request);
+  if (kind.empty()) {
     answer.body = review(uid, nullptr, nullptr);
     return answer;
   }
@@ -295,16 +301,17 @@ AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {
     return answer;
   }
   try {
-    const auto patch = plan_patch(object, text_member(*request, "namespace"), body, in, answer);
+    const auto patch =
+        plan_patch(object, kind, text_member(*request, "namespace"), body, in, answer);
     if (patch) answer.outcome = AdmissionAnswer::Outcome::Patched;
     answer.body = review(uid, patch ? &*patch : nullptr, nullptr);
   } catch (const std::exception& e) {
     answer.outcome = AdmissionAnswer::Outcome::Error;
     answer.error = e.what();
     const std::string warning = fmt::format(
-        "gracekeeper could not plan this Deployment ({}); admitted unchanged, the "
-        "operator tunes it later",
-        e.what());
+        "gracekeeper could not plan this {} ({}); admitted unchanged, the operator tunes it "
+        "later",
+        kind, e.what());
     answer.body = review(uid, nullptr, &warning);
   }
   return answer;

@@ -152,12 +152,16 @@ bool inflate_source(const std::string& data, std::vector<std::uint8_t>& out) {
 // Deployment; the unit test checks that it gives the same projection of
 // every Deployment it has with these fields as with the whole object.
 const std::vector<std::string> kBudgetFields = {
+    "kind",  // Deployment or StatefulSet (set by the projection: LIST items carry none)
     "metadata.name",
     "metadata.namespace",
     "metadata.labels",
     "metadata.annotations",  // only gracekeeper's are kept: see budget_fields
     "spec.replicas",
     "spec.strategy",
+    // A StatefulSet's, reported (budget::StatefulUpdate).
+    "spec.updateStrategy",
+    "spec.podManagementPolicy",
     // Which Services select the pods (services.h): whether a wait is needed at all.
     "spec.template.metadata.labels",
     "spec.template.spec.terminationGracePeriodSeconds",
@@ -180,6 +184,17 @@ const std::vector<std::string> kBudgetFields = {
 };
 
 }  // namespace
+
+std::vector<std::string> statefulset_fields() {
+  std::vector<std::string> fields = kBudgetFields;
+  for (const char* field :
+       {"metadata.uid", "metadata.generation", "metadata.managedFields.manager",
+        "metadata.managedFields.operation", "status.observedGeneration", "status.replicas",
+        "status.updatedReplicas", "status.availableReplicas"}) {
+    fields.emplace_back(field);
+  }
+  return fields;
+}
 
 std::vector<std::string> deployment_fields() {
   std::vector<std::string> fields = kBudgetFields;
@@ -243,11 +258,17 @@ bool opted_in(const nlohmann::json& metadata) {
 bool RolloutStatus::complete(std::int64_t generation) const {
   if (observed_generation < generation) return false;
   if (deadline_exceeded) return true;
+  if (stateful) {
+    // Pods below the partition keep the old template: done once the others
+    // are new and every pod is available. OnDelete never rolls by itself.
+    return on_delete || (updated >= std::max<std::int64_t>(desired - partition, 0) &&
+                         available >= desired && replicas <= desired);
+  }
   return updated >= desired && replicas <= updated && available >= updated;
 }
 
 bool RolloutStatus::in_flight(std::int64_t generation) const {
-  return !paused && !complete(generation);
+  return !paused && !on_delete && !complete(generation);
 }
 
 bool RolloutStatus::rolling(std::int64_t generation) const {
@@ -285,11 +306,32 @@ RolloutStatus rollout_status(const nlohmann::json& object) {
   return r;
 }
 
-std::optional<CachedDeployment> project_deployment(const nlohmann::json& object) {
+namespace {
+
+// What a StatefulSet's status and updateStrategy say of its rollout. Its
+// status has no terminating count: a pod of the old template that is still
+// shutting down is counted in replicas, not in updatedReplicas.
+RolloutStatus stateful_rollout_status(const nlohmann::json& object) {
+  RolloutStatus r = rollout_status(object);
+  r.stateful = true;
+  r.paused = false;  // a StatefulSet has no spec.paused
+  if (const auto* spec = member(object, "spec")) {
+    if (const auto* strategy = member(*spec, "updateStrategy")) {
+      r.on_delete = string_member(*strategy, "type") == "OnDelete";
+      if (const auto* rolling = member(*strategy, "rollingUpdate")) {
+        r.partition = std::max<std::int64_t>(int_member(*rolling, "partition"), 0);
+      }
+    }
+  }
+  return r;
+}
+
+std::optional<CachedDeployment> project_workload(const nlohmann::json& object, const char* kind) {
   const nlohmann::json* metadata = member(object, "metadata");
-  // Decided on the raw object, so Deployments that are not opted in cost
+  // Decided on the raw object, so workloads that are not opted in cost
   // nothing beyond this lookup.
   if (!metadata || !opted_in(*metadata)) return std::nullopt;
+  const bool stateful = std::string_view(kind) == "StatefulSet";
   CachedDeployment out;
   out.uid = string_member(*metadata, "uid");
   out.generation = int_member(*metadata, "generation");
@@ -304,7 +346,7 @@ std::optional<CachedDeployment> project_deployment(const nlohmann::json& object)
     std::ranges::sort(out.appliers);
     out.appliers.erase(std::unique(out.appliers.begin(), out.appliers.end()), out.appliers.end());
   }
-  out.rollout = rollout_status(object);
+  out.rollout = stateful ? stateful_rollout_status(object) : rollout_status(object);
   if (const auto* annotations = member(*metadata, "annotations")) {
     const std::string applied = string_member(*annotations, budget::kAnnotationApplied);
     const auto record = nlohmann::json::parse(applied, nullptr, /*allow_exceptions=*/false);
@@ -312,10 +354,22 @@ std::optional<CachedDeployment> project_deployment(const nlohmann::json& object)
   }
   thread_local Scratch<std::vector<std::uint8_t>> scratch;
   std::vector<std::uint8_t>& packed = scratch.get();
-  nlohmann::json::to_msgpack(budget_fields(object), packed);
+  nlohmann::json fields = budget_fields(object);
+  fields["kind"] = kind;
+  nlohmann::json::to_msgpack(fields, packed);
   out.source = deflate_source(packed);
   scratch.release_if_large();
   return out;
+}
+
+}  // namespace
+
+std::optional<CachedDeployment> project_deployment(const nlohmann::json& object) {
+  return project_workload(object, "Deployment");
+}
+
+std::optional<CachedDeployment> project_statefulset(const nlohmann::json& object) {
+  return project_workload(object, "StatefulSet");
 }
 
 std::optional<CachedPolicy> project_policy(const nlohmann::json& object) {

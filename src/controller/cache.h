@@ -23,8 +23,8 @@ inline constexpr const char* kFieldManager = "gracekeeper";
 inline const kube::Resource shutdown_policies{"gracekeeper.dev", "v1alpha1", "shutdownpolicies",
                                               true};
 
-// Where a Deployment's rollout stands, from its status: what `kubectl
-// rollout status` reads.
+// Where a Deployment's (or StatefulSet's) rollout stands, from its status:
+// what `kubectl rollout status` reads.
 struct RolloutStatus {
   std::int64_t desired = 1;  // spec.replicas
   std::int64_t observed_generation = 0;
@@ -37,6 +37,11 @@ struct RolloutStatus {
   // with DeploymentReplicaSetTerminatingReplicas; 0 where it is absent.
   std::int64_t terminating = 0;
   bool paused = false;  // spec.paused: the controller starts no rollout
+  // A StatefulSet's: it replaces pods in place, and its updateStrategy can
+  // hold pods back for good (OnDelete, or an ordinal below the partition).
+  bool stateful = false;
+  bool on_delete = false;
+  std::int64_t partition = 0;
 
   // The controller has seen `generation` and every replica is new and
   // available with no old pod left, or the rollout gave up.
@@ -105,6 +110,14 @@ RolloutStatus rollout_status(const nlohmann::json& object);
 // nullopt for a Deployment that is not opted in: such Deployments are never
 // cached and never touched.
 std::optional<CachedDeployment> project_deployment(const nlohmann::json& object);
+
+// An opted-in StatefulSet, cached like a Deployment: the engine reads it as
+// one (budget::Deployment::kind "StatefulSet"), and its rollout status is
+// read from the StatefulSet's.
+std::optional<CachedDeployment> project_statefulset(const nlohmann::json& object);
+std::vector<std::string> statefulset_fields();
+
+inline const kube::Resource statefulsets{"apps", "v1", "statefulsets", true};
 
 struct CachedPolicy {
   std::string name;

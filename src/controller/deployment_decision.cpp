@@ -92,14 +92,15 @@ void find_set_back(const budget::Deployment& d, const budget::PolicySpec& policy
 }
 
 // changes.maxConcurrentRollouts resolved against the governed Deployments
-// the policy's status counts (rounded up, at least 1).
+// and StatefulSets the policy's status counts (rounded up, at least 1).
 std::int64_t max_rollouts(const CachedPolicy& policy) {
   std::int64_t managed = 0;
-  if (policy.status.is_object()) {
-    const auto d = policy.status.find("deployments");
+  for (const char* kind : {"deployments", "statefulSets"}) {
+    if (!policy.status.is_object()) break;
+    const auto d = policy.status.find(kind);
     if (d != policy.status.end() && d->is_object()) {
       const auto m = d->find("managed");
-      if (m != d->end() && m->is_number_integer()) managed = m->get<std::int64_t>();
+      if (m != d->end() && m->is_number_integer()) managed += m->get<std::int64_t>();
     }
   }
   return std::max<std::int64_t>(
@@ -319,7 +320,7 @@ kube::EventRecord tuned_event(const PlannedWrite& w, const std::string& policy_n
 DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
   DeploymentDecision out;
   if (!*facts.deployment) {
-    std::string note = "gracekeeper cannot read this Deployment; left unchanged:";
+    std::string note = "gracekeeper cannot read this object; left unchanged:";
     for (const auto& e : facts.deployment->error()) note += " " + e.format() + ";";
     out.events.push_back(warning("InvalidDeployment", "Check", std::move(note)));
     return out;

@@ -10,11 +10,6 @@
 namespace gracekeeper::controller {
 namespace {
 
-kube::ObjectRef deployment_ref(const std::string& ns, const std::string& name,
-                               const std::string& uid) {
-  return kube::ObjectRef{"apps/v1", "Deployment", ns, name, uid};
-}
-
 // The manager a server-side apply conflict names: `conflict with "kubectl" using apps/v1`.
 std::string conflicting_manager(const kube::ApiError::Cause& cause) {
   const auto open = cause.message.find('"');
@@ -68,12 +63,12 @@ const BlockedWrite* DeploymentReconciler::blocked(const std::string& key) const 
 // An Event counts as reported once written; one that failed is recorded
 // again by a later reconcile of its Deployment, after a backoff.
 void DeploymentReconciler::event_outcome(const kube::EventRecord& e, bool written) {
-  if (e.regarding.kind != "Deployment") return;
+  if (e.regarding.kind != deps_.kind) return;
   const std::string key = e.regarding.namespace_ + "/" + e.regarding.name;
   const auto retry = ledger_.outcome(key, e, written);
   if (!retry) return;
   log::info("event not written, will record it again",
-            {{"deployment", key}, {"reason", e.reason}, {"after", std::to_string(retry->count())}});
+            {{log_key(), key}, {"reason", e.reason}, {"after", std::to_string(retry->count())}});
   if (deps_.requeue) deps_.requeue(key, *retry);
 }
 
@@ -98,7 +93,7 @@ boost::asio::awaitable<bool> DeploymentReconciler::conflict_released(
   auto fields = co_await deps_.writer.managed_fields(ns, name);
   if (!fields) {
     log::warn("cannot read the managers of a blocked write",
-              {{"deployment", key}, {"error", fields.error().format()}});
+              {{log_key(), key}, {"error", fields.error().format()}});
     co_return false;  // looked at again with the next change
   }
   co_return std::ranges::none_of(conflicts, [&](const ConflictingField& c) {
@@ -265,7 +260,7 @@ DeploymentReconciler::field_fight(const std::string& key, const CachedDeployment
   if (who.empty()) who = "another writer";
   std::string what;
   for (const auto& f : decision.set_back) what += (what.empty() ? "" : ", ") + f;
-  log::warn("field fight", {{"deployment", key}, {"managers", who}, {"fields", what}});
+  log::warn("field fight", {{log_key(), key}, {"managers", who}, {"fields", what}});
   co_return Fight{
       kube::EventRecord{
           {},
@@ -278,11 +273,11 @@ DeploymentReconciler::field_fight(const std::string& key, const CachedDeployment
           // API server's --event-ttl (1 h by default).
           fmt::format(
               "{} set gracekeeper's fields back {} within {}s ({}; the last at generation {}); "
-              "gracekeeper stops re-tuning this Deployment rather than restart its pods on "
+              "gracekeeper stops re-tuning this {} rather than restart its pods on "
               "every deploy. Fix: drop these fields from the manifest that {} applies, or set "
               "them to the budget ({}); gracekeeper tunes again once they stop being set back",
               who, set_backs == 2 ? std::string("twice") : fmt::format("{} times", set_backs),
-              decision.min_interval.count(), what, cached.generation, who,
+              decision.min_interval.count(), what, cached.generation, deps_.kind, who,
               decision.write->changes)},
       ends_in};
 }
@@ -346,14 +341,14 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
   } else {
     forget_decision(key);
   }
-  const kube::ObjectRef ref = deployment_ref(ns, name, cached->uid);
+  const kube::ObjectRef ref{"apps/v1", deps_.kind, ns, name, cached->uid};
   if (decision.wait_for_policy) co_return Result::done();
   if (decision.write && written_over(key, *cached)) {
-    log::debug("stale snapshot, already written", {{"deployment", key}});
+    log::debug("stale snapshot, already written", {{log_key(), key}});
     co_return Result::done();
   }
   if (decision.blocked && co_await conflict_released(key, cached)) {
-    log::info("conflicting fields released, trying again", {{"deployment", key}});
+    log::info("conflicting fields released, trying again", {{log_key(), key}});
     blocked_.erase(key);
     decision = decide(key, *cached);
   }
@@ -368,17 +363,19 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
     }
   }
   if (decision.write && decision.write->retune) {
-    const std::int64_t busy = rollouts_in_flight(key, decision.policy_key);
+    const std::int64_t busy =
+        rollouts_in_flight(key, decision.policy_key) +
+        (deps_.other_rollouts ? deps_.other_rollouts(decision.policy_key) : 0);
     if (busy >= decision.max_rollouts) {
       decision.events.push_back(
           {{},
            kube::EventType::Normal,
            "RolloutQueued",
            "Tune",
-           fmt::format(
-               "waiting to apply {}: {} re-tuned Deployments of policy {} are still rolling "
-               "out (changes.maxConcurrentRollouts allows {})",
-               decision.write->changes, busy, decision.policy_name, decision.max_rollouts)});
+           fmt::format("waiting to apply {}: {} re-tuned workloads of policy {} are still rolling "
+                       "out (changes.maxConcurrentRollouts allows {})",
+                       decision.write->changes, busy, decision.policy_name,
+                       decision.max_rollouts)});
       report(key, ref, std::move(decision.events));
       co_return Result::after(kRolloutPoll);
     }
@@ -447,7 +444,7 @@ DeploymentReconciler::write(const std::string& ns, const std::string& name, cons
   if (!result && result.error().reason == kube::ApiError::Reason::Conflict &&
       !result.error().causes.empty() && !force && !w.replace_hooks) {
     if (!may_force(result.error(), appliers, owners)) {
-      log::warn("field conflict", {{"deployment", key}, {"owners", owners}});
+      log::warn("field conflict", {{log_key(), key}, {"owners", owners}});
       WriteOutcome refused;
       for (const auto& cause : result.error().causes) {
         if (auto m = conflicting_manager(cause); std::ranges::find(appliers, m) != appliers.end()) {
@@ -480,7 +477,7 @@ DeploymentReconciler::write(const std::string& ns, const std::string& name, cons
   if (!result && result.error().reason == kube::ApiError::Reason::Invalid) {
     // The server refuses this configuration; sending it again cannot help
     // until the Deployment or the plan changes.
-    log::warn("apply rejected", {{"deployment", key}, {"error", result.error().format()}});
+    log::warn("apply rejected", {{log_key(), key}, {"error", result.error().format()}});
     WriteOutcome refused;
     refused.refused = kube::EventRecord{{},
                                         kube::EventType::Warning,
@@ -495,7 +492,7 @@ DeploymentReconciler::write(const std::string& ns, const std::string& name, cons
     co_return std::unexpected(std::move(error));
   }
   deps_.metrics.count_patch(ns);
-  log::info("tuned", {{"deployment", key}, {"changes", w.changes}});
+  log::info("tuned", {{log_key(), key}, {"changes", w.changes}});
   WriteOutcome applied;
   applied.applied = true;
   co_return applied;

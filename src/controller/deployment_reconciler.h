@@ -1,4 +1,5 @@
-// The Deployment controller: for key "ns/name", read the Deployment and its
+// The Deployment controller, and with kind StatefulSet the StatefulSet
+// controller: for key "ns/name", read the Deployment and its
 // namespace's policies from the stores, decide (deployment_decision.h), apply
 // what the decision says with server-side apply, report the Events of the
 // state once, and come back when a held-back change becomes due.
@@ -49,6 +50,12 @@ class DeploymentReconciler {
     // Reconcile `key` again after a delay: an Event of its state failed to
     // be written, and is recorded again then.
     std::function<void(const std::string& key, std::chrono::nanoseconds after)> requeue{};
+    // The kind of workload this reconciler governs: Deployment or
+    // StatefulSet (one reconciler, store, queue and writer per kind).
+    std::string kind = "Deployment";
+    // The re-tunes of a policy in flight among the workloads of the other
+    // kind: changes.maxConcurrentRollouts counts both kinds.
+    std::function<std::int64_t(const std::string& policy_key)> other_rollouts{};
   };
   explicit DeploymentReconciler(Dependencies deps);
   DeploymentReconciler(const DeploymentReconciler&) = delete;
@@ -89,6 +96,12 @@ class DeploymentReconciler {
   // their last Event: each stays a fight until the policy's interval passed.
   void seed_fights(const std::map<std::string, TimePoint>& fights);
   const BlockedWrite* blocked(const std::string& key) const;
+  // The re-tunes of `policy_key` in flight among this kind's workloads.
+  std::int64_t rollouts_in_flight(const std::string& policy_key) {
+    return rollouts_in_flight(std::string(), policy_key);
+  }
+  const std::string& kind() const { return deps_.kind; }
+  const kube::Store<CachedDeployment>& store() const { return deps_.deployments; }
 
  private:
   struct WriteOutcome {
@@ -123,6 +136,10 @@ class DeploymentReconciler {
                                                            const CachedDeployment&,
                                                            const DeploymentDecision&);
   std::int64_t rollouts_in_flight(const std::string& key, const std::string& policy_key);
+  // The log field that names the workload: "deployment" or "statefulset".
+  std::string_view log_key() const {
+    return deps_.kind == "StatefulSet" ? "statefulset" : "deployment";
+  }
   // How soon a held-back re-tune looks for a free rollout slot again.
   static constexpr std::chrono::seconds kRolloutPoll{5};
 

@@ -20,7 +20,8 @@ class SystemClock final : public Clock {
 
 class KubeDeploymentWriter final : public DeploymentWriter {
  public:
-  explicit KubeDeploymentWriter(kube::Client& client) : client_(client) {}
+  KubeDeploymentWriter(kube::Client& client, kube::Resource resource)
+      : client_(client), resource_(std::move(resource)) {}
 
   asio::awaitable<Written> apply(const std::string& ns, const std::string& name,
                                  const nlohmann::json& configuration, bool force) override {
@@ -28,20 +29,19 @@ class KubeDeploymentWriter final : public DeploymentWriter {
     options.field_manager = kFieldManager;
     options.force = force;
     options.read_object = false;  // the informer's watch brings the patched Deployment
-    auto result =
-        co_await client_.apply(kube::resources::deployments, ns, name, configuration, options);
+    auto result = co_await client_.apply(resource_, ns, name, configuration, options);
     if (!result) co_return std::unexpected(std::move(result.error()));
     co_return Written{};
   }
 
   asio::awaitable<Written> replace_hooks(const std::string& ns, const std::string& name,
                                          const nlohmann::json& configuration) override {
-    auto current = co_await client_.get(kube::resources::deployments, ns, name, std::string());
+    auto current = co_await client_.get(resource_, ns, name, std::string());
     if (!current) co_return std::unexpected(std::move(current.error()));
     kube::WriteOptions options;
     options.field_manager = kFieldManager;
     options.read_object = false;
-    auto result = co_await client_.json_patch(kube::resources::deployments, ns, name,
+    auto result = co_await client_.json_patch(resource_, ns, name,
                                               replacement_patch(*current, configuration), options);
     if (!result) co_return std::unexpected(std::move(result.error()));
     co_return Written{};
@@ -49,7 +49,7 @@ class KubeDeploymentWriter final : public DeploymentWriter {
 
   asio::awaitable<std::expected<nlohmann::json, kube::ApiError>> managed_fields(
       const std::string& ns, const std::string& name) override {
-    auto current = co_await client_.get(kube::resources::deployments, ns, name, std::string());
+    auto current = co_await client_.get(resource_, ns, name, std::string());
     if (!current) co_return std::unexpected(std::move(current.error()));
     const auto metadata = current->find("metadata");
     if (metadata == current->end() || !metadata->is_object()) co_return nlohmann::json::array();
@@ -60,6 +60,7 @@ class KubeDeploymentWriter final : public DeploymentWriter {
 
  private:
   kube::Client& client_;
+  kube::Resource resource_;
 };
 
 class KubeStatusWriter final : public StatusWriter {
@@ -124,8 +125,9 @@ class Meter final : public PropagationMeter {
 std::unique_ptr<Clock> system_clock() {
   return std::make_unique<SystemClock>();
 }
-std::unique_ptr<DeploymentWriter> kube_deployment_writer(kube::Client& c) {
-  return std::make_unique<KubeDeploymentWriter>(c);
+std::unique_ptr<DeploymentWriter> kube_deployment_writer(kube::Client& c,
+                                                         const kube::Resource& resource) {
+  return std::make_unique<KubeDeploymentWriter>(c, resource);
 }
 std::unique_ptr<StatusWriter> kube_status_writer(kube::Client& c) {
   return std::make_unique<KubeStatusWriter>(c);

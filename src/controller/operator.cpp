@@ -33,7 +33,6 @@
 #include "policy_reconciler.h"
 #include "ports.h"
 #include "services.h"
-#include "statefulsets.h"
 #include "termination_audit.h"
 #include "webhook/certs.h"
 
@@ -63,14 +62,16 @@ std::string default_identity() {
   return fmt::format("{}_{:08x}", host, random());
 }
 
-// "v1.37.2" with major "1", minor "37" (or "37+"): the native sleep action
-// arrived in 1.30.
-bool has_native_sleep(const kube::ServerVersion& v) {
+// "v1.37.2" with major "1", minor "37" (or "37+"): at least 1.`minor`.
+bool at_least(const kube::ServerVersion& v, int wanted_minor) {
   int major = 0, minor = 0;
   std::sscanf(v.major.c_str(), "%d", &major);
   std::sscanf(v.minor.c_str(), "%d", &minor);
-  return major > 1 || (major == 1 && minor >= 30);
+  return major > 1 || (major == 1 && minor >= wanted_minor);
 }
+
+// The reconcilers a work queue's worker runs (timed()).
+enum class Controller { Deployment, StatefulSet, Policy };
 
 class Operator {
  public:
@@ -91,25 +92,47 @@ class Operator {
                 [this](const nlohmann::json& o) { return observe_slice(o); }),
         deployment_queue_(io.get_executor()),
         policy_queue_(io.get_executor()),
+        statefulset_queue_(io.get_executor()),
         events_(io.get_executor(), client_, recorder_options()),
         prometheus_(std::move(prometheus)),
         clock_(system_clock()),
-        deployment_writer_(kube_deployment_writer(client_)),
+        deployment_writer_(kube_deployment_writer(client_, kube::resources::deployments)),
+        statefulset_writer_(kube_deployment_writer(client_, statefulsets)),
         status_writer_(kube_status_writer(client_)),
         event_sink_(recorder_sink(events_)),
         meter_(propagation_meter(prometheus_.get(), &samples_)),
         rules_(deployments_.store(), policies_.store(), deployment_queue_, policy_queue_),
+        statefulset_rules_(statefulsets_.store(), policies_.store(), statefulset_queue_,
+                           policy_queue_),
         deployment_reconciler_(
             {deployments_.store(), policies_.store(), services_.store(), propagation_,
              *deployment_writer_, *event_sink_, *clock_, metrics_,
              [this](const std::string& policy_key) { policy_queue_.add(policy_key); },
              [this](const std::string& key, std::chrono::nanoseconds after) {
                deployment_queue_.add_after(key, after);
+             },
+             "Deployment",
+             [this](const std::string& policy_key) {
+               return statefulset_reconciler_.rollouts_in_flight(policy_key);
+             }}),
+        statefulset_reconciler_(
+            {statefulsets_.store(), policies_.store(), services_.store(), propagation_,
+             *statefulset_writer_, *event_sink_, *clock_, metrics_,
+             [this](const std::string& policy_key) { policy_queue_.add(policy_key); },
+             [this](const std::string& key, std::chrono::nanoseconds after) {
+               statefulset_queue_.add_after(key, after);
+             },
+             "StatefulSet",
+             [this](const std::string& policy_key) {
+               return deployment_reconciler_.rollouts_in_flight(policy_key);
              }}),
         policy_reconciler_({policies_.store(), deployments_.store(), propagation_, *meter_,
                             *status_writer_, *clock_, metrics_, deployment_reconciler_,
-                            [this](const std::string& ns) { rules_.enqueue_namespace(ns); },
-                            [this] { return deployments_settled(); }},
+                            [this](const std::string& ns) {
+                              rules_.enqueue_namespace(ns);
+                              statefulset_rules_.enqueue_namespace(ns);
+                            },
+                            [this] { return deployments_settled(); }, &statefulset_reconciler_},
                            {options_.propagation_refresh}),
         audit_({deployments_.store(), policies_.store(), propagation_, deployment_reconciler_,
                 samples_, terminations_, *event_sink_, metrics_,
@@ -117,7 +140,8 @@ class Operator {
                 [this](const std::string& policy_key) {
                   policy_queue_.add_after(policy_key, std::chrono::seconds(2));
                 },
-                [this] { return workers_started_; }}) {
+                [this] { return workers_started_; }, statefulsets_.store(),
+                &statefulset_reconciler_}) {
     policy_reconciler_.set_terminations(&terminations_);
   }
 
@@ -178,8 +202,9 @@ class Operator {
   }
   kube::InformerOptions statefulset_informer_options() const {
     kube::InformerOptions o = informer_options();
-    o.fields = statefulset_fields();
-    o.wanted = opted_in;  // of the others, only the metadata is built
+    o.fields = statefulset_fields();  // what project_statefulset reads
+    o.wanted = opted_in;              // of the others, only the metadata is built
+    o.watch_list = false;             // as for Deployments: the operator patches them while listing
     return o;
   }
   // EndpointSlices: only the endpoints' pod names and conditions are built.
@@ -202,7 +227,8 @@ class Operator {
     // down, the events go out at once.
     o.busy = [this]() -> bool {
       const kube::WorkQueue& q = deployment_queue_.core();
-      return !shutting_down_ && q.len() + q.processing() > 0;
+      const kube::WorkQueue& s = statefulset_queue_.core();
+      return !shutting_down_ && q.len() + q.processing() + s.len() + s.processing() > 0;
     };
     return o;
   }
@@ -217,10 +243,14 @@ class Operator {
     budget::Capabilities capabilities;
     // A kubelet older than 1.30 ignores the sleep action: the operator is
     // told the oldest one (nodes are not read).
-    capabilities.native_sleep = has_native_sleep(*version) && (options_.min_kubelet_minor < 0 ||
-                                                               options_.min_kubelet_minor >= 30);
-    deployment_reconciler_.set_capabilities(capabilities);
-    deployment_reconciler_.set_webhook_served(options_.webhook_port != 0);
+    capabilities.native_sleep = at_least(*version, 30) && (options_.min_kubelet_minor < 0 ||
+                                                           options_.min_kubelet_minor >= 30);
+    // StatefulSet maxUnavailable is on by default from 1.35 (beta).
+    capabilities.statefulset_max_unavailable = at_least(*version, 35);
+    for (DeploymentReconciler* r : {&deployment_reconciler_, &statefulset_reconciler_}) {
+      r->set_capabilities(capabilities);
+      r->set_webhook_served(options_.webhook_port != 0);
+    }
     capabilities_ = capabilities;
     log::info("connected", {{"server", config_.server},
                             {"version", version->git_version},
@@ -232,10 +262,9 @@ class Operator {
     deployments_.add_handlers(rules_.deployment_handlers());
     policies_.add_handlers(rules_.policy_handlers());
     services_.add_handlers(rules_.service_handlers());
-    auto statefulset_changed = [this](const std::string& key) { report_statefulset(key); };
-    statefulsets_.add_handlers(
-        {statefulset_changed, statefulset_changed,
-         [this](const std::string& key) { statefulsets_reported_.erase(key); }});
+    statefulsets_.add_handlers(statefulset_rules_.deployment_handlers());
+    policies_.add_handlers(statefulset_rules_.policy_handlers());
+    services_.add_handlers(statefulset_rules_.service_handlers());
     asio::co_spawn(io_, policies_.run(), asio::detached);
     asio::co_spawn(io_, services_.run(), asio::detached);
     asio::co_spawn(io_, statefulsets_.run(), asio::detached);
@@ -317,27 +346,30 @@ class Operator {
   }
 
   asio::awaitable<void> when_synced() {
-    while (!(policies_.has_synced() && deployments_.has_synced() && services_.has_synced()) &&
+    while (!(policies_.has_synced() && deployments_.has_synced() && services_.has_synced() &&
+             statefulsets_.has_synced()) &&
            !shutting_down_) {
       co_await sleep_for(std::chrono::milliseconds(20));
     }
     if (shutting_down_) co_return;
     log::info("caches synced", {{"policies", std::to_string(policies_.size())},
                                 {"deployments", std::to_string(deployments_.size())},
+                                {"statefulsets", std::to_string(statefulsets_.size())},
                                 {"services", std::to_string(services_.size())}});
     rules_.enqueue_all_policies();  // their counts can be complete now
   }
 
   bool start_http() {
     server::Routes metrics = server::metrics_routes(metrics_);
-    server::Routes health = server::health_routes(
-        [] { return std::string(); },
-        [this]() -> std::string {
-          if (shutting_down_) return "shutting down";
-          if (!policies_.has_synced() || !deployments_.has_synced() || !services_.has_synced())
-            return "caches not synced";
-          return {};
-        });
+    server::Routes health =
+        server::health_routes([] { return std::string(); },
+                              [this]() -> std::string {
+                                if (shutting_down_) return "shutting down";
+                                if (!policies_.has_synced() || !deployments_.has_synced() ||
+                                    !services_.has_synced() || !statefulsets_.has_synced())
+                                  return "caches not synced";
+                                return {};
+                              });
     std::map<std::string, server::Routes> by_address;
     if (options_.metrics_address != "0") by_address[options_.metrics_address].merge(metrics);
     if (options_.health_address != "0") by_address[options_.health_address].merge(health);
@@ -418,8 +450,9 @@ class Operator {
   asio::awaitable<void> seed_reported_events() {
     kube::ListOptions o;
     o.limit = 500;
-    std::multimap<std::string, std::string> reported;
-    std::map<std::string, TimePoint> fights;
+    // Per kind: the reconciler of that kind reads them.
+    std::map<std::string, std::multimap<std::string, std::string>> reported;
+    std::map<std::string, std::map<std::string, TimePoint>> fights;
     do {
       auto page = co_await client_.list(kube::events_v1, options_.watch_namespace, o);
       if (!page) {
@@ -431,31 +464,28 @@ class Operator {
         for (const auto& e : page->value("items", nlohmann::json::array())) {
           if (e.value("reportingController", "") != "gracekeeper.dev/operator") continue;
           const auto& regarding = e.value("regarding", nlohmann::json::object());
-          if (regarding.value("kind", "") == "StatefulSet") {
-            statefulsets_reported_.insert(regarding.value("namespace", "") + "/" +
-                                          regarding.value("name", ""));
-          }
-          if (regarding.value("kind", "") != "Deployment") continue;
+          const std::string kind = regarding.value("kind", "");
+          if (kind != "Deployment" && kind != "StatefulSet") continue;
           if (e.value("reason", "") == "FieldFight") {
             // Still fighting after a restart: until the interval has passed.
             const auto series = e.value("series", nlohmann::json::object());
             const std::string last = series.value("lastObservedTime", e.value("eventTime", ""));
             if (auto at = propagation::parse_rfc3339(last)) {
               // Each set-back of a fight is an Event of its own: the newest counts.
-              TimePoint& newest =
-                  fights[regarding.value("namespace", "") + "/" + regarding.value("name", "")];
+              TimePoint& newest = fights[kind][regarding.value("namespace", "") + "/" +
+                                               regarding.value("name", "")];
               newest = std::max(newest, *at);
             }
           }
           const std::string key =
               regarding.value("namespace", "") + "/" + regarding.value("name", "");
-          reported.emplace(key, e.value("reason", "") + '\x1f' + e.value("note", ""));
+          reported[kind].emplace(key, e.value("reason", "") + '\x1f' + e.value("note", ""));
           if (e.value("reason", "") == "Tuned") {
             for (const auto& [reason, note] : folded_findings(e.value("note", ""))) {
               std::string event = reason;
               event += '\x1f';
               event += note;
-              reported.emplace(key, std::move(event));
+              reported[kind].emplace(key, std::move(event));
             }
           }
         }
@@ -465,50 +495,52 @@ class Operator {
         break;
       }
     } while (!o.continue_token.empty());
-    deployment_reconciler_.ledger().seed(reported);
-    deployment_reconciler_.seed_fights(fights);
-  }
-
-  // An opted-in StatefulSet is reported once (statefulsets.h), by the
-  // leader, after the Events reported before a restart are known.
-  void report_statefulset(const std::string& key) {
-    if (!workers_started_ || statefulsets_reported_.contains(key)) return;
-    const auto cached = statefulsets_.store().get(key);
-    if (!cached) return;
-    statefulsets_reported_.insert(key);
-    const auto [ns, name] = split_key(key);
-    kube::EventRecord e = unsupported_statefulset_event();
-    e.regarding = kube::ObjectRef{"apps/v1", "StatefulSet", ns, name, cached->uid};
-    metrics_.count_event(to_string(e.type), e.reason);
-    event_sink_->record(std::move(e));
+    for (DeploymentReconciler* r : {&deployment_reconciler_, &statefulset_reconciler_}) {
+      r->ledger().seed(reported[r->kind()]);
+      r->seed_fights(fights[r->kind()]);
+    }
   }
 
   void start_workers() {
     if (workers_started_ || shutting_down_) return;
     workers_started_ = true;
-    for (const auto& key : statefulsets_.store().keys()) report_statefulset(key);
-    deployment_queue_.run_workers(std::max<std::size_t>(options_.workers, 1),
-                                  [this](std::string key) { return timed(true, std::move(key)); });
-    policy_queue_.run_workers(kPolicyWorkers,
-                              [this](std::string key) { return timed(false, std::move(key)); });
+    deployment_queue_.run_workers(
+        std::max<std::size_t>(options_.workers, 1),
+        [this](std::string key) { return timed(Controller::Deployment, std::move(key)); });
+    statefulset_queue_.run_workers(
+        std::max<std::size_t>(options_.workers, 1),
+        [this](std::string key) { return timed(Controller::StatefulSet, std::move(key)); });
+    policy_queue_.run_workers(kPolicyWorkers, [this](std::string key) {
+      return timed(Controller::Policy, std::move(key));
+    });
   }
 
-  // Every Deployment is listed and none is queued or being reconciled: the
-  // policies' counts are final for now.
+  // Every Deployment and StatefulSet is listed and none is queued or being
+  // reconciled: the policies' counts are final for now.
   bool deployments_settled() const {
     const kube::WorkQueue& q = deployment_queue_.core();
-    return deployments_.has_synced() && q.len() + q.processing() == 0;
+    const kube::WorkQueue& s = statefulset_queue_.core();
+    return deployments_.has_synced() && statefulsets_.has_synced() &&
+           q.len() + q.processing() + s.len() + s.processing() == 0;
   }
 
   // The queue's side of the reconcile contract (result.h): true forgets the
   // key's backoff, false retries it with backoff.
-  asio::awaitable<bool> timed(bool deployment, std::string key) {
+  asio::awaitable<bool> timed(Controller which, std::string key) {
     const auto start = steady_clock::now();
-    const char* controller = deployment ? "deployment" : "shutdownpolicy";
+    const char* controller = which == Controller::Deployment    ? "deployment"
+                             : which == Controller::StatefulSet ? "statefulset"
+                                                                : "shutdownpolicy";
+    kube::AsyncWorkQueue& queue = which == Controller::Deployment    ? deployment_queue_
+                                  : which == Controller::StatefulSet ? statefulset_queue_
+                                                                     : policy_queue_;
     ReconcileResult result = transient("no result");
     try {
-      if (deployment) {  // (no co_await inside ?: : GCC 12 miscompiles it)
+      // (no co_await inside ?: : GCC 12 miscompiles it)
+      if (which == Controller::Deployment) {
         result = co_await deployment_reconciler_.reconcile(key);
+      } else if (which == Controller::StatefulSet) {
+        result = co_await statefulset_reconciler_.reconcile(key);
       } else {
         result = co_await policy_reconciler_.reconcile(key);
       }
@@ -518,9 +550,7 @@ class Operator {
     metrics_.observe_reconcile(controller, result ? "success" : "error",
                                std::chrono::duration<double>(steady_clock::now() - start).count());
     if (result) {
-      if (result->requeue_after) {
-        (deployment ? deployment_queue_ : policy_queue_).add_after(key, *result->requeue_after);
-      }
+      if (result->requeue_after) queue.add_after(key, *result->requeue_after);
       co_return true;
     }
     const bool terminal = result.error().kind == ReconcileError::Kind::Terminal;
@@ -538,6 +568,7 @@ class Operator {
       metrics_.update_informer("endpointslices", slices_.counters());
       samples_.prune(clock_->now());
       metrics_.set_queue_depth("deployment", deployment_queue_.core().len());
+      metrics_.set_queue_depth("statefulset", statefulset_queue_.core().len());
       metrics_.set_queue_depth("shutdownpolicy", policy_queue_.core().len());
       return_memory_after_a_burst();
       co_await sleep_for(std::chrono::milliseconds(1000));
@@ -553,6 +584,7 @@ class Operator {
     const std::uint64_t work = d.reconciled + d.failed + p.reconciled + p.failed +
                                events_.stats().created + events_.stats().patched;
     const bool idle = deployment_queue_.core().len() + deployment_queue_.core().processing() +
+                          statefulset_queue_.core().len() + statefulset_queue_.core().processing() +
                           policy_queue_.core().len() + policy_queue_.core().processing() +
                           events_.in_flight() ==
                       0;
@@ -576,6 +608,7 @@ class Operator {
   asio::awaitable<void> shutdown() {
     const auto started = steady_clock::now();
     deployment_queue_.shut_down();
+    statefulset_queue_.shut_down();
     policy_queue_.shut_down();
     const bool drained = co_await within(wait_for_workers(), options_.shutdown_timeout);
     if (!drained) log::warn("in-flight reconciles did not finish in time");
@@ -604,6 +637,7 @@ class Operator {
 
   asio::awaitable<void> wait_for_workers() {
     co_await deployment_queue_.wait_workers_exited();
+    co_await statefulset_queue_.wait_workers_exited();
     co_await policy_queue_.wait_workers_exited();
   }
 
@@ -623,11 +657,11 @@ class Operator {
   kube::Informer<CachedDeployment> deployments_;
   kube::Informer<CachedPolicy> policies_;
   kube::Informer<CachedService> services_;
-  kube::Informer<CachedStatefulSet> statefulsets_;
-  std::set<std::string> statefulsets_reported_;  // "ns/name"
+  kube::Informer<CachedDeployment> statefulsets_;  // opted-in StatefulSets, cached alike
   kube::Informer<CachedSlice> slices_;
   kube::AsyncWorkQueue deployment_queue_;
   kube::AsyncWorkQueue policy_queue_;
+  kube::AsyncWorkQueue statefulset_queue_;
   kube::EventRecorder events_;
   server::Metrics metrics_;
   std::unique_ptr<propagation::Prometheus> prometheus_;
@@ -636,11 +670,14 @@ class Operator {
   TerminationBook terminations_;
   std::unique_ptr<Clock> clock_;
   std::unique_ptr<DeploymentWriter> deployment_writer_;
+  std::unique_ptr<DeploymentWriter> statefulset_writer_;
   std::unique_ptr<StatusWriter> status_writer_;
   std::unique_ptr<EventSink> event_sink_;
   std::unique_ptr<PropagationMeter> meter_;
   EnqueueRules rules_;
+  EnqueueRules statefulset_rules_;
   DeploymentReconciler deployment_reconciler_;
+  DeploymentReconciler statefulset_reconciler_;  // kind StatefulSet
   PolicyReconciler policy_reconciler_;
   TerminationAudit audit_;
   std::optional<kube::LeaderElector> elector_;

@@ -11,13 +11,18 @@
 namespace gracekeeper::controller {
 
 DeploymentCounts PolicyReconciler::count(const std::string& policy_key) const {
+  return count(deps_.deployment_controller, policy_key);
+}
+
+DeploymentCounts PolicyReconciler::count(const DeploymentReconciler& controller,
+                                         const std::string& policy_key) {
   DeploymentCounts c;
   const auto split = split_key(policy_key);
   const std::string& name = split.second;
-  const std::string context = deps_.deployment_controller.decision_context(split.first);
-  deps_.deployments.in_namespace(
+  const std::string context = controller.decision_context(split.first);
+  controller.store().in_namespace(
       split.first, [&](const std::string& key, const CachedDeployment& cached) {
-        const auto d = deps_.deployment_controller.counted(key, cached, context);
+        const auto d = controller.counted(key, cached, context);
         if (d.policy_key.empty() && std::ranges::binary_search(d.contenders, name)) {
           for (const auto& other : d.contenders) {
             if (other != name) c.shared_with[other].push_back(split_key(key).second);
@@ -149,6 +154,12 @@ boost::asio::awaitable<ReconcileResult> PolicyReconciler::reconcile(std::string 
   DeploymentCounts counts = count(key);
   deps_.metrics.set_deployments(ns, name, counts.managed, counts.compliant, counts.violations);
   in.deployments = std::move(counts);
+  if (deps_.statefulset_controller) {
+    DeploymentCounts stateful = count(*deps_.statefulset_controller, key);
+    deps_.metrics.set_statefulsets(ns, name, stateful.managed, stateful.compliant,
+                                   stateful.violations);
+    in.statefulsets = std::move(stateful);
+  }
   if (terminations_) {
     const TerminationCounts t = terminations_->totals(key, policy->status);
     const bool written_before =

@@ -51,6 +51,9 @@ class PolicyReconciler {
     std::function<void(const std::string& ns)> namespace_changed;
     // Every Deployment is listed and none is queued or being reconciled.
     std::function<bool()> deployments_settled;
+    // The StatefulSet controller (its store and counted()), when StatefulSets
+    // are governed: the status counts them as status.statefulSets.
+    const DeploymentReconciler* statefulset_controller = nullptr;
   };
   struct Options {
     std::chrono::seconds propagation_refresh{60};
@@ -67,6 +70,8 @@ class PolicyReconciler {
 
   // The counts of the policy's Deployments, as the store has them now.
   DeploymentCounts count(const std::string& policy_key) const;
+  // The same of the workloads another controller governs (StatefulSets).
+  static DeploymentCounts count(const DeploymentReconciler&, const std::string& policy_key);
 
  private:
   boost::asio::awaitable<void> measure(const std::string& key, const CachedPolicy&);

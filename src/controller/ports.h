@@ -22,6 +22,7 @@ class SampleBook;
 }
 namespace gracekeeper::kube {
 class Client;
+struct Resource;
 class EventRecorder;
 }  // namespace gracekeeper::kube
 
@@ -90,7 +91,9 @@ class PropagationMeter {
 
 // The real implementations.
 std::unique_ptr<Clock> system_clock();
-std::unique_ptr<DeploymentWriter> kube_deployment_writer(kube::Client&);
+// Writes Deployments, or another workload resource (StatefulSets).
+std::unique_ptr<DeploymentWriter> kube_deployment_writer(kube::Client&,
+                                                         const kube::Resource& resource);
 std::unique_ptr<StatusWriter> kube_status_writer(kube::Client&);
 std::unique_ptr<EventSink> recorder_sink(kube::EventRecorder&);
 // `prometheus` may be null (no --prometheus-url); `samples` may be null (no

@@ -58,10 +58,35 @@ nlohmann::json propagation_json(const StatusInput& in, const nlohmann::json& cur
   return out;
 }
 
-std::string budget_message(const DeploymentCounts& c) {
-  if (c.managed == 0) return "no opted-in Deployment is governed by this policy";
+// The Deployments' counts and the StatefulSets' as one: a StatefulSet is
+// named "statefulset/web" among the Deployments' names.
+DeploymentCounts combined(const DeploymentCounts& deployments,
+                          const std::optional<DeploymentCounts>& statefulsets) {
+  DeploymentCounts c = deployments;
+  if (!statefulsets) return c;
+  c.managed += statefulsets->managed;
+  c.compliant += statefulsets->compliant;
+  c.pending += statefulsets->pending;
+  c.violations += statefulsets->violations;
+  c.rolling += statefulsets->rolling;
+  c.only_rolling += statefulsets->only_rolling;
+  for (const auto& name : statefulsets->not_compliant) {
+    c.not_compliant.push_back("statefulset/" + name);
+  }
+  for (const auto& [other, names] : statefulsets->shared_with) {
+    for (const auto& name : names) c.shared_with[other].push_back("statefulset/" + name);
+  }
+  return c;
+}
+
+std::string budget_message(const DeploymentCounts& c, bool statefulsets) {
+  const char* what = statefulsets ? "workloads (Deployments and StatefulSets)" : "Deployments";
+  if (c.managed == 0) {
+    return statefulsets ? "no opted-in Deployment or StatefulSet is governed by this policy"
+                        : "no opted-in Deployment is governed by this policy";
+  }
   if (c.not_compliant.empty()) {
-    return fmt::format("all {} governed Deployments satisfy the budget", c.managed);
+    return fmt::format("all {} governed {} satisfy the budget", c.managed, what);
   }
   std::vector<std::string> names = c.not_compliant;
   std::string list;
@@ -74,8 +99,16 @@ std::string budget_message(const DeploymentCounts& c) {
         "still run or terminate)",
         c.rolling);
   }
-  return fmt::format("{} of {} governed Deployments do not satisfy the budget: {}{}", names.size(),
-                     c.managed, list, rolling);
+  return fmt::format("{} of {} governed {} do not satisfy the budget: {}{}", names.size(),
+                     c.managed, what, list, rolling);
+}
+
+nlohmann::json counts_json(const DeploymentCounts& c) {
+  return {{"managed", c.managed},
+          {"compliant", c.compliant},
+          {"pending", c.pending},
+          {"rolling", c.rolling},
+          {"violations", c.violations}};
 }
 
 // Ready=False, Conflict: which other policies select the same Deployments.
@@ -85,9 +118,11 @@ std::string conflict_message(const DeploymentCounts& c) {
     std::string list;
     for (std::size_t i = 0; i < names.size() && i < 10; ++i) list += (i ? ", " : "") + names[i];
     if (names.size() > 10) list += fmt::format(" and {} more", names.size() - 10);
-    out += fmt::format("{}ShutdownPolicy {} also selects {} Deployment{} ({})",
-                       out.empty() ? "" : "; ", other, names.size(), names.size() == 1 ? "" : "s",
-                       list);
+    const bool stateful = std::ranges::any_of(
+        names, [](const std::string& n) { return n.starts_with("statefulset/"); });
+    out += fmt::format("{}ShutdownPolicy {} also selects {} {}{} ({})", out.empty() ? "" : "; ",
+                       other, names.size(), stateful ? "workload" : "Deployment",
+                       names.size() == 1 ? "" : "s", list);
   }
   return out +
          ": neither policy governs them; name one with the gracekeeper.dev/policy annotation, or "
@@ -109,9 +144,12 @@ nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& curre
     status["conditions"] = std::move(conditions);
     return status;
   }
-  if (in.deployments && !in.deployments->shared_with.empty()) {
+  // StatefulSets are counted with the Deployments in the conditions.
+  const std::optional<DeploymentCounts> all =
+      in.deployments ? std::optional(combined(*in.deployments, in.statefulsets)) : std::nullopt;
+  if (all && !all->shared_with.empty()) {
     conditions.push_back(
-        condition(in, current, "Ready", false, "Conflict", conflict_message(*in.deployments)));
+        condition(in, current, "Ready", false, "Conflict", conflict_message(*all)));
   } else if (const auto* old = find_condition(current, "Ready");
              !in.deployments && old && old->value("reason", "") == "Conflict") {
     conditions.push_back(*old);  // the counts are not complete yet: keep what the server has
@@ -129,12 +167,13 @@ nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& curre
                              {"terminationGracePeriodSeconds", in.recommended->grace_seconds}};
   }
   if (in.deployments) {
-    const DeploymentCounts& c = *in.deployments;
-    status["deployments"] = {{"managed", c.managed},
-                             {"compliant", c.compliant},
-                             {"pending", c.pending},
-                             {"rolling", c.rolling},
-                             {"violations", c.violations}};
+    status["deployments"] = counts_json(*in.deployments);
+    // Written once a StatefulSet is governed, and kept (at 0) from then on.
+    if (in.statefulsets && (in.statefulsets->managed > 0 ||
+                            (current.is_object() && current.contains("statefulSets")))) {
+      status["statefulSets"] = counts_json(*in.statefulsets);
+    }
+    const DeploymentCounts& c = *all;
     const bool holds = c.not_compliant.empty();
     // Rolling: every governed Deployment's settings hold, but some still
     // have pods of an older template, with its shorter wait.
@@ -142,11 +181,13 @@ nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& curre
                          : c.only_rolling == static_cast<std::int64_t>(c.not_compliant.size())
                              ? "Rolling"
                              : "NotCompliant";
-    conditions.push_back(condition(in, current, "BudgetHolds", holds, reason, budget_message(c)));
+    conditions.push_back(condition(in, current, "BudgetHolds", holds, reason,
+                                   budget_message(c, status.contains("statefulSets"))));
   } else if (current.is_object() && current.contains("deployments")) {
     // Not every Deployment is reconciled yet (e.g. just after a restart): keep
     // what the server has rather than write a partial count.
     status["deployments"] = current["deployments"];
+    if (current.contains("statefulSets")) status["statefulSets"] = current["statefulSets"];
     if (const auto* old = find_condition(current, "BudgetHolds")) conditions.push_back(*old);
   }
   if (in.terminations) {

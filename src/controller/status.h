@@ -68,7 +68,10 @@ struct StatusInput {
   std::optional<std::string> invalid_spec;
   std::optional<PropagationState> propagation;  // nullopt: not measured yet
   std::optional<budget::Budget> recommended;
-  std::optional<DeploymentCounts> deployments;    // nullopt: not all reconciled yet
+  std::optional<DeploymentCounts> deployments;  // nullopt: not all reconciled yet
+  // The StatefulSets' (nullopt: StatefulSets are not governed, or not
+  // counted yet). Written as status.statefulSets once one is governed.
+  std::optional<DeploymentCounts> statefulsets;
   std::optional<TerminationTotals> terminations;  // nullopt: none audited, none written before
   TimePoint now{};
 };

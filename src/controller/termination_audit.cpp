@@ -112,9 +112,26 @@ double TerminationAudit::implausible_above(const std::string& ns) const {
   return bound.value_or(propagation::implausible_above(budget::PolicySpec{}));
 }
 
-bool TerminationAudit::cached_pod(const std::string& ns, const std::string& pod) const {
-  const auto owner = pod_owner(pod);
-  return owner && deps_.deployments.get(ns + "/" + owner->deployment) != nullptr;
+std::optional<TerminationAudit::Owner> TerminationAudit::owner_of(const std::string& ns,
+                                                                  const std::string& pod) const {
+  if (const auto owner = pod_owner(pod)) {
+    std::string key = ns + "/" + owner->deployment;
+    if (auto cached = deps_.deployments.get(key)) {
+      return Owner{std::move(key), owner->hash, false, std::move(cached)};
+    }
+  }
+  if (!deps_.statefulsets) return std::nullopt;
+  // A StatefulSet's pod: its name and an ordinal.
+  const auto dash = pod.rfind('-');
+  if (dash == std::string::npos || dash == 0 || dash + 1 == pod.size() ||
+      pod.size() - dash - 1 > 10 ||
+      !std::ranges::all_of(pod.substr(dash + 1), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  std::string key = ns + "/" + pod.substr(0, dash);
+  auto cached = deps_.statefulsets->get(key);
+  if (!cached) return std::nullopt;
+  return Owner{std::move(key), std::string(), true, std::move(cached)};
 }
 
 std::optional<std::optional<std::int64_t>> TerminationAudit::remembered_wait(
@@ -168,12 +185,18 @@ std::optional<CachedSlice> TerminationAudit::observe(const nlohmann::json& objec
                                                      const CachedSlice* before, TimePoint seen) {
   SliceChange change = read_slice(object);
   std::erase_if(change.endpoints,
-                [&](const SeenEndpoint& e) { return !cached_pod(change.ns, e.pod); });
+                [&](const SeenEndpoint& e) { return !owner_of(change.ns, e.pod); });
   for (const SeenEndpoint& e : change.endpoints) {
     if (e.terminating) continue;  // a rollout is remembered from its serving pods
-    const auto owner = pod_owner(e.pod);
-    const std::string key = change.ns + "/" + owner->deployment;
-    if (auto cached = deps_.deployments.get(key)) remember_wait(key, owner->hash, *cached);
+    const auto owner = owner_of(change.ns, e.pod);
+    if (!owner->stateful) {
+      remember_wait(owner->key, owner->hash, *owner->cached);
+    } else if (auto [it, added] = stateful_waits_.try_emplace(pod_id(change.ns + "/" + e.pod), -1);
+               added) {
+      const auto workload = owner->cached->project();
+      const auto wait = workload ? pod_wait(*workload) : std::nullopt;
+      it->second = wait.value_or(-1);
+    }
   }
   const std::vector<Turned> now_out = turned(before, change.endpoints);
   if (!now_out.empty()) {
@@ -207,26 +230,37 @@ std::optional<CachedSlice> TerminationAudit::observe(const nlohmann::json& objec
     }
     for (const Turned& t : now_out) {
       if (!t.began_terminating) continue;
-      if (auto owner = pod_owner(t.pod)) audit(change.ns, t.pod, *owner, lag, seen);
+      if (auto owner = owner_of(change.ns, t.pod)) audit(change.ns, t.pod, *owner, lag, seen);
     }
   }
   if (change.endpoints.empty()) return std::nullopt;
   return cache_slice(change.endpoints);
 }
 
-void TerminationAudit::audit(const std::string& ns, const std::string& pod, const PodOwner& owner,
+void TerminationAudit::audit(const std::string& ns, const std::string& pod, const Owner& owner,
                              std::optional<double> lag, TimePoint seen) {
+  // A StatefulSet's pod comes back under its name with the new template.
+  std::optional<std::int64_t> stateful_wait;
+  if (owner.stateful) {
+    if (auto it = stateful_waits_.find(pod_id(ns + "/" + pod)); it != stateful_waits_.end()) {
+      stateful_wait = it->second;
+      stateful_waits_.erase(it);
+    }
+  }
   if (deps_.active && !deps_.active()) return;
-  const std::string key = ns + "/" + owner.deployment;
-  const auto cached = deps_.deployments.get(key);
-  if (!cached) return;
-  const DeploymentDecision decision = deps_.deployment_controller.decide(key, *cached);
+  const std::string& key = owner.key;
+  const auto& cached = owner.cached;
+  const DeploymentReconciler& controller =
+      owner.stateful ? *deps_.statefulset_controller : deps_.deployment_controller;
+  const DeploymentDecision decision = controller.decide(key, *cached);
   if (decision.policy_key.empty()) return;  // not governed: nothing to audit against
   const auto policy = deps_.policies.get(decision.policy_key);
   if (!policy || !policy->spec) return;
   const auto& spec = policy->spec->propagation;
   std::optional<std::int64_t> wait;
-  if (auto remembered = remembered_wait(key, owner.hash)) {
+  if (stateful_wait) {
+    if (*stateful_wait >= 0) wait = *stateful_wait;
+  } else if (auto remembered = owner.stateful ? std::nullopt : remembered_wait(key, owner.hash)) {
     wait = *remembered;
   } else {  // first seen terminating (e.g. since a restart): the template's now
     const auto deployment = cached->project();
@@ -271,20 +305,28 @@ void TerminationAudit::audit(const std::string& ns, const std::string& pod, cons
   deps_.policy_changed(decision.policy_key);
   if (!late) return;
   log::warn("propagation outlasted the preStop wait",
-            {{"pod", ns + "/" + pod}, {"deployment", key}, {"slack", seconds(slack)}});
-  auto [it, first] = warned_.try_emplace(key, owner.hash);
-  if (!first && it->second == owner.hash) return;  // this rollout was reported
-  it->second = owner.hash;
+            {{"pod", ns + "/" + pod},
+             {owner.stateful ? "statefulset" : "deployment", key},
+             {"slack", seconds(slack)}});
+  // Once per rollout: a ReplicaSet hash, or a StatefulSet's generation.
+  const std::string rollout = owner.stateful ? std::to_string(cached->generation) : owner.hash;
+  auto [it, first] = warned_.try_emplace(owner.stateful ? "statefulset/" + key : key, rollout);
+  if (!first && it->second == rollout) return;  // this rollout was reported
+  it->second = rollout;
+  const auto name = split_key(key).second;
   kube::EventRecord e;
-  e.regarding = kube::ObjectRef{"apps/v1", "Deployment", ns, owner.deployment, cached->uid};
+  e.regarding = kube::ObjectRef{"apps/v1", owner.stateful ? "StatefulSet" : "Deployment", ns, name,
+                                cached->uid};
   e.type = kube::EventType::Warning;
   e.reason = "PropagationOutlastedPreStop";
   e.action = "Audit";
   e.note = fmt::format(
-      "pod {} (ReplicaSet hash {}) turned terminating with a preStop wait of {}s, shorter than "
-      "{} by {}: it may have stopped serving while still routed (policy {}); reported once "
-      "per rollout",
-      pod, owner.hash, *wait, why, seconds(-slack), policy_name);
+      "pod {} ({}) turned terminating with a preStop wait of {}s, shorter than {} by {}: it "
+      "may have stopped serving while still routed (policy {}); reported once per rollout",
+      pod,
+      owner.stateful ? fmt::format("StatefulSet generation {}", cached->generation)
+                     : fmt::format("ReplicaSet hash {}", owner.hash),
+      *wait, why, seconds(-slack), policy_name);
   deps_.metrics.count_event(kube::to_string(e.type), e.reason);
   deps_.events.record(std::move(e));
 }

@@ -84,6 +84,10 @@ class TerminationAudit {
     // Whether this replica does the work (leads): a standby takes samples
     // but neither counts nor reports.
     std::function<bool()> active;
+    // The governed StatefulSets and their controller, when governed: their
+    // pods ("web-0") are audited alike.
+    std::optional<kube::Store<CachedDeployment>> statefulsets{};
+    const DeploymentReconciler* statefulset_controller = nullptr;
   };
   explicit TerminationAudit(Dependencies deps) : deps_(std::move(deps)) {}
 
@@ -95,9 +99,17 @@ class TerminationAudit {
                                      TimePoint seen);
 
  private:
-  void audit(const std::string& ns, const std::string& pod, const PodOwner& owner,
+  // The cached workload a pod belongs to: a Deployment's (its ReplicaSet
+  // hash names the rollout) or a StatefulSet's ("web-0").
+  struct Owner {
+    std::string key;   // "ns/name"
+    std::string hash;  // the ReplicaSet hash; "" for a StatefulSet's pod
+    bool stateful = false;
+    std::shared_ptr<const CachedDeployment> cached;
+  };
+  std::optional<Owner> owner_of(const std::string& ns, const std::string& pod) const;
+  void audit(const std::string& ns, const std::string& pod, const Owner& owner,
              std::optional<double> lag, TimePoint seen);
-  bool cached_pod(const std::string& ns, const std::string& pod) const;
   // The largest propagation::implausible_above() of the namespace's policies
   // (the default policy's when none is valid): a sample above it is of no
   // use to any of them.
@@ -124,8 +136,14 @@ class TerminationAudit {
   static constexpr std::size_t kRolloutsKept = 4;
   TimePoint last_missing_log_{};
   std::uint64_t missing_unlogged_ = 0;  // endpoints since the last line
-  // The ReplicaSet hash of the last Warning per Deployment key: once per rollout.
+  // The ReplicaSet hash of the last Warning per Deployment key (for a
+  // StatefulSet, "statefulset/" + key and its generation): once per rollout.
   std::unordered_map<std::string, std::string> warned_;
+  // A StatefulSet's pod keeps its name across rollouts, so its wait is
+  // remembered per pod (a hash of "ns/pod"), from when it is seen serving
+  // until it turns terminating: at most one entry per pod of a governed
+  // StatefulSet.
+  std::unordered_map<std::uint64_t, std::int64_t> stateful_waits_;
 };
 
 }  // namespace gracekeeper::controller

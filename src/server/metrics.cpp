@@ -97,6 +97,20 @@ struct Metrics::Impl {
           .Name("gracekeeper_deployments_violating")
           .Help("Governed Deployments with at least one error finding.")
           .Register(registry);
+  Family<Gauge>& statefulsets_managed = prometheus::BuildGauge()
+                                            .Name("gracekeeper_statefulsets_managed")
+                                            .Help("StatefulSets governed by a ShutdownPolicy.")
+                                            .Register(registry);
+  Family<Gauge>& statefulsets_compliant =
+      prometheus::BuildGauge()
+          .Name("gracekeeper_statefulsets_compliant")
+          .Help("Governed StatefulSets whose shutdown settings match the policy's budget.")
+          .Register(registry);
+  Family<Gauge>& statefulsets_violating =
+      prometheus::BuildGauge()
+          .Name("gracekeeper_statefulsets_violating")
+          .Help("Governed StatefulSets with at least one error finding.")
+          .Register(registry);
   Family<Gauge>& propagation =
       prometheus::BuildGauge()
           .Name("gracekeeper_propagation_seconds")
@@ -220,6 +234,14 @@ void Metrics::set_deployments(std::string_view ns, std::string_view policy, std:
   impl_->deployments_violating.Add(l).Set(static_cast<double>(violating));
 }
 
+void Metrics::set_statefulsets(std::string_view ns, std::string_view policy, std::int64_t managed,
+                               std::int64_t compliant, std::int64_t violating) {
+  auto l = labels({{"namespace", ns}, {"policy", policy}});
+  impl_->statefulsets_managed.Add(l).Set(static_cast<double>(managed));
+  impl_->statefulsets_compliant.Add(l).Set(static_cast<double>(compliant));
+  impl_->statefulsets_violating.Add(l).Set(static_cast<double>(violating));
+}
+
 void Metrics::set_propagation(std::string_view ns, std::string_view policy, std::string_view source,
                               double seconds) {
   auto [it, inserted] = impl_->propagation_sources.try_emplace(
@@ -245,6 +267,9 @@ void Metrics::forget_policy(std::string_view ns, std::string_view policy) {
   remove_series(impl_->deployments_managed, l);
   remove_series(impl_->deployments_compliant, l);
   remove_series(impl_->deployments_violating, l);
+  remove_series(impl_->statefulsets_managed, l);
+  remove_series(impl_->statefulsets_compliant, l);
+  remove_series(impl_->statefulsets_violating, l);
   if (impl_->termination_slack.Has(l)) {
     impl_->termination_slack.Remove(&impl_->termination_slack.Add(l, slack_buckets()));
   }

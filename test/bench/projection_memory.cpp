@@ -64,6 +64,40 @@ int main(int argc, char** argv) {
       n, double(json_bytes) / n, double(after - before) / n,
       double(after - before) / (1024.0 * 1024.0));
 
+  // 1b. The same object as an opted-in StatefulSet (its updateStrategy and
+  // serviceName instead of a strategy), cached by the StatefulSet informer
+  // in the same projection, with the ratio to the Deployment's.
+  std::size_t sts_json_bytes = 0;
+  const std::size_t sts_before = heap_in_use();
+  std::unordered_map<std::string, gracekeeper::controller::CachedDeployment> sts_cache;
+  for (int i = 0; i < n; ++i) {
+    auto object = gk_bench::deployment("on", i);
+    object["kind"] = "StatefulSet";
+    object["spec"].erase("strategy");
+    object["spec"]["serviceName"] = object["metadata"]["name"];
+    object["spec"]["updateStrategy"] = {{"type", "RollingUpdate"},
+                                        {"rollingUpdate", {{"partition", 0}}}};
+    object["spec"]["podManagementPolicy"] = "OrderedReady";
+    object["metadata"]["uid"] = "0c9a3f52-6f0e-4d2b-9d7e-" + std::to_string(100000000000 + i);
+    object["metadata"]["generation"] = 1;
+    sts_json_bytes += object.dump().size();
+    auto projected = gracekeeper::controller::project_statefulset(object);
+    if (!projected || !projected->project() || projected->project()->kind != "StatefulSet") {
+      std::fprintf(stderr, "projection_memory: StatefulSet %d was not projected\n", i);
+      return 1;
+    }
+    sts_cache.emplace(object["metadata"]["namespace"].get<std::string>() + "/" +
+                          object["metadata"]["name"].get<std::string>(),
+                      std::move(*projected));
+  }
+  const std::size_t sts_after = heap_in_use();
+  std::printf(
+      "projection_memory: %d StatefulSets (%.0f B of JSON each): %.0f heap bytes per cached "
+      "projection, %.2fx the Deployment's\n",
+      n, double(sts_json_bytes) / n, double(sts_after - sts_before) / n,
+      double(sts_after - sts_before) / double(after - before));
+  sts_cache.clear();
+
   // 2. Waiting Events: a recorder that is always busy, so nothing is written
   // (the io_context never runs).
   namespace budget = gracekeeper::budget;

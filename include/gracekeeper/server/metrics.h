@@ -42,6 +42,10 @@ class Metrics {
   // (gauges): the Deployments a policy governs.
   void set_deployments(std::string_view ns, std::string_view policy, std::int64_t managed,
                        std::int64_t compliant, std::int64_t violating);
+  // gracekeeper_statefulsets_{managed,compliant,violating}{namespace,policy}
+  // (gauges): the StatefulSets a policy governs.
+  void set_statefulsets(std::string_view ns, std::string_view policy, std::int64_t managed,
+                        std::int64_t compliant, std::int64_t violating);
 
   // gracekeeper_propagation_seconds{namespace,policy,source} (gauge): the
   // propagation figure a policy uses. A policy has one source at a time: a

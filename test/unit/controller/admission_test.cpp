@@ -232,9 +232,28 @@ TEST_F(AdmissionTest, ACreateWithoutNamespaceOrNameUsesTheRequestsNamespace) {
   EXPECT_FALSE(stored["metadata"].contains("namespace"));  // the API server sets it
 }
 
+// Issue 36: an opted-in StatefulSet is admitted with the budget like a
+// Deployment: grace and wait, and no strategy of either kind.
+TEST_F(AdmissionTest, AStatefulSetIsAdmittedWithTheBudget) {
+  json d = deployment();
+  d["kind"] = "StatefulSet";
+  d["spec"]["updateStrategy"] = {{"type", "RollingUpdate"}};
+  json r = review(d);
+  r["request"]["kind"]["kind"] = "StatefulSet";
+  const AdmissionAnswer a = admit_review(r);
+  EXPECT_EQ(a.outcome, Outcome::Patched);
+  const json stored = patched(d, a);
+  EXPECT_EQ(stored["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 46);
+  EXPECT_EQ(stored["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["sleep"]
+                  ["seconds"],
+            6);
+  EXPECT_FALSE(stored["spec"].contains("strategy"));
+  EXPECT_EQ(stored["spec"]["updateStrategy"], d["spec"]["updateStrategy"]);
+}
+
 TEST_F(AdmissionTest, OtherKindsAndOperationsAreAllowedUnchanged) {
   json r = review(deployment());
-  r["request"]["kind"]["kind"] = "StatefulSet";
+  r["request"]["kind"]["kind"] = "DaemonSet";
   EXPECT_EQ(admit_review(r).outcome, Outcome::Ignored);
   EXPECT_FALSE(response(admit_review(r)).contains("patch"));
   r = review(deployment(), "DELETE");

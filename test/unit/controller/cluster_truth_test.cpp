@@ -460,5 +460,120 @@ TEST_F(ClusterTruthTest, EachSetBackOfAFightIsANewEventThatARestartReadsBack) {
   EXPECT_EQ(*r->requeue_after, std::chrono::seconds(3000));
 }
 
+// Issue 36: a StatefulSet is cached like a Deployment, with its kind, and its
+// rollout read from the StatefulSet's status and updateStrategy.
+TEST(RolloutStatus, AStatefulSetsRolloutHonoursPartitionAndOnDelete) {
+  json sts = {
+      {"apiVersion", "apps/v1"},
+      {"metadata",
+       {{"name", "db"},
+        {"namespace", "shop"},
+        {"uid", "u-db"},
+        {"generation", 3},
+        {"annotations", {{"gracekeeper.dev/enabled", "true"}}}}},
+      {"spec",
+       {{"replicas", 3},
+        {"updateStrategy", {{"type", "RollingUpdate"}, {"rollingUpdate", {{"partition", 1}}}}},
+        {"template",
+         {{"metadata", {{"labels", {{"app", "db"}}}}},
+          {"spec", {{"containers", {{{"name", "db"}, {"image", "db:1"}}}}}}}}}},
+      {"status",
+       {{"observedGeneration", 3},
+        {"replicas", 3},
+        {"updatedReplicas", 2},
+        {"availableReplicas", 3}}}};
+  const auto cached = project_statefulset(sts);  // a LIST item: no kind
+  ASSERT_TRUE(cached);
+  const auto projected = cached->project();
+  ASSERT_TRUE(projected);
+  EXPECT_EQ(projected->kind, "StatefulSet");
+  const RolloutStatus& r = cached->rollout;
+  EXPECT_TRUE(r.stateful);
+  EXPECT_EQ(r.partition, 1);
+  // Every pod at or above the partition is new: complete, no slot held; the
+  // pod below it keeps the old template, so it is still rolling.
+  EXPECT_TRUE(r.complete(3));
+  EXPECT_FALSE(r.in_flight(3));
+  EXPECT_TRUE(r.rolling(3));
+  RolloutStatus moving = r;
+  moving.updated = 1;  // the controller is replacing ordinal 1
+  EXPECT_TRUE(moving.in_flight(3));
+  RolloutStatus on_delete = moving;
+  on_delete.on_delete = true;  // never moves by itself: no slot
+  EXPECT_FALSE(on_delete.in_flight(3));
+  EXPECT_TRUE(on_delete.rolling(3));
+  RolloutStatus done = r;
+  done.partition = 0;
+  done.updated = 3;
+  EXPECT_FALSE(done.rolling(3));
+  EXPECT_TRUE(done.complete(3));
+  // Not opted in: not cached.
+  sts["metadata"]["annotations"] = json::object();
+  EXPECT_FALSE(project_statefulset(sts));
+}
+
+// Issue 36: the StatefulSet controller is the Deployment controller with kind
+// StatefulSet: one apply of a StatefulSet configuration (no strategy), a
+// Tuned Event about the StatefulSet, its counts apart from the Deployments',
+// and the rollout slots of a policy shared by both kinds.
+TEST(StatefulSets, AreTunedInOneWriteAndCountedApart) {
+  World world;
+  world.put_policy(policy({{"changes", {{"maxConcurrentRollouts", 1}}}}));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  json sts = deployment("db");
+  sts["kind"] = "StatefulSet";
+  sts["metadata"]["uid"] = "u-db";
+  sts["spec"]["updateStrategy"] = {{"type", "RollingUpdate"}};
+  world.put_deployment(sts);
+  ASSERT_EQ(world.deployments.get("shop/db")->project()->kind, "StatefulSet");
+  std::int64_t web_in_flight = 0;
+  DeploymentReconciler statefulsets({world.deployments,
+                                     world.policies,
+                                     world.services,
+                                     world.book,
+                                     world.writer,
+                                     world.events,
+                                     world.clock,
+                                     world.metrics,
+                                     [](const std::string&) {},
+                                     {},
+                                     "StatefulSet",
+                                     [&](const std::string&) { return web_in_flight; }});
+  statefulsets.set_capabilities(budget::Capabilities{});
+  ASSERT_TRUE(world.run(statefulsets.reconcile("shop/db")));
+  ASSERT_EQ(world.writer.calls.size(), 1u);
+  const json& config = world.writer.calls[0].configuration;
+  EXPECT_EQ(config["kind"], "StatefulSet");
+  EXPECT_FALSE(config["spec"].contains("strategy"));
+  EXPECT_EQ(config["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 46);
+  ASSERT_THAT(world.events.reasons(), ElementsAre("Tuned"));
+  EXPECT_EQ(world.events.recorded[0].regarding.kind, "StatefulSet");
+  EXPECT_EQ(world.events.recorded[0].regarding.uid, "u-db");
+  // Written and brought back by the watch: nothing more to do or say.
+  ASSERT_TRUE(world.run(statefulsets.reconcile("shop/db")));
+  EXPECT_EQ(world.writer.calls.size(), 1u);
+  EXPECT_EQ(world.events.recorded.size(), 1u);
+  const DeploymentCounts counts = PolicyReconciler::count(statefulsets, "shop/default");
+  EXPECT_EQ(counts.managed, 1);
+  EXPECT_EQ(counts.compliant, 1);
+
+  // A re-tune waits for a slot a Deployment of the same policy holds.
+  json observed = world.objects.at("shop/db");
+  observed["status"] = {{"observedGeneration", observed["metadata"]["generation"]},
+                        {"replicas", 3},
+                        {"updatedReplicas", 3},
+                        {"availableReplicas", 3}};
+  world.put_deployment(observed);
+  web_in_flight = 1;
+  world.meter.seconds = 8;
+  world.clock.advance(std::chrono::seconds(61));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  ASSERT_TRUE(world.run(statefulsets.reconcile("shop/db")));
+  EXPECT_EQ(world.writer.calls.size(), 1u) << "re-tuned while a Deployment held the slot";
+  EXPECT_EQ(world.events.recorded.back().reason, "RolloutQueued");
+  web_in_flight = 0;
+  ASSERT_TRUE(world.run(statefulsets.reconcile("shop/db")));
+  EXPECT_EQ(world.writer.calls.size(), 2u);
+}
 }  // namespace
 }  // namespace gracekeeper::controller::testing

@@ -120,7 +120,17 @@ class FakeEvents final : public EventSink {
     if (!written) --failures;
     if (outcome) outcome(e, written);
   }
-  void on_outcome(Outcome o) override { outcome = std::move(o); }
+  void on_outcome(Outcome o) override {
+    if (!outcome) {
+      outcome = std::move(o);
+      return;
+    }
+    outcome = [first = std::move(outcome), second = std::move(o)](const kube::EventRecord& e,
+                                                                  bool written) {
+      first(e, written);
+      second(e, written);
+    };
+  }
   Outcome outcome;
   std::vector<std::string> reasons() const {
     std::vector<std::string> out;
@@ -185,7 +195,9 @@ class World {
     const std::string key = object["metadata"]["namespace"].get<std::string>() + "/" +
                             object["metadata"]["name"].get<std::string>();
     objects[key] = object;
-    if (auto cached = project_deployment(object)) {
+    auto cached = object.value("kind", "") == "StatefulSet" ? project_statefulset(object)
+                                                            : project_deployment(object);
+    if (cached) {
       kube::store_value(deployment_core, key, std::to_string(++version), std::move(*cached));
     } else {
       deployment_core.erase(key);

@@ -47,6 +47,35 @@ TEST(Status, HasEveryFieldOfTheApi) {
   EXPECT_EQ((*condition(s, "BudgetHolds"))["observedGeneration"], 3);
 }
 
+// Issue 36: StatefulSets are counted apart (status.statefulSets, once one is
+// governed) and with the Deployments in BudgetHolds.
+TEST(Status, CountsStatefulSetsApartAndInBudgetHolds) {
+  StatusInput in = healthy(t0);
+  in.statefulsets = DeploymentCounts{};
+  const auto none = desired_status(in, nullptr);
+  EXPECT_FALSE(none.contains("statefulSets")) << "written before any StatefulSet is governed";
+  EXPECT_EQ((*condition(none, "BudgetHolds"))["message"],
+            "all 2 governed Deployments satisfy the budget");
+
+  in.statefulsets = DeploymentCounts{1, 0, 0, 1, {"db"}};
+  const auto one = desired_status(in, nullptr);
+  EXPECT_EQ(one["statefulSets"]["managed"], 1);
+  EXPECT_EQ(one["statefulSets"]["violations"], 1);
+  EXPECT_EQ(one["deployments"]["managed"], 2);
+  const auto* holds = condition(one, "BudgetHolds");
+  ASSERT_NE(holds, nullptr);
+  EXPECT_EQ((*holds)["status"], "False");
+  EXPECT_EQ((*holds)["message"],
+            "1 of 3 governed workloads (Deployments and StatefulSets) do not satisfy the budget: "
+            "statefulset/db");
+
+  // The last one gone: kept, at 0.
+  in.statefulsets = DeploymentCounts{};
+  const auto gone = desired_status(in, one);
+  EXPECT_EQ(gone["statefulSets"]["managed"], 0);
+  EXPECT_EQ((*condition(gone, "BudgetHolds"))["status"], "True");
+}
+
 TEST(Status, UnchangedStateLaterGivesTheSameObject) {
   const auto first = desired_status(healthy(t0), nullptr);
   // A minute later, the same figure sampled again: nothing to write.

@@ -237,6 +237,62 @@ TEST(TerminationAudit, AnOldRolloutsPodsKeepTheirOwnWait) {
   EXPECT_EQ(t.late, 1);
 }
 
+// Issue 36: a StatefulSet's pods ("db-0") are audited too. A pod keeps its
+// name across rollouts, so its wait is the one it was seen serving with,
+// until it turns terminating; recreated, it serves with the new template's.
+TEST(TerminationAudit, AStatefulSetsPodsAreAuditedWithTheirOwnWait) {
+  AuditWorld w;
+  json db = with_pre_stop(deployment("db"), 5);
+  db["kind"] = "StatefulSet";
+  db["metadata"]["uid"] = "u-db";
+  w.put_deployment(db);
+  DeploymentReconciler statefulsets({w.deployments,
+                                     w.policies,
+                                     w.services,
+                                     w.book,
+                                     w.writer,
+                                     w.events,
+                                     w.clock,
+                                     w.metrics,
+                                     [](const std::string&) {},
+                                     {},
+                                     "StatefulSet"});
+  TerminationAudit audit({w.deployments, w.policies, w.book, w.deployment_controller, w.samples,
+                          w.terminations, w.events, w.metrics, [](const std::string&) {},
+                          [] { return true; }, w.deployments, &statefulsets});
+  std::optional<CachedSlice> cached;
+  auto see = [&](const json& object, TimePoint seen) {
+    cached = audit.observe(object, cached ? &*cached : nullptr, seen);
+  };
+  see(slice({{"db-0"}, {"db-1"}}, std::nullopt, "db-x"), kStart);
+  ASSERT_TRUE(cached);
+  EXPECT_EQ(cached->endpoints.size(), 2u);
+  db = with_pre_stop(db, 20);  // a new template: the controller replaces db-1, then db-0
+  db["metadata"]["generation"] = 2;
+  w.put_deployment(db);
+  // db-1 terminates with the wait it served with: 5 - (5 + 1), late.
+  see(slice({{"db-0"}, {"db-1", false, true}}, at(kStart + 10s), "db-x"), kStart + 15s);
+  ASSERT_EQ(w.events.recorded.size(), 1u);
+  const auto& e = w.events.recorded[0];
+  EXPECT_EQ(e.reason, "PropagationOutlastedPreStop");
+  EXPECT_EQ(e.regarding.kind, "StatefulSet");
+  EXPECT_EQ(e.regarding.name, "db");
+  EXPECT_EQ(e.regarding.uid, "u-db");
+  EXPECT_THAT(e.note, HasSubstr("pod db-1 (StatefulSet generation 2)"));
+  EXPECT_THAT(e.note, HasSubstr("preStop wait of 5s"));
+  // Recreated under its name with the new template, then db-0 goes (late,
+  // the same rollout: not reported again).
+  see(slice({{"db-0"}}, std::nullopt, "db-x"), kStart + 16s);
+  see(slice({{"db-0"}, {"db-1"}}, std::nullopt, "db-x"), kStart + 20s);
+  see(slice({{"db-0", false, true}, {"db-1"}}, at(kStart + 30s), "db-x"), kStart + 35s);
+  EXPECT_EQ(w.events.recorded.size(), 1u);
+  // The new db-1 has 20: covered.
+  see(slice({{"db-1", false, true}}, at(kStart + 40s), "db-x"), kStart + 45s);
+  auto t = w.terminations.totals("shop/default", json());
+  EXPECT_EQ(t.observed, 3);
+  EXPECT_EQ(t.late, 2);
+}
+
 TEST(TerminationAudit, ConsumerSyncDecides) {
   // Seen 1 s after the trigger, wait 5: consumerSyncSeconds 0 covers it,
   // 5 does not.
