@@ -224,15 +224,16 @@ want_cols = [("MODE", ".spec.mode", "string"), ("SOURCE", ".status.propagation.s
              ("GRACE", ".status.recommended.terminationGracePeriodSeconds", "integer"),
              ("MANAGED", ".status.deployments.managed", "integer"),
              ("COMPLIANT", ".status.deployments.compliant", "integer"),
+             ("STATEFULSETS", ".status.statefulSets.managed", "integer"),
              ("ROLLING", ".status.deployments.rolling", "integer"),
              ("LATE", ".status.terminations.late", "integer"),
              ("READY", '.status.conditions[?(@.type=="Ready")].status', "string"),
              ("AGE", ".metadata.creationTimestamp", "date")]
 got_cols = [(c["name"].upper(), c["jsonPath"], c["type"]) for c in v.get("additionalPrinterColumns", [])]
-check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT ROLLING LATE READY AGE",
+check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT STATEFULSETS ROLLING LATE READY AGE",
       f"got {got_cols}")
 wide = [c["name"].upper() for c in v.get("additionalPrinterColumns", []) if c.get("priority", 0) > 0]
-check(wide == ["ROLLING", "LATE"], "only ROLLING and LATE wait for -o wide (priority 1)", f"got {wide}")
+check(wide == ["STATEFULSETS", "ROLLING", "LATE"], "only STATEFULSETS, ROLLING and LATE wait for -o wide (priority 1)", f"got {wide}")
 
 st = node("status")
 check(sorted(st["properties"]) == ["conditions", "deployments", "observedGeneration", "propagation", "recommended",

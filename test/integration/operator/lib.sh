@@ -157,7 +157,7 @@ webhooks:
     url: $2
     caBundle: $(base64 -w0 <"$3")
   rules:
-  - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments], scope: Namespaced}
+  - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments, statefulsets], scope: Namespaced}
   objectSelector: {matchLabels: {gracekeeper.dev/enabled: "true"}}
   failurePolicy: Ignore
   sideEffects: None

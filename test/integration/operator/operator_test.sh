@@ -233,17 +233,48 @@ k create service clusterip batch -n op-svc --tcp=80:8080 -o json --dry-run=clien
 wait_for 10 settings_are op-svc batch "6 46 0 1" && ok "a Service that selects the pods arrives: the wait follows" \
   || not_ok "after the Service: settings '$(settings op-svc batch)', want '6 46 0 1'"
 
-k create -f - >/dev/null <<'JSON'
+# An opted-in StatefulSet behind a Service is governed like a Deployment:
+# preStop wait and grace in one write; its updateStrategy (maxUnavailable 2
+# of 3, Parallel) is reported, never written.
+k create service clusterip db -n op-svc --tcp=5432:5432 -o json --dry-run=client |
+  jq '.spec.selector = {"app": "db"}' | k create -f - >/dev/null
+STS_STRATEGY='{"type":"RollingUpdate","rollingUpdate":{"partition":0,"maxUnavailable":2}}'
+k create -f - >/dev/null <<JSON
 {"apiVersion":"apps/v1","kind":"StatefulSet",
  "metadata":{"name":"db","namespace":"op-svc","annotations":{"gracekeeper.dev/enabled":"true"}},
- "spec":{"serviceName":"db","replicas":1,"selector":{"matchLabels":{"app":"db"}},
-  "template":{"metadata":{"labels":{"app":"db"}},"spec":{"containers":[{"name":"db","image":"db:1"}]}}}}
+ "spec":{"serviceName":"db","replicas":3,"podManagementPolicy":"Parallel",
+  "updateStrategy":$STS_STRATEGY,"selector":{"matchLabels":{"app":"db"}},
+  "template":{"metadata":{"labels":{"app":"db"}},"spec":{"containers":[{"name":"db","image":"db:1",
+   "ports":[{"containerPort":5432}],"readinessProbe":{"tcpSocket":{"port":5432}}}]}}}}
 JSON
-sts_event() { k get events.events.k8s.io -n op-svc -o json | jq -r '[.items[] | select(.regarding.kind == "StatefulSet" and .regarding.name == "db") | .reason] | join(",")'; }
-wait_for 10 bash -c "$(declare -f k sts_event); [ \"\$(sts_event)\" = UnsupportedKind ]" \
-  && ok "an opted-in StatefulSet gets one UnsupportedKind Event" || not_ok "StatefulSet events: '$(sts_event)'"
-expect "... and is not written (no managedFields entry of gracekeeper)" \
-  "$(k get statefulset -n op-svc db -o json --show-managed-fields | jq '[.metadata.managedFields[].manager] | index("gracekeeper")')" null
+sts_settings() {
+  k get statefulset -n op-svc db -o json |
+    jq -r '[(.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds // "none"),
+            .spec.template.spec.terminationGracePeriodSeconds] | map(tostring) | join(" ")'
+}
+wait_for 10 bash -c "$(declare -f k sts_settings); [ \"\$(sts_settings)\" = '6 46' ]" \
+  && ok "an opted-in StatefulSet is tuned: preStop 6 s, grace 46 s" \
+  || not_ok "StatefulSet db: settings '$(sts_settings)', want '6 46'"
+sts=$(k get statefulset -n op-svc db -o json --show-managed-fields)
+expect "... in one write (generation 2, one entry of manager gracekeeper)" \
+  "$(jq -c '[.metadata.generation, ([.metadata.managedFields[] | select(.manager == "gracekeeper")] | length)]' <<<"$sts")" "[2,1]"
+expect "... its updateStrategy left as it was" "$(jq -Sc .spec.updateStrategy <<<"$sts")" "$(jq -Sc . <<<"$STS_STRATEGY")"
+expect "... its podManagementPolicy left as it was" "$(jq -r .spec.podManagementPolicy <<<"$sts")" Parallel
+sts_tuned=$(k get events.events.k8s.io -n op-svc -o json |
+  jq -r '[.items[] | select(.regarding.kind == "StatefulSet" and .regarding.name == "db") | .reason + ": " + .note] | join("\n")')
+grep -q '^Tuned: .*CapacityDropOnRollout.*maxUnavailable 2 takes 2 of 3 pods down at once' <<<"$sts_tuned" \
+  && ok "... its Tuned Event reports maxUnavailable 2 (reported, not changed)" \
+  || { not_ok "StatefulSet events"; note <<<"$sts_tuned"; }
+grep -q 'UnsupportedKind' <<<"$sts_tuned" && not_ok "... an UnsupportedKind Event" || ok "... and no UnsupportedKind Event"
+wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-svc default -o jsonpath='{.status.statefulSets.managed} {.status.deployments.managed}')\" = '1 1' ]" \
+  && ok "the policy's status counts it: statefulSets.managed 1 beside deployments.managed 1" \
+  || not_ok "status: $(jp sdp op-svc default '{.status.statefulSets} {.status.deployments}')"
+expect "kubectl get sdp -o wide shows it in the STATEFULSETS column" \
+  "$(k get sdp -n op-svc default -o wide | awk 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == "STATEFULSETS") c = i} NR == 2 {print $c}')" 1
+k annotate statefulset -n op-svc db gracekeeper.dev/enabled- >/dev/null
+wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-svc default -o jsonpath='{.status.statefulSets.managed}')\" = 0 ]" \
+  && ok "opted out: no longer counted (statefulSets.managed 0)" \
+  || not_ok "after opting out: $(jp sdp op-svc default '{.status.statefulSets}')"
 
 # ------------------------------------------------------------- re-tunes are spread
 # This control plane has no Deployment controller: the test plays it, writing
@@ -581,7 +612,7 @@ rules:
   - {apiGroups: [gracekeeper.dev], resources: [shutdownpolicies/status], verbs: [update, patch]}
   - {apiGroups: [events.k8s.io], resources: [events], verbs: [list]}
   - {apiGroups: [""], resources: [services], verbs: [list, watch]}
-  - {apiGroups: [apps], resources: [statefulsets], verbs: [list, watch]}
+  - {apiGroups: [apps], resources: [statefulsets], verbs: [get, list, watch, patch]}
   - {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
 ---
 apiVersion: rbac.authorization.k8s.io/v1

@@ -125,7 +125,7 @@ wh() { jq -c "[.[] | select(.kind == \"MutatingWebhookConfiguration\")][0].webho
 expect "webhook: Service, path, port" "$(wh '.clientConfig.service | "\(.namespace)/\(.name):\(.port)\(.path)"')" '"gracekeeper-system/gracekeeper-webhook:443/mutate-deployments"'
 expect "webhook: no caBundle in the chart (gracekeeper patches it)" "$(wh '.clientConfig.caBundle')" null
 expect "webhook: the contract's settings" "$(wh '[.failurePolicy, .timeoutSeconds, .sideEffects, .reinvocationPolicy, (.admissionReviewVersions | join(","))] | join(" ")')" '"Ignore 5 None IfNeeded v1"'
-expect "webhook: rules" "$(wh '.rules')" '[{"apiGroups":["apps"],"apiVersions":["v1"],"operations":["CREATE","UPDATE"],"resources":["deployments"],"scope":"Namespaced"}]'
+expect "webhook: rules" "$(wh '.rules')" '[{"apiGroups":["apps"],"apiVersions":["v1"],"operations":["CREATE","UPDATE"],"resources":["deployments","statefulsets"],"scope":"Namespaced"}]'
 expect "webhook: objectSelector" "$(wh '.objectSelector')" '{"matchLabels":{"gracekeeper.dev/enabled":"true"}}'
 expect "webhook: the Service sends 443 to the pod's port webhook (9443)" \
   "$(jq -c '[.[] | select(.kind == "Service" and .metadata.name == "gracekeeper-webhook")][0] | "\(.spec.ports[0].port)->\(.spec.ports[0].targetPort) \(.spec.selector == ([$d[] | select(.kind == "Deployment")][0].spec.selector.matchLabels))"' --argjson d "$dh" <<<"$dh")" \

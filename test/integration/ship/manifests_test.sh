@@ -97,8 +97,9 @@ cannot() { local a; a=$(can_i "$@"); [ "$a" = no ] && ok "cannot $*" || not_ok "
 # What the operator does (each verb is in its code path; see the ClusterRole's comments).
 can get /version
 for v in get list watch patch; do can "$v" deployments.apps --all-namespaces; can "$v" deployments.apps -n shop-prod; done
+for v in get list watch patch; do can "$v" statefulsets.apps --all-namespaces; can "$v" statefulsets.apps -n shop-prod; done
 for v in get list watch; do can "$v" shutdownpolicies.gracekeeper.dev --all-namespaces; done
-for v in list watch; do can "$v" services --all-namespaces; can "$v" statefulsets.apps --all-namespaces; done
+for v in list watch; do can "$v" services --all-namespaces; done
 can update shutdownpolicies.gracekeeper.dev --subresource=status -n shop-prod
 can patch shutdownpolicies.gracekeeper.dev --subresource=status -n shop-prod
 for v in create patch; do can "$v" events.events.k8s.io -n shop-prod; done
@@ -122,7 +123,8 @@ cannot list endpoints --all-namespaces         # core/v1 Endpoints: the operator
 cannot create jobs.batch -n shop-prod
 cannot list jobs.batch --all-namespaces
 cannot patch replicasets.apps -n shop-prod
-for v in get create update patch delete; do cannot "$v" statefulsets.apps -n shop-prod; done
+for v in create update delete; do cannot "$v" statefulsets.apps -n shop-prod; done
+cannot patch statefulsets.apps --subresource=scale -n shop-prod
 cannot create events -n shop-prod            # core/v1 events: the operator writes events.k8s.io/v1 only
 cannot watch events.events.k8s.io --all-namespaces
 cannot delete events.events.k8s.io -n shop-prod

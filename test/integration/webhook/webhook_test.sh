@@ -195,6 +195,55 @@ grep -qE '^[-+] .*(terminationGracePeriodSeconds|maxUnavailable|maxSurge|preStop
   not_ok "kubectl diff --server-side of the original shows owned fields: $(cat "$WORK/diff1.out")" ||
   ok "kubectl diff --server-side of the original: no difference in the owned fields ($(grep -cE "^[-+] " "$WORK/diff1.out") changed lines: the image, the generation)"
 
+# ---------------------- 4b. a StatefulSet: tuned at creation, deploys keep it
+# sts_manifest NAME IMAGE: a StatefulSet manifest that names the grace (30 s)
+# and no hook; its updateStrategy is its own (gracekeeper never writes it).
+sts_manifest() {
+  cat <<YAML
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: $1
+  namespace: $NS
+  labels: {app: $1, gracekeeper.dev/enabled: "true"}
+  annotations: {gracekeeper.dev/enabled: "true"}
+spec:
+  serviceName: $1
+  replicas: 2
+  selector: {matchLabels: {app: $1}}
+  template:
+    metadata: {labels: {app: $1, served: "yes"}}
+    spec:
+      terminationGracePeriodSeconds: 30
+      containers:
+      - name: app
+        image: $2
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /ready, port: 8080}}
+YAML
+}
+sts_settings() {
+  k get statefulset -n "$NS" "$1" -o json |
+    jq -r '[(.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds // "none"),
+            .spec.template.spec.terminationGracePeriodSeconds, .metadata.generation] | map(tostring) | join(" ")'
+}
+revisions() { k get controllerrevisions -n "$NS" -l "app=$1" --no-headers 2>/dev/null | wc -l; }
+since=$(now_rfc3339)
+sts_manifest ledger app:1 >"$WORK/ledger-v1.yaml"
+k apply -f "$WORK/ledger-v1.yaml" >/dev/null
+expect "a StatefulSet created opted in: stored tuned at generation 1" "$(sts_settings ledger)" "6 46 1"
+wait_for 10 bash -c "[ \$(k get controllerrevisions -n '$NS' -l app=ledger --no-headers 2>/dev/null | wc -l) = 1 ]"
+expect "... one ControllerRevision" "$(revisions ledger)" 1
+sts_manifest ledger app:2 >"$WORK/ledger-v2.yaml"
+k apply -f "$WORK/ledger-v2.yaml" >/dev/null
+expect "a deploy (kubectl apply -f, the grace named 30) keeps the budget: generation 2" \
+  "$(sts_settings ledger)" "6 46 2"
+wait_for 10 bash -c "[ \$(k get controllerrevisions -n '$NS' -l app=ledger --no-headers 2>/dev/null | wc -l) = 2 ]"
+sleep 2  # time for a third revision, or a gracekeeper write, to show
+expect "... exactly one new ControllerRevision: one rollout" "$(revisions ledger)" 2
+expect "... no gracekeeper write of the StatefulSet (audit log)" \
+  "$(gk_writes_since "$since" | grep -c ' statefulsets/ ')" 0
+
 # ------------------------- 5. not opted in: the webhook never sees the object
 before=$(metric 'gracekeeper_webhook_admissions_total{outcome="ignored"}')
 before_all=$(curl -s "http://127.0.0.1:$OP_PORT/metrics" | awk '/^gracekeeper_webhook_admissions_total/ { s += $2 } END { print s + 0 }')
