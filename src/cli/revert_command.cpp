@@ -137,7 +137,7 @@ class Revert {
  private:
   // Adds the tuned objects of `kind` to `targets`; false when they cannot be
   // listed (said on err_; the other kind is still reverted).
-  asio::awaitable<bool> list_tuned(const std::string& kind, std::vector<RevertTarget>& targets) {
+  asio::awaitable<bool> list_tuned(std::string kind, std::vector<RevertTarget>& targets) {
     auto list = co_await client_.list_all(resource_of(kind), ns_);
     if (!list) {
       err_ << fmt::format("gracekeeper revert: cannot list the {}s of {}: {}\n", kind, ns_,
