@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 #include "gracekeeper/budget/deployment.h"
@@ -65,9 +66,8 @@ class Reverter {
 
     const Json* version = find_path(object_, {"metadata", "resourceVersion"});
     if (!version || !version->is_string() || version->get_ref<const std::string&>().empty()) {
-      return std::unexpected(
-          "metadata.resourceVersion: missing; read the Deployment from the "
-          "API server");
+      return std::unexpected(fmt::format(
+          "metadata.resourceVersion: missing; read the {} from the API server", d_.kind));
     }
     op("replace", "/metadata/resourceVersion", *version);
 
@@ -77,9 +77,10 @@ class Reverter {
                                       : "no gracekeeper.dev/applied annotation: no values of the "
                                         "user's recorded, the fields are left as they are");
     } else if (!d_.applied->user) {
-      plan_.notes.push_back(
+      plan_.notes.push_back(fmt::format(
           "the annotation was written by an older gracekeeper that did not record the user's "
-          "values: terminationGracePeriodSeconds, strategy and preStop are left as they are");
+          "values: terminationGracePeriodSeconds, {}preStop are left as they are",
+          d_.kind == "Deployment" ? "strategy and " : ""));
     } else {
       restore_grace(*d_.applied->user);
       restore_strategy(*d_.applied->user);
@@ -121,9 +122,19 @@ class Reverter {
   }
 
   // gracekeeper writes RollingUpdate with maxUnavailable 0; another strategy
-  // is the user's since.
+  // is the user's since. A StatefulSet has no spec.strategy, and gracekeeper
+  // never writes its spec.updateStrategy: a strategy recorded for one is not
+  // gracekeeper's to restore (the write would be refused).
   void restore_strategy(const budget::UserValues& user) {
-    if (!user.strategy || d_.strategy == *user.strategy) return;
+    if (!user.strategy) return;
+    if (d_.kind != "Deployment") {
+      plan_.notes.push_back(fmt::format(
+          "strategy: {} is recorded, but gracekeeper never changes a {}'s updateStrategy: left "
+          "as it is",
+          describe(*user.strategy), d_.kind));
+      return;
+    }
+    if (d_.strategy == *user.strategy) return;
     const bool ours = d_.strategy.type == budget::Strategy::Type::RollingUpdate &&
                       d_.strategy.max_unavailable.is_zero();
     if (!ours) {
@@ -194,7 +205,7 @@ class Reverter {
     }
   }
 
-  // The opt-in goes too: the operator would tune the Deployment again.
+  // The opt-in goes too: the operator would tune the object again.
   void remove_annotations(const Json* annotations) {
     if (!annotations || !annotations->is_object()) return;
     for (const char* key : {budget::kAnnotationApplied, budget::kAnnotationEnabled}) {
@@ -231,15 +242,59 @@ class Reverter {
 
 }  // namespace
 
-std::expected<RevertPlan, std::string> plan_revert(const budget::Json& deployment) {
-  if (!budget::is_deployment(deployment)) return std::unexpected("not an apps/v1 Deployment");
-  auto projected = budget::project_deployment(deployment);
+std::expected<RevertPlan, std::string> plan_revert(const budget::Json& object) {
+  if (!budget::is_deployment(object) && !budget::is_statefulset(object)) {
+    return std::unexpected("not an apps/v1 Deployment or StatefulSet");
+  }
+  auto projected = budget::project_deployment(object);
   if (!projected) {
     std::string message;
     for (const auto& e : projected.error()) message += (message.empty() ? "" : "; ") + e.format();
     return std::unexpected(message);
   }
-  return Reverter(deployment, *projected).run();
+  return Reverter(object, *projected).run();
+}
+
+bool is_object_name(std::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  return std::ranges::all_of(name, [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+  });
+}
+
+std::expected<RevertTarget, std::string> parse_revert_target(std::string_view argument) {
+  const auto slash = argument.find('/');
+  RevertTarget target{"Deployment", std::string(argument)};
+  if (slash != std::string_view::npos) {
+    std::string kind(argument.substr(0, slash));
+    std::ranges::transform(kind, kind.begin(),
+                           [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (kind.ends_with(".apps")) kind.resize(kind.size() - 5);
+    if (kind == "deployment" || kind == "deployments" || kind == "deploy") {
+      target.kind = "Deployment";
+    } else if (kind == "statefulset" || kind == "statefulsets" || kind == "sts") {
+      target.kind = "StatefulSet";
+    } else if (kind.empty()) {
+      return std::unexpected(fmt::format(
+          "\"{}\": no kind before '/' (deployment/NAME or statefulset/NAME)", argument));
+    } else {
+      return std::unexpected(
+          fmt::format("\"{}\": gracekeeper reverts Deployments and StatefulSets, not \"{}\" "
+                      "(deployment/NAME or statefulset/NAME)",
+                      argument, argument.substr(0, slash)));
+    }
+    target.name = std::string(argument.substr(slash + 1));
+    if (target.name.empty()) {
+      return std::unexpected(
+          fmt::format("\"{}\": no {} name after the '/'", argument, target.kind));
+    }
+  }
+  if (!is_object_name(target.name)) {
+    return std::unexpected(
+        fmt::format("\"{}\" is not a {} name (lower-case letters, digits, '-' and '.')",
+                    target.name, target.kind));
+  }
+  return target;
 }
 
 }  // namespace gracekeeper::cli

@@ -1,6 +1,6 @@
-// `gracekeeper revert`: the way back from a tuned Deployment to the user's own
-// values (API.md "Command line"). The plan is pure: the Deployment as the API
-// server returns it -> the one write that reverts it.
+// `gracekeeper revert`: the way back from a tuned Deployment or StatefulSet to
+// the user's own values (API.md "Command line"). The plan is pure: the object
+// as the API server returns it -> the one write that reverts it.
 #pragma once
 
 #include <expected>
@@ -36,12 +36,32 @@ struct RevertPlan {
   budget::Json patch = budget::Json::array();
 };
 
-// Plans the revert of one Deployment object (apps/v1, as read from the API
-// server). An error names what is wrong with the object.
-std::expected<RevertPlan, std::string> plan_revert(const budget::Json& deployment);
+// Plans the revert of one Deployment or StatefulSet object (apps/v1, as read
+// from the API server). A StatefulSet's strategy is never written (it has no
+// spec.strategy; gracekeeper never changes its spec.updateStrategy). An error
+// names what is wrong with the object.
+std::expected<RevertPlan, std::string> plan_revert(const budget::Json& object);
 
-// `gracekeeper revert [flags] [DEPLOYMENT...]`: 0 when every Deployment was
-// reverted (or had nothing to revert), 1 when one could not be, 2 for usage.
+// One object named on the command line: NAME (a Deployment), or KIND/NAME with
+// KIND as kubectl spells it (deployment, deployments, deploy, statefulset,
+// statefulsets, sts; any case; with or without ".apps").
+struct RevertTarget {
+  std::string kind;  // "Deployment" or "StatefulSet"
+  std::string name;
+  bool operator==(const RevertTarget&) const = default;
+};
+
+// An object name as the API server takes one in a path: lower-case letters,
+// digits, '-' and '.', at most 253 characters.
+bool is_object_name(std::string_view name);
+
+// An error names what is wrong: the kind, or the name (only lower-case
+// letters, digits, '-' and '.', as the API server's object names).
+std::expected<RevertTarget, std::string> parse_revert_target(std::string_view argument);
+
+// `gracekeeper revert [flags] [NAME | deployment/NAME | statefulset/NAME ...]`:
+// 0 when every object was reverted (or had nothing to revert), 1 when one
+// could not be, 2 for usage.
 int revert_command(std::span<const std::string_view> args, std::ostream& out, std::ostream& err);
 
 }  // namespace gracekeeper::cli

@@ -1,5 +1,5 @@
-// `gracekeeper revert`: reads each Deployment, plans its revert (revert.cpp)
-// and sends the one write.
+// `gracekeeper revert`: reads each Deployment and StatefulSet, plans its
+// revert (revert.cpp) and sends the one write.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,14 +23,17 @@ namespace gracekeeper::cli {
 namespace {
 
 constexpr const char* kRevertUsage =
-    "Usage: gracekeeper revert [flags] [DEPLOYMENT...]\n"
+    "Usage: gracekeeper revert [flags] [NAME | deployment/NAME | statefulset/NAME ...]\n"
     "\n"
-    "Puts tuned Deployments back as their users had them: the grace period, strategy and\n"
-    "preStop hooks gracekeeper recorded before it first changed them. Removes the annotations\n"
-    "gracekeeper.dev/applied and gracekeeper.dev/enabled (the operator then leaves the\n"
-    "Deployment alone) and gracekeeper's field ownership, in one write per Deployment. A\n"
-    "field changed by someone else since gracekeeper wrote it is left as it is.\n"
-    "Without DEPLOYMENT, every tuned Deployment of the namespace.\n"
+    "Puts tuned Deployments and StatefulSets back as their users had them: the grace\n"
+    "period, preStop hooks and (Deployments only) strategy gracekeeper recorded before it\n"
+    "first changed them. Removes the annotations gracekeeper.dev/applied and\n"
+    "gracekeeper.dev/enabled (the operator then leaves the object alone) and gracekeeper's\n"
+    "field ownership, in one write per object. A field changed by someone else since\n"
+    "gracekeeper wrote it is left as it is.\n"
+    "A bare NAME is a Deployment; the kind is written as kubectl takes it (deployment/,\n"
+    "deployments/, deploy/, statefulset/, statefulsets/, sts/). Without a name, every\n"
+    "tuned Deployment and StatefulSet of the namespace.\n"
     "\n"
     "Flags:\n"
     "  -n, --namespace NS      the namespace (default: the context's)\n"
@@ -41,8 +44,8 @@ constexpr const char* kRevertUsage =
     "                          the API server (dryRun=All), nothing is stored\n"
     "  -h, --help              this help\n"
     "\n"
-    "Exit status: 0 every Deployment reverted (or nothing to revert), 1 one could not be,\n"
-    "2 usage.\n";
+    "Exit status: 0 every object reverted (or nothing to revert), 1 one could not be (or\n"
+    "could not be listed), 2 usage.\n";
 
 struct RevertOptions {
   std::optional<std::string> namespace_;
@@ -50,7 +53,7 @@ struct RevertOptions {
   std::string context;
   bool dry_run = false;
   bool help = false;
-  std::vector<std::string> names;
+  std::vector<RevertTarget> targets;
 };
 
 std::expected<RevertOptions, std::string> parse_revert_args(
@@ -81,7 +84,9 @@ std::expected<RevertOptions, std::string> parse_revert_args(
     } else if (flag.starts_with("-") && flag != "-") {
       return std::unexpected(fmt::format("unknown flag {}", flag));
     } else {
-      o.names.emplace_back(flag);
+      auto target = parse_revert_target(flag);
+      if (!target) return std::unexpected(target.error());
+      o.targets.push_back(std::move(*target));
     }
   }
   return o;
@@ -90,12 +95,11 @@ std::expected<RevertOptions, std::string> parse_revert_args(
 #ifdef GRACEKEEPER_HAVE_OPERATOR
 namespace asio = boost::asio;
 
-// Only plain names: a name is put into the request's path.
-bool valid_name(std::string_view name) {
-  if (name.empty() || name.size() > 253) return false;
-  return std::ranges::all_of(name, [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
-  });
+// As controller::statefulsets; kept here so that the CLI needs no controller header.
+const kube::Resource kStatefulSets{"apps", "v1", "statefulsets", true};
+
+const kube::Resource& resource_of(const std::string& kind) {
+  return kind == "StatefulSet" ? kStatefulSets : kube::resources::deployments;
 }
 
 class Revert {
@@ -105,58 +109,70 @@ class Revert {
       : client_(client), o_(o), ns_(std::move(ns)), out_(out), err_(err) {}
 
   asio::awaitable<int> run() {
-    std::vector<std::string> names = o_.names;
-    const bool listed = names.empty();
+    std::vector<RevertTarget> targets = o_.targets;
+    const bool listed = targets.empty();
+    int failed = 0;
     if (listed) {
-      auto list = co_await client_.list_all(kube::resources::deployments, ns_);
-      if (!list) {
-        err_ << fmt::format("gracekeeper revert: cannot list the Deployments of {}: {}\n", ns_,
-                            list.error().format());
-        co_return 1;
-      }
-      // Only the tuned ones are read again and written; a List's items carry no kind.
-      for (const auto& item : list->value("items", nlohmann::json::array())) {
-        budget::Json object(item);
-        object["apiVersion"] = "apps/v1";
-        object["kind"] = "Deployment";
-        auto plan = plan_revert(object);
-        if (plan && !plan->tuned) continue;
-        const auto metadata = item.value("metadata", nlohmann::json::object());
-        if (auto name = metadata.value("name", std::string()); !name.empty()) {
-          names.push_back(std::move(name));
-        }
+      for (const char* kind : {"Deployment", "StatefulSet"}) {
+        if (!co_await list_tuned(kind, targets)) ++failed;
       }
     }
-    int failed = 0, reverted = 0;
-    for (const auto& name : names) {
-      auto result = co_await revert_one(name, listed);
+    int deployments = 0, statefulsets = 0;
+    for (const auto& target : targets) {
+      auto result = co_await revert_one(target, listed);
       if (!result) {
-        err_ << fmt::format("gracekeeper revert: Deployment {}/{}: {}\n", ns_, name,
+        err_ << fmt::format("gracekeeper revert: {} {}/{}: {}\n", target.kind, ns_, target.name,
                             result.error());
         ++failed;
       } else if (*result) {
-        ++reverted;
+        ++(target.kind == "StatefulSet" ? statefulsets : deployments);
       }
     }
-    out_ << fmt::format("revert: {} Deployment(s) {}, {} failed\n", reverted,
-                        o_.dry_run ? "would be reverted" : "reverted", failed);
+    out_ << fmt::format("revert: {} Deployment(s) and {} StatefulSet(s) {}, {} failed\n",
+                        deployments, statefulsets, o_.dry_run ? "would be reverted" : "reverted",
+                        failed);
     co_return failed == 0 ? kExitOk : 1;
   }
 
  private:
+  // Adds the tuned objects of `kind` to `targets`; false when they cannot be
+  // listed (said on err_; the other kind is still reverted).
+  asio::awaitable<bool> list_tuned(std::string kind, std::vector<RevertTarget>& targets) {
+    auto list = co_await client_.list_all(resource_of(kind), ns_);
+    if (!list) {
+      err_ << fmt::format("gracekeeper revert: cannot list the {}s of {}: {}\n", kind, ns_,
+                          list.error().format());
+      co_return false;
+    }
+    // Only the tuned ones are read again and written; a List's items carry no kind.
+    for (const auto& item : list->value("items", nlohmann::json::array())) {
+      budget::Json object(item);
+      object["apiVersion"] = "apps/v1";
+      object["kind"] = kind;
+      auto plan = plan_revert(object);
+      if (plan && !plan->tuned) continue;
+      const auto metadata = item.value("metadata", nlohmann::json::object());
+      if (auto name = metadata.value("name", std::string()); !name.empty()) {
+        targets.push_back(RevertTarget{kind, std::move(name)});
+      }
+    }
+    co_return true;
+  }
+
   // true when reverted, false when there was nothing to revert. A Conflict
-  // (the Deployment changed between the read and the write) reads it again.
-  asio::awaitable<std::expected<bool, std::string>> revert_one(const std::string& name,
+  // (the object changed between the read and the write) reads it again.
+  asio::awaitable<std::expected<bool, std::string>> revert_one(const RevertTarget& target,
                                                                bool listed) {
+    const kube::Resource& resource = resource_of(target.kind);
     for (int attempt = 1;; ++attempt) {
-      auto current = co_await client_.get(kube::resources::deployments, ns_, name, std::string());
+      auto current = co_await client_.get(resource, ns_, target.name, std::string());
       if (!current) co_return std::unexpected(current.error().format());
       auto plan = plan_revert(budget::Json(*current));
       if (!plan) co_return std::unexpected(plan.error());
       if (!plan->tuned) {
         if (!listed) {
-          out_ << fmt::format("Deployment {}/{}: not tuned by gracekeeper, nothing to revert\n",
-                              ns_, name);
+          out_ << fmt::format("{} {}/{}: not tuned by gracekeeper, nothing to revert\n",
+                              target.kind, ns_, target.name);
         }
         co_return false;
       }
@@ -165,19 +181,19 @@ class Revert {
       options.dry_run = o_.dry_run;
       options.read_object = false;
       nlohmann::json patch(plan->patch);
-      auto written = co_await client_.json_patch(kube::resources::deployments, ns_, name,
-                                                 std::move(patch), options);
+      auto written =
+          co_await client_.json_patch(resource, ns_, target.name, std::move(patch), options);
       if (!written && written.error().reason == kube::ApiError::Reason::Conflict && attempt < 5) {
         continue;
       }
       if (!written) co_return std::unexpected(written.error().format());
-      print(name, *plan);
+      print(target, *plan);
       co_return true;
     }
   }
 
-  void print(const std::string& name, const RevertPlan& plan) {
-    out_ << fmt::format("Deployment {}/{}{}:\n", ns_, name,
+  void print(const RevertTarget& target, const RevertPlan& plan) {
+    out_ << fmt::format("{} {}/{}{}:\n", target.kind, ns_, target.name,
                         o_.dry_run ? " [dry run: validated, not written]" : "");
     for (const auto& c : plan.changes) {
       out_ << fmt::format("  {}: {} -> {}\n", c.field, c.from, c.to);
@@ -193,19 +209,13 @@ class Revert {
 };
 
 int revert_in_cluster(const RevertOptions& o, std::ostream& out, std::ostream& err) {
-  for (const auto& name : o.names) {
-    if (!valid_name(name)) {
-      err << fmt::format("gracekeeper revert: \"{}\" is not a Deployment name\n", name);
-      return kExitUsage;
-    }
-  }
   auto config = kube::load_config(o.kubeconfig, o.context);
   if (!config) {
     err << "gracekeeper revert: " << config.error().format() << "\n";
     return 1;
   }
   const std::string ns = o.namespace_.value_or(config->namespace_);
-  if (!valid_name(ns)) {
+  if (!is_object_name(ns)) {
     err << fmt::format("gracekeeper revert: \"{}\" is not a namespace name\n", ns);
     return kExitUsage;
   }

@@ -4,7 +4,9 @@
 # changes nothing; `revert` puts back exactly the fields the user had, in one
 # request per Deployment (audit log), releases gracekeeper's fields, and the
 # operator leaves them alone; a server-side apply of the user's manifest by
-# its own field manager then meets no conflict.
+# its own field manager then meets no conflict. Then StatefulSets:
+# `revert statefulset/NAME` and `revert` without a name put a StatefulSet
+# back the same way and never write its strategy.
 #
 # usage: test/integration/revert/revert_test.sh GRACEKEEPER_BINARY [CLUSTER_DIR]
 #   Without CLUSTER_DIR the script starts its own control plane and stops it on exit.
@@ -116,7 +118,7 @@ expect "--dry-run: one get and one patch sent with dryRun=All" \
 since=$(now_rfc3339)
 "$GK" revert --kubeconfig "$KUBECONFIG" --namespace "$NS" >"$WORK/revert.out" 2>"$WORK/revert.err"
 expect "revert exits 0" "$?" 0
-grep -q "revert: 2 Deployment(s) reverted, 0 failed" "$WORK/revert.out" &&
+grep -q "revert: 2 Deployment(s) and 0 StatefulSet(s) reverted, 0 failed" "$WORK/revert.out" &&
   ok "revert names both Deployments" || not_ok "revert output: $(cat "$WORK/revert.out" "$WORK/revert.err")"
 sleep 1
 expect "revert: one write per Deployment (audit log)" \
@@ -157,5 +159,105 @@ grep -q "nothing to revert" "$WORK/again.out" && ok "a second revert has nothing
 expect "revert of a missing Deployment exits 1" "$?" 1
 "$GK" revert --kubeconfig "$KUBECONFIG" --bogus >/dev/null 2>&1
 expect "revert with an unknown flag exits 2" "$?" 2
+"$GK" revert --kubeconfig "$KUBECONFIG" -n "$NS" daemonset/checkout >"$WORK/kind.out" 2>&1
+expect "revert of another kind exits 2" "$?" 2
+grep -q 'not "daemonset"' "$WORK/kind.out" && ok "revert of another kind names it" ||
+  not_ok "revert daemonset/checkout: $(cat "$WORK/kind.out")"
+
+# 6. StatefulSets. The operator is stopped: the test writes what the operator
+# writes when it tunes one, by its field manager (server-side apply): grace 46, a
+# preStop sleep of 6 s, the applied annotation recording the user's values.
+# It never writes a StatefulSet's updateStrategy, so none is recorded.
+tune_by_hand() {  # tune_by_hand KIND NAME USER-JSON
+  local applied
+  applied=$(jq -cn --argjson user "$3" --arg time "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    '{policy: "default", preStop: 6, grace: 46, graceOwned: true, propagation: 4,
+      containers: ["app"], waits: {app: 6}, time: $time, user: $user}')
+  jq -n --arg kind "$1" --arg name "$2" --arg ns "$NS" --arg applied "$applied" \
+    '{apiVersion: "apps/v1", kind: $kind,
+      metadata: {name: $name, namespace: $ns, annotations: {"gracekeeper.dev/applied": $applied}},
+      spec: {template: {spec: {terminationGracePeriodSeconds: 46,
+        containers: [{name: "app", lifecycle: {preStop: {sleep: {seconds: 6}}}}]}}}}' |
+    k apply --server-side --force-conflicts --field-manager=gracekeeper -f - >/dev/null
+}
+statefulset() {  # statefulset NAME ANNOTATIONS-JSON: the user's, grace 40, no hook
+  k create -f - >/dev/null <<JSON
+{"apiVersion":"apps/v1","kind":"StatefulSet",
+ "metadata":{"name":"$1","namespace":"$NS","annotations":$2},
+ "spec":{"replicas":2,"serviceName":"$1","selector":{"matchLabels":{"app":"$1"}},
+  "template":{"metadata":{"labels":{"app":"$1","served":"yes"}},
+   "spec":{"terminationGracePeriodSeconds":40,
+    "containers":[{"name":"app","image":"app:1","ports":[{"containerPort":5432}],
+      "readinessProbe":{"tcpSocket":{"port":5432}}}]}}}}
+JSON
+}
+sts_spec() { k get statefulset -n "$NS" "$1" -o json | jq -cS .spec; }
+owned_by_gracekeeper() {  # how many managedFields entries of a StatefulSet are gracekeeper's
+  k get statefulset -n "$NS" "$1" -o json --show-managed-fields |
+    jq -c '[.metadata.managedFields[].manager] | map(select(. == "gracekeeper")) | length'
+}
+statefulset ledger '{"gracekeeper.dev/enabled":"true","team":"ledger"}'
+statefulset cache '{}'  # not opted in: never touched
+deployment "$NS" orders "$OPTED"
+sts_spec ledger >"$WORK/ledger.spec"
+spec_of orders >"$WORK/orders.spec"
+rv_cache=$(jp statefulset "$NS" cache '{.metadata.resourceVersion}')
+tune_by_hand StatefulSet ledger '{"grace":40,"preStop":{"app":null}}'
+# (orders has an empty `lifecycle: {}` of its own: recorded as {}, see lib.sh)
+tune_by_hand Deployment orders '{"grace":30,"preStop":{"app":{}}}'
+expect "ledger: tuned as the operator would (grace, hook, owners)" \
+  "$(k get statefulset -n "$NS" ledger -o json | jq -c '[.spec.template.spec.terminationGracePeriodSeconds,
+     .spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds]') $(owned_by_gracekeeper ledger)" \
+  '[46,6] 1'
+
+# 6a. One StatefulSet by name.
+rv_orders=$(jp deployment "$NS" orders '{.metadata.resourceVersion}')
+since=$(now_rfc3339)
+"$GK" revert --kubeconfig "$KUBECONFIG" -n "$NS" statefulset/ledger >"$WORK/sts.out" 2>"$WORK/sts.err"
+expect "revert statefulset/ledger exits 0" "$?" 0
+grep -q "^StatefulSet $NS/ledger:" "$WORK/sts.out" &&
+  grep -q "terminationGracePeriodSeconds: 46s -> 40s" "$WORK/sts.out" &&
+  grep -q "containers\[app\].preStop: sleep 6s -> none" "$WORK/sts.out" &&
+  ! grep -qi "strategy" "$WORK/sts.out" &&
+  grep -q "revert: 0 Deployment(s) and 1 StatefulSet(s) reverted, 0 failed" "$WORK/sts.out" &&
+  ok "revert statefulset/ledger names the StatefulSet and its fields, no strategy" ||
+  not_ok "revert statefulset/ledger output: $(cat "$WORK/sts.out" "$WORK/sts.err")"
+sleep 1
+expect "revert statefulset/ledger: one write (audit log)" \
+  "$(gk_writes_since "$since" | sort | tr '\n' ';')" "patch statefulsets/ ledger 200;"
+expect "ledger: the spec is exactly the user's (updateStrategy included)" \
+  "$(sts_spec ledger)" "$(cat "$WORK/ledger.spec")"
+expect "ledger: gracekeeper's annotations gone, the user's kept" \
+  "$(k get statefulset -n "$NS" ledger -o json | jq -c '.metadata.annotations // {} | keys')" '["team"]'
+expect "ledger: gracekeeper owns no field" "$(owned_by_gracekeeper ledger)" 0
+expect "orders: not touched by revert statefulset/ledger" \
+  "$(jp deployment "$NS" orders '{.metadata.resourceVersion}')" "$rv_orders"
+"$GK" revert --kubeconfig "$KUBECONFIG" -n "$NS" sts/absent >"$WORK/sts-absent.out" 2>&1
+expect "revert of a missing StatefulSet exits 1" "$?" 1
+grep -q "StatefulSet $NS/absent:" "$WORK/sts-absent.out" && ok "the missing StatefulSet is named" ||
+  not_ok "revert sts/absent: $(cat "$WORK/sts-absent.out")"
+
+# 6b. Without a name: the tuned Deployment and the tuned StatefulSet.
+k annotate statefulset -n "$NS" ledger gracekeeper.dev/enabled=true >/dev/null
+tune_by_hand StatefulSet ledger '{"grace":40,"preStop":{"app":null}}'
+since=$(now_rfc3339)
+"$GK" revert --kubeconfig "$KUBECONFIG" -n "$NS" >"$WORK/all.out" 2>"$WORK/all.err"
+expect "revert without a name exits 0" "$?" 0
+grep -q "^Deployment $NS/orders:" "$WORK/all.out" &&
+  grep -q "^StatefulSet $NS/ledger:" "$WORK/all.out" &&
+  grep -q "revert: 1 Deployment(s) and 1 StatefulSet(s) reverted, 0 failed" "$WORK/all.out" &&
+  ok "revert without a name reverts the Deployment and the StatefulSet" ||
+  not_ok "revert without a name: $(cat "$WORK/all.out" "$WORK/all.err")"
+sleep 1
+expect "revert without a name: one write per object (audit log)" \
+  "$(gk_writes_since "$since" | sort | tr '\n' ';')" \
+  "patch deployments/ orders 200;patch statefulsets/ ledger 200;"
+expect "ledger: the user's spec again" "$(sts_spec ledger)" "$(cat "$WORK/ledger.spec")"
+expect "orders: the spec is exactly the user's" "$(spec_of orders)" "$(cat "$WORK/orders.spec")"
+expect "ledger and orders: no gracekeeper annotation left" \
+  "$(for o in statefulset/ledger deployment/orders; do k get -n "$NS" "$o" -o json |
+       jq -c '.metadata.annotations // {} | keys | map(select(startswith("gracekeeper.dev/")))'; done |
+     tr '\n' ' ')" "[] [] "
+expect "cache: not touched" "$(jp statefulset "$NS" cache '{.metadata.resourceVersion}')" "$rv_cache"
 
 finish

@@ -1,5 +1,5 @@
-// The revert plan (issue 17, item 4): a tuned Deployment as the API server
-// returns it -> the one JSON patch that puts the user's values back, drops
+// The revert plan (issue 17, item 4): a tuned Deployment or StatefulSet as the
+// API server returns it -> the one JSON patch that puts the user's values back, drops
 // gracekeeper's annotations and releases its fields. The patch is applied
 // here with nlohmann's RFC 6902 implementation to see the object it makes.
 #include "../../../src/cli/revert.h"
@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -217,6 +218,132 @@ TEST(Revert, UnusableObjectsAreNamed) {
   ASSERT_FALSE(plan_revert(broken).has_value());
   EXPECT_THAT(plan_revert(broken).error(), HasSubstr("terminationGracePeriodSeconds"));
   EXPECT_FALSE(plan_revert(Json::parse(R"({"kind": "Service"})")).has_value());
+  auto daemon_set = plan_revert(Json::parse(R"({"apiVersion": "apps/v1", "kind": "DaemonSet"})"));
+  ASSERT_FALSE(daemon_set.has_value());
+  EXPECT_THAT(daemon_set.error(), HasSubstr("not an apps/v1 Deployment or StatefulSet"));
+}
+
+// A StatefulSet as `kubectl create` stores it: the user's grace of 40 s, no
+// hook, the server's default updateStrategy.
+Json created_statefulset() {
+  return Json::parse(R"({
+    "apiVersion": "apps/v1", "kind": "StatefulSet",
+    "metadata": {"name": "ledger", "namespace": "shop-prod", "resourceVersion": "912",
+                 "annotations": {"gracekeeper.dev/enabled": "true", "team": "shop"},
+                 "managedFields": [
+                   {"manager": "kubectl-create", "operation": "Update", "apiVersion": "apps/v1",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {}}}]},
+    "spec": {"replicas": 3, "serviceName": "ledger",
+      "selector": {"matchLabels": {"app": "ledger"}},
+      "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+      "podManagementPolicy": "OrderedReady",
+      "template": {"metadata": {"labels": {"app": "ledger"}},
+        "spec": {"terminationGracePeriodSeconds": 40,
+          "containers": [{"name": "ledger", "image": "ledger:2.0",
+            "ports": [{"containerPort": 5432}]}]}}}})");
+}
+
+bool touches(const RevertPlan& p, std::string_view prefix) {
+  return std::ranges::any_of(
+      p.patch, [&](const Json& op) { return op.value("path", std::string()).starts_with(prefix); });
+}
+
+TEST(Revert, AStatefulSetGetsItsGraceAndHooksBackAndNoStrategy) {
+  budget::PolicySpec policy;
+  const Json before = created_statefulset();
+  const Json after_tune = tuned(before, policy);
+  ASSERT_EQ(after_tune["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 46);
+  ASSERT_FALSE(after_tune["spec"].contains("strategy"));
+  const Json record = Json::parse(
+      after_tune["metadata"]["annotations"]["gracekeeper.dev/applied"].get<std::string>());
+  EXPECT_EQ(record["user"], Json::parse(R"({"grace": 40, "preStop": {"ledger": null}})"));
+
+  const RevertPlan p = planned(after_tune);
+  EXPECT_TRUE(p.tuned);
+  EXPECT_TRUE(p.notes.empty());
+  EXPECT_THAT(lines(p), ::testing::ElementsAre(
+                            "terminationGracePeriodSeconds: 46s -> 40s",
+                            "containers[ledger].preStop: sleep 6s -> none",
+                            "metadata.annotations[gracekeeper.dev/applied]: (record) -> none",
+                            "metadata.annotations[gracekeeper.dev/enabled]: \"true\" -> none",
+                            "managedFields: gracekeeper's -> released"));
+  EXPECT_FALSE(touches(p, "/spec/strategy"));
+  EXPECT_FALSE(touches(p, "/spec/updateStrategy"));
+  const Json reverted = after_tune.patch(p.patch);
+  EXPECT_EQ(reverted["spec"], before["spec"]);
+  EXPECT_EQ(reverted["metadata"]["annotations"], Json::parse(R"({"team":"shop"})"));
+  EXPECT_EQ(reverted["metadata"]["managedFields"], before["metadata"]["managedFields"]);
+  EXPECT_FALSE(planned(reverted).tuned);
+
+  Json unread = after_tune;
+  unread["metadata"].erase("resourceVersion");
+  ASSERT_FALSE(plan_revert(unread).has_value());
+  EXPECT_THAT(plan_revert(unread).error(), HasSubstr("read the StatefulSet"));
+}
+
+// gracekeeper never records a StatefulSet's strategy; one recorded anyway
+// (written by hand, or by a Deployment's record copied over) is not written
+// back: a StatefulSet has no spec.strategy, the write would be refused.
+TEST(Revert, AStrategyRecordedOnAStatefulSetIsNeverWritten) {
+  Json object = created_statefulset();
+  object["metadata"]["annotations"]["gracekeeper.dev/applied"] =
+      R"({"policy":"default","preStop":6,"grace":46,"graceOwned":true,"propagation":4,)"
+      R"("containers":["ledger"],"waits":{"ledger":6},"time":"2026-11-30T00:00:00Z",)"
+      R"("user":{"grace":40,"maxSurge":"25%","maxUnavailable":"25%","preStop":{"ledger":null}}})";
+  object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 46;
+  object["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"] =
+      Json::parse(R"({"sleep": {"seconds": 6}})");
+  const RevertPlan p = planned(object);
+  EXPECT_THAT(lines(p), ::testing::Contains("terminationGracePeriodSeconds: 46s -> 40s"));
+  EXPECT_THAT(lines(p), ::testing::Contains("containers[ledger].preStop: sleep 6s -> none"));
+  ASSERT_EQ(p.notes.size(), 1u);
+  EXPECT_THAT(p.notes[0], HasSubstr("never changes a StatefulSet's updateStrategy"));
+  EXPECT_FALSE(touches(p, "/spec/strategy"));
+  EXPECT_FALSE(touches(p, "/spec/updateStrategy"));
+  EXPECT_EQ(object.patch(p.patch)["spec"], created_statefulset()["spec"]);
+
+  // An annotation of the older format: nothing restored, and no strategy named.
+  object["metadata"]["annotations"]["gracekeeper.dev/applied"] =
+      R"({"policy":"default","preStop":6,"grace":46,"graceOwned":true,"containers":["ledger"]})";
+  const RevertPlan q = planned(object);
+  ASSERT_EQ(q.notes.size(), 1u);
+  EXPECT_THAT(q.notes[0], HasSubstr("terminationGracePeriodSeconds, preStop are left"));
+  EXPECT_EQ(object.patch(q.patch)["spec"], object["spec"]);
+}
+
+TEST(RevertTarget, KindsAsKubectlSpellsThem) {
+  using T = RevertTarget;
+  EXPECT_EQ(parse_revert_target("checkout"), (T{"Deployment", "checkout"}));
+  for (const char* kind : {"deployment", "deployments", "deploy", "Deployment", "deployment.apps",
+                           "deployments.apps"}) {
+    EXPECT_EQ(parse_revert_target(std::string(kind) + "/checkout"), (T{"Deployment", "checkout"}))
+        << kind;
+  }
+  for (const char* kind :
+       {"statefulset", "statefulsets", "sts", "StatefulSet", "statefulset.apps", "STS"}) {
+    EXPECT_EQ(parse_revert_target(std::string(kind) + "/ledger-0.v2"),
+              (T{"StatefulSet", "ledger-0.v2"}))
+        << kind;
+  }
+}
+
+TEST(RevertTarget, BadArgumentsNameWhatIsWrong) {
+  auto error = [](std::string_view argument) {
+    auto target = parse_revert_target(argument);
+    EXPECT_FALSE(target.has_value()) << argument;
+    return target ? std::string() : target.error();
+  };
+  EXPECT_THAT(error("daemonset/x"),
+              HasSubstr("\"daemonset/x\": gracekeeper reverts Deployments and StatefulSets, not "
+                        "\"daemonset\""));
+  EXPECT_THAT(error("statefulset/"), HasSubstr("\"statefulset/\": no StatefulSet name"));
+  EXPECT_THAT(error("deploy/"), HasSubstr("no Deployment name"));
+  EXPECT_THAT(error("/ledger"), HasSubstr("\"/ledger\": no kind before '/'"));
+  EXPECT_THAT(error("sts/Ledger"), HasSubstr("\"Ledger\" is not a StatefulSet name"));
+  EXPECT_THAT(error("sts/a/b"), HasSubstr("\"a/b\" is not a StatefulSet name"));
+  EXPECT_THAT(error("Checkout"), HasSubstr("\"Checkout\" is not a Deployment name"));
+  EXPECT_THAT(error(""), HasSubstr("\"\" is not a Deployment name"));
+  EXPECT_THAT(error(std::string(254, 'a')), HasSubstr("is not a Deployment name"));
 }
 
 int run(std::vector<std::string> args, std::string& out, std::string& err) {
@@ -233,15 +360,23 @@ TEST(RevertCommand, UsageAndBadArguments) {
   std::string out, err;
   EXPECT_EQ(run({"revert", "--help"}, out, err), 0);
   EXPECT_THAT(out, HasSubstr("--dry-run"));
+  EXPECT_THAT(out, HasSubstr("statefulset/NAME"));
   EXPECT_EQ(run({"revert", "--force"}, out, err), 2);
   EXPECT_THAT(err, HasSubstr("unknown flag --force"));
   EXPECT_EQ(run({"revert", "--namespace"}, out, err), 2);
   EXPECT_THAT(err, HasSubstr("--namespace needs a value"));
   EXPECT_EQ(run({"revert", "--dry-run=yes"}, out, err), 2);
-  EXPECT_EQ(run({"revert", "Check/out"}, out, err), 2);
-  EXPECT_THAT(err, HasSubstr("\"Check/out\" is not a Deployment name"));
+  EXPECT_EQ(run({"revert", "Checkout"}, out, err), 2);
+  EXPECT_THAT(err, HasSubstr("\"Checkout\" is not a Deployment name"));
+  EXPECT_EQ(run({"revert", "checkout", "daemonset/x"}, out, err), 2);
+  EXPECT_THAT(err, HasSubstr("not \"daemonset\" (deployment/NAME or statefulset/NAME)"));
+  EXPECT_EQ(run({"revert", "statefulset/"}, out, err), 2);
+  EXPECT_THAT(err, HasSubstr("\"statefulset/\": no StatefulSet name after the '/'"));
+  EXPECT_EQ(run({"revert", "sts/Ledger"}, out, err), 2);
+  EXPECT_THAT(err, HasSubstr("\"Ledger\" is not a StatefulSet name"));
   EXPECT_EQ(run({"revert", "--kubeconfig", "/nonexistent/kubeconfig", "checkout"}, out, err), 1);
   EXPECT_THAT(err, HasSubstr("/nonexistent/kubeconfig"));
+  EXPECT_EQ(run({"revert", "--kubeconfig", "/nonexistent/kubeconfig", "sts/ledger"}, out, err), 1);
 }
 
 }  // namespace
