@@ -275,6 +275,13 @@ k annotate statefulset -n op-svc db gracekeeper.dev/enabled- >/dev/null
 wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-svc default -o jsonpath='{.status.statefulSets.managed}')\" = 0 ]" \
   && ok "opted out: no longer counted (statefulSets.managed 0)" \
   || not_ok "after opting out: $(jp sdp op-svc default '{.status.statefulSets}')"
+"$GK" revert --kubeconfig "$KUBECONFIG" -n op-svc statefulset/db >"$WORK/sts-revert.out" 2>&1
+expect "gracekeeper revert statefulset/db exits 0" "$?" 0
+sts=$(k get statefulset -n op-svc db -o json --show-managed-fields)
+expect "... the user's StatefulSet is back: no hook, grace 30, no applied annotation, no gracekeeper field" \
+  "$(jq -c '[(.spec.template.spec.containers[0].lifecycle // "none"), .spec.template.spec.terminationGracePeriodSeconds,
+      (.metadata.annotations["gracekeeper.dev/applied"] // "none"),
+      ([.metadata.managedFields[] | select(.manager == "gracekeeper")] | length)]' <<<"$sts")" '["none",30,"none",0]'
 
 # ------------------------------------------------------------- re-tunes are spread
 # This control plane has no Deployment controller: the test plays it, writing
