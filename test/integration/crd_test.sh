@@ -237,13 +237,14 @@ check(wide == ["STATEFULSETS", "ROLLING", "LATE"], "only STATEFULSETS, ROLLING a
 
 st = node("status")
 check(sorted(st["properties"]) == ["conditions", "deployments", "observedGeneration", "propagation", "recommended",
-                                   "terminations"]
+                                   "statefulSets", "terminations"]
+      and sorted(node("status.statefulSets")["properties"]) == sorted(node("status.deployments")["properties"])
       and sorted(node("status.terminations")["properties"]) == ["lastLateAt", "late", "observed"]
       and node("status.observedGeneration").get("format") == "int64"
       and node("status.propagation.sampledAt").get("format") == "date-time"
       and node("status.conditions").get("x-kubernetes-list-map-keys") == ["type"]
       and sorted(node("status.conditions.[]")["required"]) == ["lastTransitionTime", "message", "reason", "status", "type"],
-      "status schema: observedGeneration, propagation, recommended, deployments, terminations, conditions (metav1.Condition)")
+      "status schema: observedGeneration, propagation, recommended, deployments, statefulSets (the same counts), terminations, conditions (metav1.Condition)")
 
 # --- a tiny validator: the samples must satisfy the schema's types, enums and bounds
 def validate(n, val, path, errs):
