@@ -368,7 +368,7 @@ wait_for 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.statu
   not_ok "not counted rolling: $(sdp_deployments)"
 expect "... not compliant, BudgetHolds reason Rolling" "$(sdp_deployments) $(budget_holds)" "1 0 1 Rolling"
 k get sdp -n "$FNS" -o wide >"$WORK/sdp.out"
-grep -qE "COMPLIANT +ROLLING" "$WORK/sdp.out" && awk 'NR == 2 { exit !($8 == 0 && $9 == 1) }' "$WORK/sdp.out" &&
+awk 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i } NR == 2 { exit !(c["COMPLIANT"] && $c["COMPLIANT"] == 0 && $c["ROLLING"] == 1) }' "$WORK/sdp.out" &&
   ok "kubectl get sdp -o wide shows it: COMPLIANT 0, ROLLING 1" || not_ok "kubectl get sdp -o wide: $(cat "$WORK/sdp.out")"
 flux_apply app:2 0  # scaled to 0 by the next deploy: the old pods go
 wait_for 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.compliant}')\" = 1 ]" &&
