@@ -270,7 +270,7 @@ wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-svc default -o jsonpath='{.sta
   && ok "the policy's status counts it: statefulSets.managed 1 beside deployments.managed 1" \
   || not_ok "status: $(jp sdp op-svc default '{.status.statefulSets} {.status.deployments}')"
 expect "kubectl get sdp -o wide shows it in the STATEFULSETS column" \
-  "$(k get sdp -n op-svc default -o wide | awk 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == "STATEFULSETS") c = i} NR == 2 {print $c}')" 1
+  "$(k get sdp -n op-svc default -o wide | awk 'NR == 1 { c = index($0, "STATEFULSETS") } NR == 2 && c { split(substr($0, c), a, " "); print a[1] }')" 1
 k annotate statefulset -n op-svc db gracekeeper.dev/enabled- >/dev/null
 wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-svc default -o jsonpath='{.status.statefulSets.managed}')\" = 0 ]" \
   && ok "opted out: no longer counted (statefulSets.managed 0)" \
