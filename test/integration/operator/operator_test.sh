@@ -275,7 +275,8 @@ k annotate statefulset -n op-svc db gracekeeper.dev/enabled- >/dev/null
 wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-svc default -o jsonpath='{.status.statefulSets.managed}')\" = 0 ]" \
   && ok "opted out: no longer counted (statefulSets.managed 0)" \
   || not_ok "after opting out: $(jp sdp op-svc default '{.status.statefulSets}')"
-"$GK" revert --kubeconfig "$KUBECONFIG" -n op-svc statefulset/db >"$WORK/sts-revert.out" 2>&1
+# (With the operator's credentials: the ServiceAccount run counts every gracekeeper request as its own.)
+"$GK" revert --kubeconfig "${GK_OPERATOR_KUBECONFIG:-$KUBECONFIG}" -n op-svc statefulset/db >"$WORK/sts-revert.out" 2>&1
 expect "gracekeeper revert statefulset/db exits 0" "$?" 0
 sts=$(k get statefulset -n op-svc db -o json --show-managed-fields)
 expect "... the user's StatefulSet is back: no hook, grace 30, no applied annotation, no gracekeeper field" \
