@@ -140,23 +140,30 @@ json old_template(std::string_view body) {
   return document.is_object() && document.contains(at) ? document[at] : json();
 }
 
-std::optional<json> plan_patch(const json& object, const std::string& kind,
-                               const std::string& request_namespace, std::string_view body,
-                               const AdmissionInputs& in, AdmissionAnswer& answer) {
-  // The same view as the reconciler's: the budget fields through MessagePack,
-  // as the cache keeps them (cache.cpp).
+// The Deployment of the request in namespace `ns`, projected from the same
+// view as the reconciler's: the budget fields through MessagePack, as the
+// cache keeps them (cache.cpp).
+std::expected<budget::Deployment, budget::FieldErrors> admitted_deployment(const json& object,
+                                                                           const std::string& kind,
+                                                                           const std::string& ns) {
   json fields = budget_fields(object);
   fields["kind"] = kind;
-  // On CREATE the namespace, and with generateName the name, are not set yet.
-  const std::string ns = text_member(object["metadata"], "namespace").empty()
-                             ? request_namespace
-                             : text_member(object["metadata"], "namespace");
   fields["metadata"]["namespace"] = ns;
   if (text_member(fields["metadata"], "name").empty()) {
     fields["metadata"]["name"] = text_member(object["metadata"], "generateName");
   }
   const budget::Json view = budget::Json::from_msgpack(json::to_msgpack(fields));
-  const auto deployment = CachedDeployment::project(view);
+  return CachedDeployment::project(view);
+}
+
+std::optional<json> plan_patch(const json& object, const std::string& kind,
+                               const std::string& request_namespace, std::string_view body,
+                               const AdmissionInputs& in, AdmissionAnswer& answer) {
+  // On CREATE the namespace, and with generateName the name, are not set yet.
+  const std::string ns = text_member(object["metadata"], "namespace").empty()
+                             ? request_namespace
+                             : text_member(object["metadata"], "namespace");
+  const auto deployment = admitted_deployment(object, kind, ns);
 
   DeploymentFacts facts;
   facts.deployment = &deployment;
