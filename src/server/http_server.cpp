@@ -48,7 +48,7 @@ constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 // After an error answer the client may still be sending (an oversized
 // request): read and drop a little of it, so closing the socket with unread
 // data does not reset the connection before the client has read the answer.
-constexpr std::size_t kLingerBytes = 64 * 1024;
+constexpr std::size_t kLingerBytes = std::size_t{64} * 1024;
 constexpr Clock::duration kLingerTime = std::chrono::seconds{1};
 
 struct Endpoint {
