@@ -547,6 +547,39 @@ void read_pod_spec(Reader& reader, const Json& pod_spec, Deployment& out) {
   read_sidecars(reader, pod_spec, out);
 }
 
+// The object's metadata: its name (required), namespace, labels and
+// annotations.
+void read_metadata(Reader& reader, const Json& object, Deployment& out) {
+  if (const Json* metadata = reader.object(object, "metadata", "metadata")) {
+    out.name = reader.string(*metadata, "name", "metadata.name").value_or("");
+    out.namespace_ = reader.string(*metadata, "namespace", "metadata.namespace").value_or("");
+    out.labels = reader.string_map(*metadata, "labels", "metadata.labels");
+    out.annotations = reader.string_map(*metadata, "annotations", "metadata.annotations");
+  }
+  if (out.name.empty()) {
+    reader.fail("metadata.name", fmt::format("required: a {} needs a name", out.kind));
+  }
+}
+
+// spec.template: the pod's labels and spec (both required).
+void read_pod_template(Reader& reader, const Json& spec, Deployment& out) {
+  const Json* pod_template = reader.object(spec, "template", "spec.template");
+  const Json* pod_spec =
+      pod_template ? reader.object(*pod_template, "spec", "spec.template.spec") : nullptr;
+  if (pod_template == nullptr && missing(spec, "template")) {
+    reader.fail("spec.template", fmt::format("required: a {} needs a pod template", out.kind));
+  } else if (pod_template != nullptr && pod_spec == nullptr && missing(*pod_template, "spec")) {
+    reader.fail("spec.template.spec", "required: the pod template needs a spec with containers");
+  }
+  if (pod_template != nullptr) {
+    if (const Json* pod_metadata =
+            reader.object(*pod_template, "metadata", "spec.template.metadata")) {
+      out.pod_labels = reader.string_map(*pod_metadata, "labels", "spec.template.metadata.labels");
+    }
+  }
+  if (pod_spec != nullptr) read_pod_spec(reader, *pod_spec, out);
+}
+
 }  // namespace
 
 std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
@@ -560,15 +593,7 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
   if (auto kind = object.find("kind"); kind != object.end() && *kind == "StatefulSet") {
     out.kind = "StatefulSet";
   }
-  if (const Json* metadata = reader.object(object, "metadata", "metadata")) {
-    out.name = reader.string(*metadata, "name", "metadata.name").value_or("");
-    out.namespace_ = reader.string(*metadata, "namespace", "metadata.namespace").value_or("");
-    out.labels = reader.string_map(*metadata, "labels", "metadata.labels");
-    out.annotations = reader.string_map(*metadata, "annotations", "metadata.annotations");
-  }
-  if (out.name.empty()) {
-    reader.fail("metadata.name", fmt::format("required: a {} needs a name", out.kind));
-  }
+  read_metadata(reader, object, out);
 
   const Json* spec = reader.object(object, "spec", "spec");
   if (spec == nullptr) {
@@ -587,21 +612,7 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
     read_stateful_update(reader, *spec, out.stateful);
   }
 
-  const Json* pod_template = reader.object(*spec, "template", "spec.template");
-  const Json* pod_spec =
-      pod_template ? reader.object(*pod_template, "spec", "spec.template.spec") : nullptr;
-  if (pod_template == nullptr && missing(*spec, "template")) {
-    reader.fail("spec.template", fmt::format("required: a {} needs a pod template", out.kind));
-  } else if (pod_template != nullptr && pod_spec == nullptr && missing(*pod_template, "spec")) {
-    reader.fail("spec.template.spec", "required: the pod template needs a spec with containers");
-  }
-  if (pod_template != nullptr) {
-    if (const Json* pod_metadata =
-            reader.object(*pod_template, "metadata", "spec.template.metadata")) {
-      out.pod_labels = reader.string_map(*pod_metadata, "labels", "spec.template.metadata.labels");
-    }
-  }
-  if (pod_spec != nullptr) read_pod_spec(reader, *pod_spec, out);
+  read_pod_template(reader, *spec, out);
 
   if (!errors.empty()) return std::unexpected(std::move(errors));
   if (auto it = out.annotations.find(kAnnotationApplied); it != out.annotations.end()) {

@@ -289,6 +289,22 @@ class Planner {
 
   // Findings about the Deployment as it is now.
   void check_current_state() {
+    check_current_grace(check_current_hooks());
+    check_strategy();
+    check_containers();
+    if (ctx_.behind_service && !*ctx_.behind_service) {
+      add("NotBehindService", Severity::Info, "",
+          waits_without_service()
+              ? "no Service selects these pods; they get a preStop wait anyway "
+                "(spec.preStop.withoutService: Wait)"
+              : "no Service selects these pods: graceful shutdown matters, a preStop wait "
+                "does not, so none is added (spec.preStop.withoutService: Wait adds one)");
+    }
+  }
+
+  // Findings about each container's preStop hook as it is now. Returns the
+  // longest wait the hooks take within the grace period.
+  std::int64_t check_current_hooks() {
     const Budget& b = plan_.budget;
     std::int64_t current_wait = 0;
     for (std::size_t i = 0; i < d_.containers.size(); ++i) {
@@ -330,6 +346,13 @@ class Planner {
             "offers the native sleep action");
       }
     }
+    return current_wait;
+  }
+
+  // Findings about the grace period as it is now, for hooks that take
+  // `current_wait`, and about the budget.
+  void check_current_grace(std::int64_t current_wait) {
+    const Budget& b = plan_.budget;
     const std::int64_t needed =
         sum_seconds(current_wait, b.drain_seconds, sidecar_seconds(), b.reserve_seconds);
     if (needed > d_.grace_seconds) {
@@ -345,16 +368,6 @@ class Planner {
           fmt::format("measured propagation needs a {}s wait but preStop.maxSeconds is {}s: "
                       "endpoint propagation in this cluster is slower than the policy allows",
                       b.unclamped_pre_stop_seconds, b.pre_stop_seconds));
-    }
-    check_strategy();
-    check_containers();
-    if (ctx_.behind_service && !*ctx_.behind_service) {
-      add("NotBehindService", Severity::Info, "",
-          waits_without_service()
-              ? "no Service selects these pods; they get a preStop wait anyway "
-                "(spec.preStop.withoutService: Wait)"
-              : "no Service selects these pods: graceful shutdown matters, a preStop wait "
-                "does not, so none is added (spec.preStop.withoutService: Wait adds one)");
     }
   }
 

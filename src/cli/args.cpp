@@ -113,6 +113,48 @@ std::optional<std::string> check_combination(const OfflineOptions& options) {
   return std::nullopt;
 }
 
+// A flag of plan or check that takes a value, read into `options`: false
+// when `arg` is none of them.
+std::expected<bool, std::string> offline_value_flag(std::string_view command, std::string_view arg,
+                                                    FlagCursor& cursor, OfflineOptions& options) {
+  const bool files = arg == "-f" || arg == "--filename";
+  const bool output = arg == "-o" || arg == "--output";
+  if (!files && !output && arg != "--policy" && arg != "--propagation-seconds" &&
+      arg != "--kubernetes-version") {
+    return false;
+  }
+  auto v = cursor.value();
+  if (!v) return std::unexpected(v.error());
+  if (files) {
+    if (v->empty()) return std::unexpected(fmt::format("flag {} needs a non-empty path", arg));
+    options.files.emplace_back(*v);
+  } else if (arg == "--policy") {
+    options.policy_files.emplace_back(*v);
+  } else if (arg == "--propagation-seconds") {
+    options.propagation_seconds = parse_seconds(*v);
+    if (!options.propagation_seconds) {
+      return std::unexpected(fmt::format(
+          "flag --propagation-seconds: expected a number of seconds from 0 to 3600, got \"{}\"",
+          *v));
+    }
+  } else if (arg == "--kubernetes-version") {
+    auto minor = parse_minor(*v);
+    if (!minor) {
+      return std::unexpected(
+          fmt::format("flag --kubernetes-version: expected a version like 1.30, got \"{}\"", *v));
+    }
+    options.kubernetes_minor = *minor;
+  } else {
+    const bool plan = command == "plan";
+    if (plan ? (*v != "yaml" && *v != "json") : (*v != "text" && *v != "json")) {
+      return std::unexpected(fmt::format("flag {}: expected {}, got \"{}\"", arg,
+                                         plan ? "yaml or json" : "text or json", *v));
+    }
+    options.output = *v;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::expected<OfflineOptions, std::string> parse_offline_args(
@@ -122,47 +164,13 @@ std::expected<OfflineOptions, std::string> parse_offline_args(
   FlagCursor cursor(args);
   while (cursor.next()) {
     const std::string_view arg = cursor.flag();
-    auto value = [&] { return cursor.value(); };
     auto takes_no_value = [&] { return cursor.no_value(); };
 
+    auto valued = offline_value_flag(command, arg, cursor, options);
+    if (!valued) return std::unexpected(valued.error());
+    if (*valued) continue;
     if (arg == "-h" || arg == "--help") {
       options.help = true;
-    } else if (arg == "-f" || arg == "--filename") {
-      auto v = value();
-      if (!v) return std::unexpected(v.error());
-      if (v->empty()) return std::unexpected(fmt::format("flag {} needs a non-empty path", arg));
-      options.files.emplace_back(*v);
-    } else if (arg == "--policy") {
-      auto v = value();
-      if (!v) return std::unexpected(v.error());
-      options.policy_files.emplace_back(*v);
-    } else if (arg == "--propagation-seconds") {
-      auto v = value();
-      if (!v) return std::unexpected(v.error());
-      options.propagation_seconds = parse_seconds(*v);
-      if (!options.propagation_seconds) {
-        return std::unexpected(fmt::format(
-            "flag --propagation-seconds: expected a number of seconds from 0 to 3600, got \"{}\"",
-            *v));
-      }
-    } else if (arg == "--kubernetes-version") {
-      auto v = value();
-      if (!v) return std::unexpected(v.error());
-      auto minor = parse_minor(*v);
-      if (!minor) {
-        return std::unexpected(
-            fmt::format("flag --kubernetes-version: expected a version like 1.30, got \"{}\"", *v));
-      }
-      options.kubernetes_minor = *minor;
-    } else if (arg == "-o" || arg == "--output") {
-      auto v = value();
-      if (!v) return std::unexpected(v.error());
-      const bool plan = command == "plan";
-      if (plan ? (*v != "yaml" && *v != "json") : (*v != "text" && *v != "json")) {
-        return std::unexpected(fmt::format("flag {}: expected {}, got \"{}\"", arg,
-                                           plan ? "yaml or json" : "text or json", *v));
-      }
-      options.output = *v;
     } else if (arg == "--all") {
       if (auto ok = takes_no_value(); !ok) return std::unexpected(ok.error());
       options.all = true;

@@ -8,6 +8,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -204,6 +205,30 @@ Json* object_at(Json& document, const std::vector<std::size_t>& items) {
   return value;
 }
 
+// Applies the changes of document `document`, the front ones of `changes`,
+// to its value, dropping them.
+void apply_document_changes(Json& value, int document, Planned& changes,
+                            std::chrono::system_clock::time_point now) {
+  for (; !changes.empty() && changes.front().address.document == document; changes.pop_front()) {
+    const PlannedChange& change = changes.front();
+    budget::apply_plan(*object_at(value, change.address.items), change.plan, change.policy_name,
+                       now);
+  }
+}
+
+// The same for item `item` of List `document`, read on its own.
+void apply_item_changes(Json& value, int document, std::size_t item, Planned& changes,
+                        std::chrono::system_clock::time_point now) {
+  for (; !changes.empty() && changes.front().address.document == document &&
+         !changes.front().address.items.empty() && changes.front().address.items.front() == item;
+       changes.pop_front()) {
+    const PlannedChange& change = changes.front();
+    const std::vector<std::size_t> rest(change.address.items.begin() + 1,
+                                        change.address.items.end());
+    budget::apply_plan(*object_at(value, rest), change.plan, change.policy_name, now);
+  }
+}
+
 // The edits of one input, in the order they are made (increasing offsets),
 // kept compactly until they are applied: their texts side by side in blocks
 // rather than one allocation each. A List of 25,000 Deployments has about
@@ -282,93 +307,111 @@ std::optional<manifest::Document> read_whole(const SourceText& source, int index
   return found;
 }
 
+// The second pass over one input, as for_each_document hands out its
+// documents: those with changes are edited. The changes are dropped as they
+// are applied (the front one is the next to apply).
+class SourceEdit {
+ public:
+  SourceEdit(const SourceText& source, Planned& changes, std::chrono::system_clock::time_point now)
+      : source_(source), changes_(changes), now_(now), editor_(source.text) {}
+
+  // for_each_document's callback: false once no change is left.
+  bool document(manifest::Document&& document) {
+    if (changes_.empty()) return false;
+    if (changes_.front().address.document != document.index) return true;
+    if (document.item) return list_item(std::move(document));
+    const int index = document.index;
+    if (whole_list_ == index) {
+      if (auto whole = read_whole(source_, index)) edit_whole(std::move(*whole));
+    } else if (by_items_ != index) {
+      edit_whole(std::move(document));
+    } else if (document.items_recalled && document.value.contains("items")) {
+      recalled_items(document);
+    }
+    // Changes left for a List edited item by item would be for items
+    // out of order, which the first pass never gives.
+    while (!changes_.empty() && changes_.front().address.document == index) {
+      changes_.pop_front();
+    }
+    return true;
+  }
+
+  EditedSource take() { return std::move(out_); }
+
+ private:
+  // An item of a List: edited on its own when the List's items can be.
+  bool list_item(manifest::Document&& item) {
+    const ObjectAddress& address = changes_.front().address;
+    if (address.items.empty() || address.items.front() != *item.item) return true;
+    if (whole_list_ == item.index) return true;
+    if (by_items_ != item.index) {
+      if (!editor_.edits_items(item.index)) {
+        whole_list_ = item.index;
+        return true;
+      }
+      by_items_ = item.index;
+    }
+    edit_item(std::move(item));
+    return true;
+  }
+
+  // Items handed out, then taken back (a JSON-looking text that only the
+  // YAML reader reads): the rest come with the List.
+  void recalled_items(manifest::Document& document) {
+    Json& items = document.value["items"];
+    while (!changes_.empty() && changes_.front().address.document == document.index &&
+           !changes_.front().address.items.empty() &&
+           changes_.front().address.items.front() < items.size()) {
+      const std::size_t k = changes_.front().address.items.front();
+      edit_item(manifest::Document{std::move(items[k]), document.position, document.index,
+                                   document.source, k, false});
+    }
+  }
+
+  // The changes of one document: applied to it, and its text edited.
+  void edit_whole(manifest::Document&& document) {
+    Json updated = document.value;
+    apply_document_changes(updated, document.index, changes_, now_);
+    const manifest::Position where = document.position;
+    keep(editor_.edit(std::move(document), updated), where);
+  }
+
+  // The changes of one item of a List, whose items are edited one by one.
+  void edit_item(manifest::Document&& item) {
+    Json updated = item.value;
+    apply_item_changes(updated, item.index, *item.item, changes_, now_);
+    const manifest::Position where = item.position;
+    keep(editor_.edit_item(std::move(item), updated), where);
+  }
+
+  void keep(manifest::DocumentEdit&& edit, const manifest::Position& where) {
+    if (edit.rewritten) out_.rewritten.push_back(where.format());
+    for (auto& e : edit.edits) out_.edits.add(std::move(e));
+  }
+
+  const SourceText& source_;
+  Planned& changes_;
+  std::chrono::system_clock::time_point now_;
+  manifest::SourceEditor editor_;
+  EditedSource out_;
+  // The List being read: edited whole (read again), or item by item.
+  std::optional<int> whole_list_, by_items_;
+};
+
 // The changes of a source are dropped as they are applied (the front one
 // is the next to apply).
 EditedSource edit_source(const SourceText& source, Planned& changes,
                          std::chrono::system_clock::time_point now) {
-  EditedSource out;
-  manifest::SourceEditor editor(source.text);
-  auto keep = [&](manifest::DocumentEdit&& edit, const manifest::Position& where) {
-    if (edit.rewritten) out.rewritten.push_back(where.format());
-    for (auto& e : edit.edits) out.edits.add(std::move(e));
-  };
-  // The changes of one document: applied to it, and its text edited.
-  auto edit_whole = [&](manifest::Document&& document) {
-    Json updated = document.value;
-    for (; !changes.empty() && changes.front().address.document == document.index;
-         changes.pop_front()) {
-      const PlannedChange& change = changes.front();
-      budget::apply_plan(*object_at(updated, change.address.items), change.plan, change.policy_name,
-                         now);
-    }
-    const manifest::Position where = document.position;
-    keep(editor.edit(std::move(document), updated), where);
-  };
-  // The changes of one item of a List, whose items are edited one by one.
-  auto edit_item = [&](manifest::Document&& item) {
-    Json updated = item.value;
-    for (; !changes.empty() && changes.front().address.document == item.index &&
-           !changes.front().address.items.empty() &&
-           changes.front().address.items.front() == *item.item;
-         changes.pop_front()) {
-      const PlannedChange& change = changes.front();
-      const std::vector<std::size_t> rest(change.address.items.begin() + 1,
-                                          change.address.items.end());
-      budget::apply_plan(*object_at(updated, rest), change.plan, change.policy_name, now);
-    }
-    const manifest::Position where = item.position;
-    keep(editor.edit_item(std::move(item), updated), where);
-  };
+  SourceEdit edit(source, changes, now);
   // A List is read item by item, and its items edited one by one: memory
   // bounded by the largest item, not by the List (decoded, a List costs
   // 15x its text). When its items cannot be edited so, the List is edited
   // whole, read again.
-  std::optional<int> whole_list, by_items;
   (void)manifest::for_each_document(
       source.text, source.name,
-      [&](manifest::Document&& document) {
-        if (changes.empty()) return false;
-        const ObjectAddress& address = changes.front().address;
-        if (address.document != document.index) return true;
-        if (document.item) {
-          if (address.items.empty() || address.items.front() != *document.item) return true;
-          if (whole_list == document.index) return true;
-          if (by_items != document.index) {
-            if (!editor.edits_items(document.index)) {
-              whole_list = document.index;
-              return true;
-            }
-            by_items = document.index;
-          }
-          edit_item(std::move(document));
-          return true;
-        }
-        const int index = document.index;
-        if (whole_list == index) {
-          if (auto whole = read_whole(source, index)) edit_whole(std::move(*whole));
-        } else if (by_items != index) {
-          edit_whole(std::move(document));
-        } else if (document.items_recalled && document.value.contains("items")) {
-          // Items handed out, then taken back (a JSON-looking text that only
-          // the YAML reader reads): the rest come with the List.
-          Json& items = document.value["items"];
-          while (!changes.empty() && changes.front().address.document == document.index &&
-                 !changes.front().address.items.empty() &&
-                 changes.front().address.items.front() < items.size()) {
-            const std::size_t k = changes.front().address.items.front();
-            edit_item(manifest::Document{std::move(items[k]), document.position, document.index,
-                                         document.source, k, false});
-          }
-        }
-        // Changes left for a List edited item by item would be for items
-        // out of order, which the first pass never gives.
-        while (!changes.empty() && changes.front().address.document == index) {
-          changes.pop_front();
-        }
-        return true;
-      },
-      {}, nullptr, manifest::ListItems::OneByOne);
-  return out;
+      [&edit](manifest::Document&& document) { return edit.document(std::move(document)); }, {},
+      nullptr, manifest::ListItems::OneByOne);
+  return edit.take();
 }
 
 // Every line of `text` after the first indented by `pad` (JSON strings hold
@@ -417,6 +460,54 @@ std::optional<std::pair<std::string, std::string>> split_at_items(const Json& sh
   return std::pair{text.substr(0, at + marker.size() - 1), text.substr(at + marker.size())};
 }
 
+// The documents of one source for write_json, each planned: a List read
+// item by item is written so, the text around its items from its shell.
+// `open` starts a document of the output.
+void write_json_source(const SourceText& source, Planned& planned,
+                       std::chrono::system_clock::time_point now, std::string_view pad,
+                       const std::function<void()>& open, std::ostream& out) {
+  std::optional<std::map<int, Json>> shells;  // read when a first item comes
+  int streaming = -1;                         // the List whose items are being written
+  std::string after;                          // its text after its items
+  bool first_item = true;
+  auto write_item = [&](manifest::Document&& item) {
+    if (!shells) shells = list_shells(source);
+    const auto shell = shells->find(item.index);
+    if (shell == shells->end()) return;  // taken back: it comes whole
+    if (streaming != item.index) {
+      auto parts = split_at_items(shell->second);
+      if (!parts) return;  // not reached: the shell has `items`
+      open();
+      out << indented(parts->first, pad);
+      after = std::move(parts->second);
+      streaming = item.index;
+      first_item = true;
+    }
+    apply_item_changes(item.value, item.index, *item.item, planned, now);
+    out << (first_item ? "\n    " : ",\n    ") << pad
+        << indented(dumped(item.value), std::string(pad) + "    ");
+    first_item = false;
+  };
+  (void)manifest::for_each_document(
+      source.text, source.name,
+      [&](manifest::Document&& document) {
+        if (document.item) {
+          write_item(std::move(document));
+          return true;
+        }
+        if (streaming == document.index) {
+          out << "\n  " << pad << "]" << indented(after, pad);
+          streaming = -1;
+          return true;
+        }
+        apply_document_changes(document.value, document.index, planned, now);
+        open();
+        out << indented(dumped(document.value), pad);
+        return true;
+      },
+      {}, nullptr, manifest::ListItems::OneByOne);
+}
+
 // -o json: every document, planned, as one JSON value (a List when several),
 // written as it is produced rather than built whole. A List is written item
 // by item, as `plan` edits it: decoded whole it costs 10x its text.
@@ -427,65 +518,12 @@ void write_json(const Loaded& loaded, std::vector<Planned>& changes,
   if (list) out << "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"List\",\n  \"items\": [";
   bool first = true;
   // Starts a document of the output.
-  auto open = [&] {
+  const std::function<void()> open = [&] {
     if (list) out << (first ? "\n    " : ",\n    ");
     first = false;
   };
   for (std::size_t s = 0; s < loaded.sources.size(); ++s) {
-    Planned& planned = changes[s];              // dropped as applied
-    std::optional<std::map<int, Json>> shells;  // read when a first item comes
-    int streaming = -1;                         // the List whose items are being written
-    std::string after;                          // its text after its items
-    bool first_item = true;
-    auto write_item = [&](manifest::Document&& item) {
-      if (!shells) shells = list_shells(loaded.sources[s]);
-      const auto shell = shells->find(item.index);
-      if (shell == shells->end()) return;  // taken back: it comes whole
-      if (streaming != item.index) {
-        auto parts = split_at_items(shell->second);
-        if (!parts) return;  // not reached: the shell has `items`
-        open();
-        out << indented(parts->first, pad);
-        after = std::move(parts->second);
-        streaming = item.index;
-        first_item = true;
-      }
-      for (; !planned.empty() && planned.front().address.document == item.index &&
-             !planned.front().address.items.empty() &&
-             planned.front().address.items.front() == *item.item;
-           planned.pop_front()) {
-        const PlannedChange& change = planned.front();
-        const std::vector<std::size_t> rest(change.address.items.begin() + 1,
-                                            change.address.items.end());
-        budget::apply_plan(*object_at(item.value, rest), change.plan, change.policy_name, now);
-      }
-      out << (first_item ? "\n    " : ",\n    ") << pad
-          << indented(dumped(item.value), std::string(pad) + "    ");
-      first_item = false;
-    };
-    (void)manifest::for_each_document(
-        loaded.sources[s].text, loaded.sources[s].name,
-        [&](manifest::Document&& document) {
-          if (document.item) {
-            write_item(std::move(document));
-            return true;
-          }
-          if (streaming == document.index) {
-            out << "\n  " << pad << "]" << indented(after, pad);
-            streaming = -1;
-            return true;
-          }
-          for (; !planned.empty() && planned.front().address.document == document.index;
-               planned.pop_front()) {
-            const PlannedChange& change = planned.front();
-            budget::apply_plan(*object_at(document.value, change.address.items), change.plan,
-                               change.policy_name, now);
-          }
-          open();
-          out << indented(dumped(document.value), pad);
-          return true;
-        },
-        {}, nullptr, manifest::ListItems::OneByOne);
+    write_json_source(loaded.sources[s], changes[s], now, pad, open, out);  // dropped as applied
   }
   out << (list ? "\n  ]\n}\n" : "\n");
 }
@@ -526,6 +564,60 @@ void write_source(std::ostream& out, std::string_view text, bool& first) {
   if (!text.empty() && !text.ends_with('\n')) out << '\n';
 }
 
+// An input with its edits applied, read back: the text (unless only the
+// diff wants it) and, for the diff, the edits.
+struct Edited {
+  std::vector<manifest::TextEdit> edits;
+  std::shared_ptr<const std::string> text;
+};
+
+// Edits one input and reads the edited text back (write_edited).
+std::expected<Edited, std::string> edit_and_read_back(const OfflineOptions& options,
+                                                      SourceText& source, Planned& planned,
+                                                      std::chrono::system_clock::time_point now,
+                                                      std::ostream& summary) {
+  EditedSource made = edit_source(source, planned, now);
+  // Each pass frees tens of thousands of small blocks on a large List;
+  // they go back to the system before the next pass allocates anew.
+  release_free_memory();
+  for (const auto& where : made.rewritten) {
+    summary << fmt::format(
+        "{}: note: this document could not be edited in place and was "
+        "written out whole (comments and layout not kept)\n",
+        escaped(where));
+  }
+  // Only the diff needs the edits, and the text they were made on, again:
+  // otherwise they go before the edited text is read back.
+  std::vector<manifest::TextEdit> edits;
+  std::string applied;
+  if (options.diff) {
+    edits = made.edits.edits();
+    made.edits = EditLog();
+    applied = manifest::apply_edits(*source.text, edits);
+  } else {
+    applied = made.edits.apply(*source.text);
+    source.text.reset();
+  }
+  auto text = std::make_shared<const std::string>(std::move(applied));
+  release_free_memory();
+  // Each document's edit was read back on its own; the whole file is read
+  // again (item by item, documents dropped), because text around a
+  // document reads in its context (fuzz findings: a document written whole
+  // where the reader said it ends; a blank line after an insertion).
+  if (auto again = manifest::for_each_document(
+          text, source.name, [](manifest::Document&&) { return true; }, {}, nullptr,
+          manifest::ListItems::OneByOne);
+      !again) {
+    return std::unexpected(
+        fmt::format("{}: the edited text would not read back ({}); no file is written: "
+                    "`plan -o json` gives the planned objects",
+                    source.name, again.error().message));
+  }
+  // Read back, the edited text is only wanted to be written out.
+  if (options.diff && !options.in_place) text.reset();
+  return Edited{std::move(edits), std::move(text)};
+}
+
 // The YAML output of plan: each input with its edits applied, written to
 // `out`, or as a diff, or back to its file (-w). Every edited file is read
 // back before anything is written: when one does not read, no file is
@@ -534,54 +626,12 @@ std::expected<void, std::string> write_edited(const OfflineOptions& options, Loa
                                               std::vector<Planned>& by_source,
                                               std::chrono::system_clock::time_point now,
                                               std::ostream& out, std::ostream& summary) {
-  struct Edited {
-    std::vector<manifest::TextEdit> edits;
-    std::shared_ptr<const std::string> text;
-  };
   std::vector<std::optional<Edited>> edited(loaded.sources.size());
   for (std::size_t s = 0; s < loaded.sources.size(); ++s) {
     if (by_source[s].empty()) continue;
-    SourceText& source = loaded.sources[s];
-    EditedSource made = edit_source(source, by_source[s], now);
-    // Each pass frees tens of thousands of small blocks on a large List;
-    // they go back to the system before the next pass allocates anew.
-    release_free_memory();
-    for (const auto& where : made.rewritten) {
-      summary << fmt::format(
-          "{}: note: this document could not be edited in place and was "
-          "written out whole (comments and layout not kept)\n",
-          escaped(where));
-    }
-    // Only the diff needs the edits, and the text they were made on, again:
-    // otherwise they go before the edited text is read back.
-    std::vector<manifest::TextEdit> edits;
-    std::string applied;
-    if (options.diff) {
-      edits = made.edits.edits();
-      made.edits = EditLog();
-      applied = manifest::apply_edits(*source.text, edits);
-    } else {
-      applied = made.edits.apply(*source.text);
-      source.text.reset();
-    }
-    auto text = std::make_shared<const std::string>(std::move(applied));
-    release_free_memory();
-    // Each document's edit was read back on its own; the whole file is read
-    // again (item by item, documents dropped), because text around a
-    // document reads in its context (fuzz findings: a document written whole
-    // where the reader said it ends; a blank line after an insertion).
-    if (auto again = manifest::for_each_document(
-            text, source.name, [](manifest::Document&&) { return true; }, {}, nullptr,
-            manifest::ListItems::OneByOne);
-        !again) {
-      return std::unexpected(
-          fmt::format("{}: the edited text would not read back ({}); no file is written: "
-                      "`plan -o json` gives the planned objects",
-                      source.name, again.error().message));
-    }
-    // Read back, the edited text is only wanted to be written out.
-    if (options.diff && !options.in_place) text.reset();
-    edited[s] = Edited{std::move(edits), std::move(text)};
+    auto made = edit_and_read_back(options, loaded.sources[s], by_source[s], now, summary);
+    if (!made) return std::unexpected(std::move(made.error()));
+    edited[s] = std::move(*made);
   }
   bool first = true;
   for (std::size_t s = 0; s < loaded.sources.size(); ++s) {

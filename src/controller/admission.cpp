@@ -4,6 +4,7 @@
 
 #include <array>
 #include <exception>
+#include <expected>
 #include <nlohmann/json.hpp>
 
 #include "deployment_decision.h"
@@ -139,23 +140,30 @@ json old_template(std::string_view body) {
   return document.is_object() && document.contains(at) ? document[at] : json();
 }
 
-std::optional<json> plan_patch(const json& object, const std::string& kind,
-                               const std::string& request_namespace, std::string_view body,
-                               const AdmissionInputs& in, AdmissionAnswer& answer) {
-  // The same view as the reconciler's: the budget fields through MessagePack,
-  // as the cache keeps them (cache.cpp).
+// The Deployment of the request in namespace `ns`, projected from the same
+// view as the reconciler's: the budget fields through MessagePack, as the
+// cache keeps them (cache.cpp).
+std::expected<budget::Deployment, budget::FieldErrors> admitted_deployment(const json& object,
+                                                                           const std::string& kind,
+                                                                           const std::string& ns) {
   json fields = budget_fields(object);
   fields["kind"] = kind;
-  // On CREATE the namespace, and with generateName the name, are not set yet.
-  const std::string ns = text_member(object["metadata"], "namespace").empty()
-                             ? request_namespace
-                             : text_member(object["metadata"], "namespace");
   fields["metadata"]["namespace"] = ns;
   if (text_member(fields["metadata"], "name").empty()) {
     fields["metadata"]["name"] = text_member(object["metadata"], "generateName");
   }
   const budget::Json view = budget::Json::from_msgpack(json::to_msgpack(fields));
-  const auto deployment = CachedDeployment::project(view);
+  return CachedDeployment::project(view);
+}
+
+std::optional<json> plan_patch(const json& object, const std::string& kind,
+                               const std::string& request_namespace, std::string_view body,
+                               const AdmissionInputs& in, AdmissionAnswer& answer) {
+  // On CREATE the namespace, and with generateName the name, are not set yet.
+  const std::string ns = text_member(object["metadata"], "namespace").empty()
+                             ? request_namespace
+                             : text_member(object["metadata"], "namespace");
+  const auto deployment = admitted_deployment(object, kind, ns);
 
   DeploymentFacts facts;
   facts.deployment = &deployment;
@@ -202,6 +210,58 @@ std::optional<json> plan_patch(const json& object, const std::string& kind,
   return patch;
 }
 
+// The request of an AdmissionReview, with its uid: a Bad Request answer
+// when the body is none.
+std::expected<json, AdmissionAnswer> read_request(std::string_view body) {
+  if (body.size() > kMaxAdmissionBytes) {
+    return std::unexpected(
+        bad_request(413, fmt::format("AdmissionReview of {} bytes: the limit is {} bytes",
+                                     body.size(), kMaxAdmissionBytes)));
+  }
+  if (!kube::json_within_depth(body, kMaxDepth)) {
+    return std::unexpected(
+        bad_request(400, fmt::format("AdmissionReview nested deeper than {}", kMaxDepth)));
+  }
+  // The old object is never read: it is dropped while parsing, which halves
+  // what an UPDATE costs.
+  const json::parser_callback_t drop_old = [](int depth, json::parse_event_t event, json& parsed) {
+    return !(event == json::parse_event_t::key && depth == 2 && parsed == "oldObject");
+  };
+  json document;
+  try {
+    document = json::parse(body, drop_old);
+  } catch (const json::exception& e) {
+    return std::unexpected(bad_request(400, std::string("malformed JSON: ") + e.what()));
+  }
+  if (!document.is_object())
+    return std::unexpected(bad_request(400, "the body is not a JSON object"));
+  const std::string api_version = text_member(document, "apiVersion");
+  if (api_version != "admission.k8s.io/v1" || text_member(document, "kind") != "AdmissionReview") {
+    return std::unexpected(bad_request(
+        400, fmt::format("expected an AdmissionReview of admission.k8s.io/v1, got kind \"{}\" of "
+                         "apiVersion \"{}\" (register the webhook with admissionReviewVersions: "
+                         "[v1])",
+                         text_member(document, "kind"), api_version)));
+  }
+  const auto request = document.find("request");
+  if (request == document.end() || !request->is_object()) {
+    return std::unexpected(bad_request(400, "the AdmissionReview has no request"));
+  }
+  if (text_member(*request, "uid").empty()) {
+    return std::unexpected(bad_request(400, "the AdmissionReview's request has no uid"));
+  }
+  return std::move(*request);
+}
+
+// Admitted as it is, though opted in: `error` for the metrics and the log,
+// `warning` for whoever applied it.
+void admit_unchanged(AdmissionAnswer& answer, const std::string& uid, std::string error,
+                     const std::string& warning) {
+  answer.outcome = AdmissionAnswer::Outcome::Error;
+  answer.error = std::move(error);
+  answer.body = review(uid, nullptr, &warning);
+}
+
 }  // namespace
 
 std::string_view to_string(AdmissionAnswer::Outcome o) {
@@ -244,47 +304,18 @@ std::optional<PropagationState> status_propagation(const CachedPolicy& p) {
 }
 
 AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {
-  if (body.size() > kMaxAdmissionBytes) {
-    return bad_request(413, fmt::format("AdmissionReview of {} bytes: the limit is {} bytes",
-                                        body.size(), kMaxAdmissionBytes));
-  }
-  if (!kube::json_within_depth(body, kMaxDepth)) {
-    return bad_request(400, fmt::format("AdmissionReview nested deeper than {}", kMaxDepth));
-  }
-  // The old object is never read: it is dropped while parsing, which halves
-  // what an UPDATE costs.
-  const json::parser_callback_t drop_old = [](int depth, json::parse_event_t event, json& parsed) {
-    return !(event == json::parse_event_t::key && depth == 2 && parsed == "oldObject");
-  };
-  json document;
-  try {
-    document = json::parse(body, drop_old);
-  } catch (const json::exception& e) {
-    return bad_request(400, std::string("malformed JSON: ") + e.what());
-  }
-  if (!document.is_object()) return bad_request(400, "the body is not a JSON object");
-  const std::string api_version = text_member(document, "apiVersion");
-  if (api_version != "admission.k8s.io/v1" || text_member(document, "kind") != "AdmissionReview") {
-    return bad_request(
-        400, fmt::format("expected an AdmissionReview of admission.k8s.io/v1, got kind \"{}\" of "
-                         "apiVersion \"{}\" (register the webhook with admissionReviewVersions: "
-                         "[v1])",
-                         text_member(document, "kind"), api_version));
-  }
-  const auto request = document.find("request");
-  if (request == document.end() || !request->is_object()) {
-    return bad_request(400, "the AdmissionReview has no request");
-  }
-  const std::string uid = text_member(*request, "uid");
-  if (uid.empty()) return bad_request(400, "the AdmissionReview's request has no uid");
+  auto read = read_request(body);
+  if (!read) return std::move(read.error());
+  json& request = *read;
+  const std::string uid = text_member(request, "uid");
 
   AdmissionAnswer answer;
-  const std::string kind = workload_write(*request);
+  const std::string kind = workload_write(request);
   if (kind.empty()) {
     answer.body = review(uid, nullptr, nullptr);
     return answer;
   }
-  const json& object = (*request)["object"];
+  const json& object = request["object"];
   const auto metadata = object.find("metadata");
   if (metadata == object.end() || !opted_in(*metadata)) {
     answer.body = review(uid, nullptr, nullptr);
@@ -292,27 +323,23 @@ AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {
   }
   answer.opted_in = true;
   if (!in.not_ready.empty()) {
-    answer.outcome = AdmissionAnswer::Outcome::Error;
-    answer.error = in.not_ready;
-    const std::string warning = fmt::format(
-        "gracekeeper is not ready ({}); admitted unchanged, the operator tunes it later",
-        in.not_ready);
-    answer.body = review(uid, nullptr, &warning);
+    admit_unchanged(
+        answer, uid, in.not_ready,
+        fmt::format(
+            "gracekeeper is not ready ({}); admitted unchanged, the operator tunes it later",
+            in.not_ready));
     return answer;
   }
   try {
     const auto patch =
-        plan_patch(object, kind, text_member(*request, "namespace"), body, in, answer);
+        plan_patch(object, kind, text_member(request, "namespace"), body, in, answer);
     if (patch) answer.outcome = AdmissionAnswer::Outcome::Patched;
     answer.body = review(uid, patch ? &*patch : nullptr, nullptr);
   } catch (const std::exception& e) {
-    answer.outcome = AdmissionAnswer::Outcome::Error;
-    answer.error = e.what();
-    const std::string warning = fmt::format(
-        "gracekeeper could not plan this {} ({}); admitted unchanged, the operator tunes it "
-        "later",
-        kind, e.what());
-    answer.body = review(uid, nullptr, &warning);
+    admit_unchanged(answer, uid, e.what(),
+                    fmt::format("gracekeeper could not plan this {} ({}); admitted unchanged, the "
+                                "operator tunes it later",
+                                kind, e.what()));
   }
   return answer;
 }

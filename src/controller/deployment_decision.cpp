@@ -317,6 +317,34 @@ kube::EventRecord tuned_event(const PlannedWrite& w, const std::string& policy_n
           std::move(note)};
 }
 
+namespace {
+
+// What to do with a plan's changes: say them (DryRun), write them, or not
+// again when the same change failed the same way.
+void decide_changes(const budget::Deployment& d, const CachedPolicy& policy,
+                    const budget::Plan& plan, const budget::Context& ctx,
+                    const DeploymentFacts& facts, DeploymentDecision& out) {
+  if (policy.spec->mode == budget::Mode::DryRun) {
+    out.events.push_back({{},
+                          kube::EventType::Normal,
+                          "DryRun",
+                          "Tune",
+                          "DryRun: would set " + describe_changes(plan)});
+    return;
+  }
+  PlannedWrite w = planned_write(d, plan, ctx, facts);
+  const BlockedWrite* b = facts.blocked;
+  if (b && b->uid == facts.uid && b->generation == facts.generation &&
+      b->plan_hash == w.plan_hash) {
+    out.events.push_back(b->event);  // the same change failed the same way: not again
+    out.blocked = true;
+  } else {
+    out.write = std::move(w);
+  }
+}
+
+}  // namespace
+
 DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
   DeploymentDecision out;
   if (!*facts.deployment) {
@@ -361,23 +389,7 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
     out.requeue_after =
         std::max<std::chrono::nanoseconds>(*plan.due_at - facts.now, std::chrono::seconds(1));
   }
-  if (plan.changed() && (*policy)->spec->mode == budget::Mode::DryRun) {
-    out.events.push_back({{},
-                          kube::EventType::Normal,
-                          "DryRun",
-                          "Tune",
-                          "DryRun: would set " + describe_changes(plan)});
-  } else if (plan.changed()) {
-    PlannedWrite w = planned_write(d, plan, ctx, facts);
-    const BlockedWrite* b = facts.blocked;
-    if (b && b->uid == facts.uid && b->generation == facts.generation &&
-        b->plan_hash == w.plan_hash) {
-      out.events.push_back(b->event);  // the same change failed the same way: not again
-      out.blocked = true;
-    } else {
-      out.write = std::move(w);
-    }
-  }
+  if (plan.changed()) decide_changes(d, **policy, plan, ctx, facts, out);
   for (const auto& f : plan.findings) out.events.push_back(finding_event(f));
   return out;
 }

@@ -42,6 +42,41 @@ bool may_force(const kube::ApiError& conflict, const std::vector<std::string>& a
   return true;
 }
 
+// The conflicts of a refused apply with the other appliers' fields.
+std::vector<ConflictingField> applier_conflicts(const kube::ApiError& conflict,
+                                                const std::vector<std::string>& appliers) {
+  std::vector<ConflictingField> conflicts;
+  for (const auto& cause : conflict.causes) {
+    if (auto m = conflicting_manager(cause); std::ranges::find(appliers, m) != appliers.end()) {
+      conflicts.push_back({std::move(m), cause.field});
+    }
+  }
+  return conflicts;
+}
+
+// The FieldConflict Warning of an apply refused for another applier's fields.
+kube::EventRecord field_conflict_event(const kube::ApiError& conflict, const std::string& owners,
+                                       bool webhook_served, const std::string& wanted) {
+  // The fix depends on whether the webhook keeps the applier's deploys
+  // on the budget: then its next apply carries the new one by itself.
+  const std::string fix =
+      webhook_served
+          ? "the admission webhook puts the budget into each of its applies, so its next "
+            "apply or sync carries this change; to apply it now, run that apply or sync "
+            "again, or set spec.preStop.existing: Replace to let gracekeeper take the fields "
+            "over"
+          : "fix: drop these fields from the manifest it applies, serve the admission "
+            "webhook (its applies then carry the budget), or set spec.preStop.existing: "
+            "Replace to let gracekeeper take the fields over";
+  return kube::EventRecord{
+      {},
+      kube::EventType::Warning,
+      "FieldConflict",
+      "Tune",
+      fmt::format("not changed: {} owned by {}; {} {}",
+                  conflict.causes.size() == 1 ? "a field is" : "fields are", owners, fix, wanted)};
+}
+
 }  // namespace
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
@@ -331,85 +366,129 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
     forget(key);  // deleted, or no longer opted in: left as it is, no longer managed
     co_return Result::done();
   }
-  DeploymentDecision decision = decide(key, *cached);
+  DeploymentDecision decision = decide_and_remember(key, cached);
+  if (decision.wait_for_policy) co_return Result::done();
+  if (stale_snapshot(key, *cached, decision)) co_return Result::done();
+  if (co_await unblocked(key, cached, decision)) decision = decide(key, *cached);
+
   const auto [ns, name] = split_key(key);
+  const kube::ObjectRef ref{"apps/v1", deps_.kind, ns, name, cached->uid};
+  if (auto fight = co_await held_by_fight(key, ref, *cached, decision)) co_return *fight;
+  if (auto queued = take_rollout_slot(key, ref, *cached, decision)) co_return *queued;
+  if (decision.write) {
+    if (auto written = co_await write_decision(key, ref, cached, decision)) co_return *written;
+  }
+  report(key, ref, std::move(decision.events));
+  co_return decision.requeue_after ? Result::after(*decision.requeue_after) : Result::done();
+}
+
+DeploymentDecision DeploymentReconciler::decide_and_remember(
+    const std::string& key, const std::shared_ptr<const CachedDeployment>& cached) {
+  DeploymentDecision decision = decide(key, *cached);
   // The counts of its policy read this decision until something changes.
   // One that writes is stale once its write lands (and holding the
   // snapshot written over would keep it alive until the next reconcile).
   if (!decision.write && !decision.blocked && !blocked(key)) {
-    remember(key, cached, decision_context(ns), decision);
+    remember(key, cached, decision_context(split_key(key).first), decision);
   } else {
     forget_decision(key);
   }
-  const kube::ObjectRef ref{"apps/v1", deps_.kind, ns, name, cached->uid};
-  if (decision.wait_for_policy) co_return Result::done();
-  if (decision.write && written_over(key, *cached)) {
-    log::debug("stale snapshot, already written", {{log_key(), key}});
+  return decision;
+}
+
+bool DeploymentReconciler::stale_snapshot(const std::string& key, const CachedDeployment& cached,
+                                          const DeploymentDecision& decision) {
+  if (!decision.write || !written_over(key, cached)) return false;
+  log::debug("stale snapshot, already written", {{log_key(), key}});
+  return true;
+}
+
+// Whether the write the decision found blocked may be tried again now; it
+// is no longer blocked then.
+boost::asio::awaitable<bool> DeploymentReconciler::unblocked(
+    const std::string& key, const std::shared_ptr<const CachedDeployment>& cached,
+    const DeploymentDecision& decision) {
+  if (!decision.blocked) co_return false;
+  const bool released = co_await conflict_released(key, cached);
+  if (!released) co_return false;
+  log::info("conflicting fields released, trying again", {{log_key(), key}});
+  blocked_.erase(key);
+  co_return true;
+}
+
+boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::held_by_fight(
+    const std::string& key, const kube::ObjectRef& ref, const CachedDeployment& cached,
+    DeploymentDecision& decision) {
+  if (!decision.write || decision.set_back.empty()) co_return std::nullopt;
+  auto fight = co_await field_fight(key, cached, decision);
+  if (!fight) co_return std::nullopt;
+  decision.events.insert(decision.events.begin(), std::move(fight->event));
+  report(key, ref, std::move(decision.events));
+  // API.md: it tunes again once fewer than two set-backs are left
+  // within the interval, with no other event needed.
+  co_return Result::after(fight->ends_in);
+}
+
+std::optional<ReconcileResult> DeploymentReconciler::take_rollout_slot(
+    const std::string& key, const kube::ObjectRef& ref, const CachedDeployment& cached,
+    DeploymentDecision& decision) {
+  if (!decision.write || !decision.write->retune) return std::nullopt;
+  const std::int64_t busy = rollouts_in_flight(key, decision.policy_key) +
+                            (deps_.other_rollouts ? deps_.other_rollouts(decision.policy_key) : 0);
+  if (busy >= decision.max_rollouts) {
+    decision.events.push_back(
+        {{},
+         kube::EventType::Normal,
+         "RolloutQueued",
+         "Tune",
+         fmt::format("waiting to apply {}: {} re-tuned workloads of policy {} are still rolling "
+                     "out (changes.maxConcurrentRollouts allows {})",
+                     decision.write->changes, busy, decision.policy_name, decision.max_rollouts)});
+    report(key, ref, std::move(decision.events));
+    return Result::after(kRolloutPoll);
+  }
+  // The slot is taken before the write: other workers count it meanwhile.
+  rolling_.insert_or_assign(key, cached.generation);
+  return std::nullopt;
+}
+
+// Writes the decision. Applied, it records the Tuned Event and the reconcile
+// is done; refused, the write is blocked and the refusal joins the
+// decision's Events (nullopt: the caller reports them).
+boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::write_decision(
+    const std::string& key, const kube::ObjectRef& ref,
+    const std::shared_ptr<const CachedDeployment>& cached, DeploymentDecision& decision) {
+  auto outcome = co_await write(ref.namespace_, ref.name, *decision.write, cached->appliers);
+  if (!outcome || !outcome->applied) rolling_.erase(key);
+  if (!outcome) co_return transient(outcome.error());
+  if (outcome->applied) {
+    record_tuned(key, ref, *cached, decision);
     co_return Result::done();
   }
-  if (decision.blocked && co_await conflict_released(key, cached)) {
-    log::info("conflicting fields released, trying again", {{log_key(), key}});
-    blocked_.erase(key);
-    decision = decide(key, *cached);
-  }
+  blocked_.insert_or_assign(
+      key, Blocked{BlockedWrite{cached->uid, cached->generation, decision.write->plan_hash,
+                                *outcome->refused, std::move(outcome->conflicts)},
+                   cached});
+  deps_.policy_changed(decision.policy_key);
+  decision.events.insert(decision.events.begin(), std::move(*outcome->refused));
+  co_return std::nullopt;
+}
 
-  if (decision.write && !decision.set_back.empty()) {
-    if (auto fight = co_await field_fight(key, *cached, decision)) {
-      decision.events.insert(decision.events.begin(), std::move(fight->event));
-      report(key, ref, std::move(decision.events));
-      // API.md: it tunes again once fewer than two set-backs are left
-      // within the interval, with no other event needed.
-      co_return Result::after(fight->ends_in);
-    }
-  }
-  if (decision.write && decision.write->retune) {
-    const std::int64_t busy =
-        rollouts_in_flight(key, decision.policy_key) +
-        (deps_.other_rollouts ? deps_.other_rollouts(decision.policy_key) : 0);
-    if (busy >= decision.max_rollouts) {
-      decision.events.push_back(
-          {{},
-           kube::EventType::Normal,
-           "RolloutQueued",
-           "Tune",
-           fmt::format("waiting to apply {}: {} re-tuned workloads of policy {} are still rolling "
-                       "out (changes.maxConcurrentRollouts allows {})",
-                       decision.write->changes, busy, decision.policy_name,
-                       decision.max_rollouts)});
-      report(key, ref, std::move(decision.events));
-      co_return Result::after(kRolloutPoll);
-    }
-    // The slot is taken before the write: other workers count it meanwhile.
-    rolling_.insert_or_assign(key, cached->generation);
-  }
-  if (decision.write) {
-    auto outcome = co_await write(ns, name, *decision.write, cached->appliers);
-    if (!outcome || !outcome->applied) rolling_.erase(key);
-    if (!outcome) co_return transient(outcome.error());
-    if (outcome->applied) {
-      written_.insert_or_assign(key, WrittenOver{cached->uid, cached->generation});
-      if (blocked_.erase(key)) deps_.policy_changed(decision.policy_key);
-      // One Event for the tune, with the findings of the written Deployment
-      // folded in; its next reconcile reports only what differs from them.
-      std::vector<kube::EventRecord> after;
-      for (const auto& f : decision.write->findings_after) after.push_back(finding_event(f));
-      ledger_.mark(key, after);
-      kube::EventRecord tuned = tuned_event(*decision.write, decision.policy_name);
-      tuned.regarding = ref;
-      ledger_.once(key, tuned);  // recorded again until written
-      deps_.metrics.count_event(to_string(tuned.type), tuned.reason);
-      deps_.events.record(std::move(tuned));
-      co_return Result::done();
-    }
-    blocked_.insert_or_assign(
-        key, Blocked{BlockedWrite{cached->uid, cached->generation, decision.write->plan_hash,
-                                  *outcome->refused, std::move(outcome->conflicts)},
-                     cached});
-    deps_.policy_changed(decision.policy_key);
-    decision.events.insert(decision.events.begin(), std::move(*outcome->refused));
-  }
-  report(key, ref, std::move(decision.events));
-  co_return decision.requeue_after ? Result::after(*decision.requeue_after) : Result::done();
+void DeploymentReconciler::record_tuned(const std::string& key, const kube::ObjectRef& ref,
+                                        const CachedDeployment& cached,
+                                        const DeploymentDecision& decision) {
+  written_.insert_or_assign(key, WrittenOver{cached.uid, cached.generation});
+  if (blocked_.erase(key)) deps_.policy_changed(decision.policy_key);
+  // One Event for the tune, with the findings of the written Deployment
+  // folded in; its next reconcile reports only what differs from them.
+  std::vector<kube::EventRecord> after;
+  for (const auto& f : decision.write->findings_after) after.push_back(finding_event(f));
+  ledger_.mark(key, after);
+  kube::EventRecord tuned = tuned_event(*decision.write, decision.policy_name);
+  tuned.regarding = ref;
+  ledger_.once(key, tuned);  // recorded again until written
+  deps_.metrics.count_event(to_string(tuned.type), tuned.reason);
+  deps_.events.record(std::move(tuned));
 }
 
 void DeploymentReconciler::report(const std::string& key, const kube::ObjectRef& ref,
@@ -446,30 +525,8 @@ DeploymentReconciler::write(const std::string& ns, const std::string& name, cons
     if (!may_force(result.error(), appliers, owners)) {
       log::warn("field conflict", {{log_key(), key}, {"owners", owners}});
       WriteOutcome refused;
-      for (const auto& cause : result.error().causes) {
-        if (auto m = conflicting_manager(cause); std::ranges::find(appliers, m) != appliers.end()) {
-          refused.conflicts.push_back({std::move(m), cause.field});
-        }
-      }
-      // The fix depends on whether the webhook keeps the applier's deploys
-      // on the budget: then its next apply carries the new one by itself.
-      const std::string fix =
-          webhook_served_
-              ? "the admission webhook puts the budget into each of its applies, so its next "
-                "apply or sync carries this change; to apply it now, run that apply or sync "
-                "again, or set spec.preStop.existing: Replace to let gracekeeper take the fields "
-                "over"
-              : "fix: drop these fields from the manifest it applies, serve the admission "
-                "webhook (its applies then carry the budget), or set spec.preStop.existing: "
-                "Replace to let gracekeeper take the fields over";
-      refused.refused = kube::EventRecord{
-          {},
-          kube::EventType::Warning,
-          "FieldConflict",
-          "Tune",
-          fmt::format("not changed: {} owned by {}; {} {}",
-                      result.error().causes.size() == 1 ? "a field is" : "fields are", owners, fix,
-                      wanted)};
+      refused.conflicts = applier_conflicts(result.error(), appliers);
+      refused.refused = field_conflict_event(result.error(), owners, webhook_served_, wanted);
       co_return refused;
     }
     result = co_await deps_.writer.apply(ns, name, w.configuration, /*force=*/true);

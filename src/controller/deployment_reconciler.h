@@ -117,6 +117,25 @@ class DeploymentReconciler {
   };
   boost::asio::awaitable<bool> conflict_released(const std::string& key,
                                                  const std::shared_ptr<const CachedDeployment>&);
+  // The steps of reconcile(), in order. Each step that can end the
+  // reconcile returns its result; nullopt goes on to the next one.
+  DeploymentDecision decide_and_remember(const std::string& key,
+                                         const std::shared_ptr<const CachedDeployment>&);
+  bool stale_snapshot(const std::string& key, const CachedDeployment&, const DeploymentDecision&);
+  boost::asio::awaitable<bool> unblocked(const std::string& key,
+                                         const std::shared_ptr<const CachedDeployment>&,
+                                         const DeploymentDecision&);
+  boost::asio::awaitable<std::optional<ReconcileResult>> held_by_fight(const std::string& key,
+                                                                       const kube::ObjectRef&,
+                                                                       const CachedDeployment&,
+                                                                       DeploymentDecision&);
+  std::optional<ReconcileResult> take_rollout_slot(const std::string& key, const kube::ObjectRef&,
+                                                   const CachedDeployment&, DeploymentDecision&);
+  boost::asio::awaitable<std::optional<ReconcileResult>> write_decision(
+      const std::string& key, const kube::ObjectRef&,
+      const std::shared_ptr<const CachedDeployment>&, DeploymentDecision&);
+  void record_tuned(const std::string& key, const kube::ObjectRef&, const CachedDeployment&,
+                    const DeploymentDecision&);
   void event_outcome(const kube::EventRecord&, bool written);
   boost::asio::awaitable<std::expected<WriteOutcome, std::string>> write(
       const std::string& ns, const std::string& name, const PlannedWrite&,

@@ -129,43 +129,24 @@ std::string conflict_message(const DeploymentCounts& c) {
          "make the selectors disjoint";
 }
 
-}  // namespace
-
-std::string format_time(TimePoint t) {
-  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", std::chrono::floor<std::chrono::seconds>(t));
+// The Ready condition of a valid spec.
+nlohmann::json ready_condition(const StatusInput& in, const nlohmann::json& current,
+                               const std::optional<DeploymentCounts>& all) {
+  if (all && !all->shared_with.empty()) {
+    return condition(in, current, "Ready", false, "Conflict", conflict_message(*all));
+  }
+  if (const auto* old = find_condition(current, "Ready");
+      !in.deployments && old && old->value("reason", "") == "Conflict") {
+    return *old;  // the counts are not complete yet: keep what the server has
+  }
+  return condition(in, current, "Ready", true, "Reconciled",
+                   "the spec is valid and the policy is reconciled");
 }
 
-nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& current) {
-  nlohmann::json status = nlohmann::json::object();
-  status["observedGeneration"] = in.generation;
-  nlohmann::json conditions = nlohmann::json::array();
-  if (in.invalid_spec) {
-    conditions.push_back(condition(in, current, "Ready", false, "InvalidSpec", *in.invalid_spec));
-    status["conditions"] = std::move(conditions);
-    return status;
-  }
-  // StatefulSets are counted with the Deployments in the conditions.
-  const std::optional<DeploymentCounts> all =
-      in.deployments ? std::optional(combined(*in.deployments, in.statefulsets)) : std::nullopt;
-  if (all && !all->shared_with.empty()) {
-    conditions.push_back(
-        condition(in, current, "Ready", false, "Conflict", conflict_message(*all)));
-  } else if (const auto* old = find_condition(current, "Ready");
-             !in.deployments && old && old->value("reason", "") == "Conflict") {
-    conditions.push_back(*old);  // the counts are not complete yet: keep what the server has
-  } else {
-    conditions.push_back(condition(in, current, "Ready", true, "Reconciled",
-                                   "the spec is valid and the policy is reconciled"));
-  }
-  if (in.propagation) {
-    status["propagation"] = propagation_json(in, current);
-    conditions.push_back(condition(in, current, "MetricsAvailable", in.propagation->available,
-                                   in.propagation->reason, in.propagation->message));
-  }
-  if (in.recommended) {
-    status["recommended"] = {{"preStopSeconds", in.recommended->pre_stop_seconds},
-                             {"terminationGracePeriodSeconds", in.recommended->grace_seconds}};
-  }
+// The counts of the governed workloads, and the BudgetHolds condition.
+void add_counts(const StatusInput& in, const nlohmann::json& current,
+                const std::optional<DeploymentCounts>& all, nlohmann::json& status,
+                nlohmann::json& conditions) {
   if (in.deployments) {
     status["deployments"] = counts_json(*in.deployments);
     // Written once a StatefulSet is governed, and kept (at 0) from then on.
@@ -190,6 +171,37 @@ nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& curre
     if (current.contains("statefulSets")) status["statefulSets"] = current["statefulSets"];
     if (const auto* old = find_condition(current, "BudgetHolds")) conditions.push_back(*old);
   }
+}
+
+}  // namespace
+
+std::string format_time(TimePoint t) {
+  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", std::chrono::floor<std::chrono::seconds>(t));
+}
+
+nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& current) {
+  nlohmann::json status = nlohmann::json::object();
+  status["observedGeneration"] = in.generation;
+  nlohmann::json conditions = nlohmann::json::array();
+  if (in.invalid_spec) {
+    conditions.push_back(condition(in, current, "Ready", false, "InvalidSpec", *in.invalid_spec));
+    status["conditions"] = std::move(conditions);
+    return status;
+  }
+  // StatefulSets are counted with the Deployments in the conditions.
+  const std::optional<DeploymentCounts> all =
+      in.deployments ? std::optional(combined(*in.deployments, in.statefulsets)) : std::nullopt;
+  conditions.push_back(ready_condition(in, current, all));
+  if (in.propagation) {
+    status["propagation"] = propagation_json(in, current);
+    conditions.push_back(condition(in, current, "MetricsAvailable", in.propagation->available,
+                                   in.propagation->reason, in.propagation->message));
+  }
+  if (in.recommended) {
+    status["recommended"] = {{"preStopSeconds", in.recommended->pre_stop_seconds},
+                             {"terminationGracePeriodSeconds", in.recommended->grace_seconds}};
+  }
+  add_counts(in, current, all, status, conditions);
   if (in.terminations) {
     nlohmann::json t{{"observed", in.terminations->observed}, {"late", in.terminations->late}};
     if (in.terminations->last_late_at)

@@ -240,37 +240,63 @@ std::optional<CachedSlice> TerminationAudit::observe(const nlohmann::json& objec
 void TerminationAudit::audit(const std::string& ns, const std::string& pod, const Owner& owner,
                              std::optional<double> lag, TimePoint seen) {
   // A StatefulSet's pod comes back under its name with the new template.
-  std::optional<std::int64_t> stateful_wait;
-  if (owner.stateful) {
-    if (auto it = stateful_waits_.find(pod_id(ns + "/" + pod)); it != stateful_waits_.end()) {
-      stateful_wait = it->second;
-      stateful_waits_.erase(it);
-    }
-  }
+  const std::optional<std::int64_t> stateful_wait =
+      owner.stateful ? take_stateful_wait(ns + "/" + pod) : std::nullopt;
   if (deps_.active && !deps_.active()) return;
-  const std::string& key = owner.key;
-  const auto& cached = owner.cached;
   const DeploymentReconciler& controller =
       owner.stateful ? *deps_.statefulset_controller : deps_.deployment_controller;
-  const DeploymentDecision decision = controller.decide(key, *cached);
+  const DeploymentDecision decision = controller.decide(owner.key, *owner.cached);
   if (decision.policy_key.empty()) return;  // not governed: nothing to audit against
   const auto policy = deps_.policies.get(decision.policy_key);
   if (!policy || !policy->spec) return;
-  const auto& spec = policy->spec->propagation;
-  std::optional<std::int64_t> wait;
-  if (stateful_wait) {
-    if (*stateful_wait >= 0) wait = *stateful_wait;
-  } else if (auto remembered = owner.stateful ? std::nullopt : remembered_wait(key, owner.hash)) {
-    wait = *remembered;
-  } else {  // first seen terminating (e.g. since a restart): the template's now
-    const auto deployment = cached->project();
-    if (deployment) wait = pod_wait(*deployment);
+  const std::optional<std::int64_t> wait = wait_of(owner, stateful_wait);
+  const Needed needed = needed_of(ns, decision.policy_key, policy->spec->propagation, lag, seen);
+  const auto [policy_ns, policy_name] = split_key(decision.policy_key);
+  if (!wait || !needed.seconds) {
+    deps_.metrics.count_termination(ns, policy_name, "unmeasured");
+    return;
   }
+  const double slack = static_cast<double>(*wait) - *needed.seconds;
+  const bool late = slack < 0;
+  deps_.metrics.observe_termination_slack(ns, policy_name, slack);
+  deps_.metrics.count_termination(ns, policy_name, late ? "late" : "covered");
+  deps_.terminations.count(decision.policy_key, late, seen);
+  deps_.policy_changed(decision.policy_key);
+  if (late) warn_late(ns, pod, owner, *wait, needed.why, slack, policy_name);
+}
 
-  // What the data plane needs: the observed lag plus the declared consumer
-  // allowance, and with Prometheus the current per-consumer figure.
-  std::optional<double> needed;
-  std::string why;
+std::optional<std::int64_t> TerminationAudit::take_stateful_wait(const std::string& pod_key) {
+  auto it = stateful_waits_.find(pod_id(pod_key));
+  if (it == stateful_waits_.end()) return std::nullopt;
+  const std::int64_t wait = it->second;
+  stateful_waits_.erase(it);
+  return wait;
+}
+
+// The preStop wait the terminating pod had, when known.
+std::optional<std::int64_t> TerminationAudit::wait_of(
+    const Owner& owner, std::optional<std::int64_t> stateful_wait) const {
+  if (stateful_wait) {
+    if (*stateful_wait >= 0) return *stateful_wait;
+    return std::nullopt;
+  }
+  if (auto remembered = owner.stateful ? std::nullopt : remembered_wait(owner.key, owner.hash)) {
+    return *remembered;
+  }
+  // First seen terminating (e.g. since a restart): the template's now.
+  const auto deployment = owner.cached->project();
+  if (deployment) return pod_wait(*deployment);
+  return std::nullopt;
+}
+
+// What the data plane needs: the observed lag plus the declared consumer
+// allowance, and with Prometheus the current per-consumer figure.
+TerminationAudit::Needed TerminationAudit::needed_of(const std::string& ns,
+                                                     const std::string& policy_key,
+                                                     const budget::PolicySpec::Propagation& spec,
+                                                     std::optional<double> lag,
+                                                     TimePoint seen) const {
+  Needed needed;
   std::string seen_as = "propagation seen";
   if (!lag) {
     // A deletion's first change usually has no trigger time (the pod's Ready
@@ -282,28 +308,26 @@ void TerminationAudit::audit(const std::string& ns, const std::string& pod, cons
         fmt::format("the namespace's observed quantile {} of {} sample(s)", spec.quantile, w.count);
   }
   if (lag) {
-    needed = *lag + spec.observed.consumer_sync_seconds;
-    why = fmt::format("{} {} + consumerSyncSeconds {}", seen_as, seconds(*lag),
-                      seconds(spec.observed.consumer_sync_seconds));
+    needed.seconds = *lag + spec.observed.consumer_sync_seconds;
+    needed.why = fmt::format("{} {} + consumerSyncSeconds {}", seen_as, seconds(*lag),
+                             seconds(spec.observed.consumer_sync_seconds));
   }
-  const PropagationState* figure = deps_.propagation.state(decision.policy_key);
+  const PropagationState* figure = deps_.propagation.state(policy_key);
   if (spec.source == budget::PropagationSource::Prometheus && figure && figure->available &&
-      figure->seconds > needed.value_or(-1)) {
-    needed = figure->seconds;
-    why = fmt::format("the Prometheus figure {}", seconds(figure->seconds));
+      figure->seconds > needed.seconds.value_or(-1)) {
+    needed.seconds = figure->seconds;
+    needed.why = fmt::format("the Prometheus figure {}", seconds(figure->seconds));
   }
-  const auto [policy_ns, policy_name] = split_key(decision.policy_key);
-  if (!wait || !needed) {
-    deps_.metrics.count_termination(ns, policy_name, "unmeasured");
-    return;
-  }
-  const double slack = static_cast<double>(*wait) - *needed;
-  const bool late = slack < 0;
-  deps_.metrics.observe_termination_slack(ns, policy_name, slack);
-  deps_.metrics.count_termination(ns, policy_name, late ? "late" : "covered");
-  deps_.terminations.count(decision.policy_key, late, seen);
-  deps_.policy_changed(decision.policy_key);
-  if (!late) return;
+  return needed;
+}
+
+// The pod turned terminating with a wait shorter than needed: logged, and
+// a Warning once per rollout.
+void TerminationAudit::warn_late(const std::string& ns, const std::string& pod, const Owner& owner,
+                                 std::int64_t wait, const std::string& why, double slack,
+                                 const std::string& policy_name) {
+  const std::string& key = owner.key;
+  const auto& cached = owner.cached;
   log::warn("propagation outlasted the preStop wait",
             {{"pod", ns + "/" + pod},
              {owner.stateful ? "statefulset" : "deployment", key},
@@ -326,7 +350,7 @@ void TerminationAudit::audit(const std::string& ns, const std::string& pod, cons
       pod,
       owner.stateful ? fmt::format("StatefulSet generation {}", cached->generation)
                      : fmt::format("ReplicaSet hash {}", owner.hash),
-      *wait, why, seconds(-slack), policy_name);
+      wait, why, seconds(-slack), policy_name);
   deps_.metrics.count_event(kube::to_string(e.type), e.reason);
   deps_.events.record(std::move(e));
 }

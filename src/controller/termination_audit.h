@@ -110,6 +110,20 @@ class TerminationAudit {
   std::optional<Owner> owner_of(const std::string& ns, const std::string& pod) const;
   void audit(const std::string& ns, const std::string& pod, const Owner& owner,
              std::optional<double> lag, TimePoint seen);
+  // The steps of audit(): the pod's wait, what it needed, and a late one's
+  // Warning.
+  std::optional<std::int64_t> take_stateful_wait(const std::string& pod_key);
+  std::optional<std::int64_t> wait_of(const Owner&,
+                                      std::optional<std::int64_t> stateful_wait) const;
+  struct Needed {
+    std::optional<double> seconds;
+    std::string why;  // how it was made up, for the Warning
+  };
+  Needed needed_of(const std::string& ns, const std::string& policy_key,
+                   const budget::PolicySpec::Propagation&, std::optional<double> lag,
+                   TimePoint seen) const;
+  void warn_late(const std::string& ns, const std::string& pod, const Owner&, std::int64_t wait,
+                 const std::string& why, double slack, const std::string& policy_name);
   // The largest propagation::implausible_above() of the namespace's policies
   // (the default policy's when none is valid): a sample above it is of no
   // use to any of them.

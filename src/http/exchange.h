@@ -152,6 +152,68 @@ boost::asio::awaitable<std::expected<Exchanged, Error>> exchange(
   co_return out;
 }
 
+// The error answer (a Status) to a streaming request: small, read whole.
+template <class Stream>
+boost::asio::awaitable<std::expected<StreamResult, Error>> read_refusal(
+    Stream& stream, beast::flat_buffer& buffer, bhttp::response_parser<bhttp::string_body>& parser,
+    const Timeouts& timeouts, std::size_t max_error_body) {
+  parser.body_limit(max_error_body);
+  arm_timeout(stream, timeouts.request);
+  auto [bec, bn] = co_await bhttp::async_read(stream, buffer, parser, use_nothrow);
+  disarm_timeout(stream);
+  if (bec) {
+    Error failure;
+    failure.request_written = true;
+    failure.received_any = true;
+    failure.message = "reading the error response: " + describe(bec);
+    co_return std::unexpected(std::move(failure));
+  }
+  StreamResult refused{.refused = to_response(parser.get())};
+  co_return refused;
+}
+
+// A 2xx answer's body, handed to `on_chunk` as it arrives until it ends or
+// `on_chunk` says stop (exchange_streaming).
+template <class Stream>
+boost::asio::awaitable<std::expected<StreamResult, Error>> read_streamed_body(
+    Stream& stream, beast::flat_buffer& buffer, bhttp::response_parser<bhttp::string_body>& parser,
+    const Timeouts& timeouts, const ChunkHandler& on_chunk) {
+  bool stopped = false;
+  auto on_chunk_body = [&](std::uint64_t /*remain*/, std::string_view data,
+                           beast::error_code& ec) -> std::size_t {
+    if (!stopped && !data.empty() && !on_chunk(data)) {
+      stopped = true;
+      ec = boost::asio::error::operation_aborted;  // ends the read; we check `stopped` first
+    }
+    return data.size();
+  };
+  parser.on_chunk_body(on_chunk_body);
+  while (!parser.is_done()) {
+    arm_timeout(stream, timeouts.watch_idle);
+    auto [ec, n] = co_await bhttp::async_read_some(stream, buffer, parser, use_nothrow);
+    if (stopped) break;
+    if (ec) {
+      disarm_timeout(stream);
+      Error failure;
+      failure.request_written = true;
+      failure.received_any = true;
+      failure.message = "reading the watch stream: " + describe(ec);
+      co_return std::unexpected(std::move(failure));
+    }
+    if (!parser.chunked()) {  // a plain body accumulates; pass it on and drop it
+      auto& body = parser.get().body();
+      if (!body.empty()) {
+        stopped = !on_chunk(body);
+        body.clear();
+        if (stopped) break;
+      }
+    }
+  }
+  disarm_timeout(stream);
+  StreamResult result{.end = stopped ? StreamEnd::Stopped : StreamEnd::Closed};
+  co_return result;
+}
+
 // Writes `req` and, when the answer is 2xx, hands its body to `on_chunk` as
 // it arrives: chunk data as the parser's on_chunk_body callback sees it (that
 // is how Beast reads a chunked stream), or the raw body for a response that
@@ -180,52 +242,13 @@ boost::asio::awaitable<std::expected<StreamResult, Error>> exchange_streaming(
   }
   const unsigned status = parser.get().result_int();
   if (status < 200 || status > 299) {
-    // An error answer (a Status) is small and read whole.
-    parser.body_limit(max_error_body);
-    arm_timeout(stream, timeouts.request);
-    auto [bec, bn] = co_await bhttp::async_read(stream, buffer, parser, use_nothrow);
-    disarm_timeout(stream);
-    if (bec) {
-      failure.received_any = true;
-      failure.message = "reading the error response: " + describe(bec);
-      co_return std::unexpected(std::move(failure));
-    }
-    StreamResult refused{.refused = to_response(parser.get())};
+    auto refused = co_await read_refusal(stream, buffer, parser, timeouts, max_error_body);
     co_return refused;
   }
-
-  bool stopped = false;
-  auto on_chunk_body = [&](std::uint64_t /*remain*/, std::string_view data,
-                           beast::error_code& ec) -> std::size_t {
-    if (!stopped && !data.empty() && !on_chunk(data)) {
-      stopped = true;
-      ec = boost::asio::error::operation_aborted;  // ends the read; we check `stopped` first
-    }
-    return data.size();
-  };
-  parser.on_chunk_body(on_chunk_body);
-  while (!parser.is_done()) {
-    arm_timeout(stream, timeouts.watch_idle);
-    auto [ec, n] = co_await bhttp::async_read_some(stream, buffer, parser, use_nothrow);
-    if (stopped) break;
-    if (ec) {
-      disarm_timeout(stream);
-      failure.received_any = true;
-      failure.message = "reading the watch stream: " + describe(ec);
-      co_return std::unexpected(std::move(failure));
-    }
-    if (!parser.chunked()) {  // a plain body accumulates; pass it on and drop it
-      auto& body = parser.get().body();
-      if (!body.empty()) {
-        stopped = !on_chunk(body);
-        body.clear();
-        if (stopped) break;
-      }
-    }
-  }
-  disarm_timeout(stream);
-  StreamResult result{.end = stopped ? StreamEnd::Stopped : StreamEnd::Closed};
-  co_return result;
+  // The parser keeps a reference to read_streamed_body's chunk callback,
+  // which ends with that coroutine: the parser is not read with after it.
+  auto streamed = co_await read_streamed_body(stream, buffer, parser, timeouts, on_chunk);
+  co_return streamed;
 }
 
 }  // namespace gracekeeper::http::detail

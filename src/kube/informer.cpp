@@ -161,20 +161,13 @@ asio::awaitable<std::optional<T>> Reflector::interruptible(asio::awaitable<T> op
   co_return std::nullopt;
 }
 
-// (About 60 lines, one loop: the pages and the choice between streaming
-// into the store and replacing it share their state.)
 asio::awaitable<bool> Reflector::list_and_replace() {
   // Page by page, each item projected as soon as it has been parsed: the
   // peak is one page's text plus one item's JSON tree plus the projections,
   // never a page (let alone the whole list) as JSON trees. The page comes as
   // text (get_raw: the same GET Client::list sends, with its retries and
   // errors) so that it can be read with the SAX reader above.
-  std::string base = resource_path(resource_, options_.namespace_);
-  add_query(base, "labelSelector", options_.label_selector);
-  add_query(base, "fieldSelector", options_.field_selector);
-  // No resourceVersion, not client-go's "0" (informer.h says why).
-  add_query(base, "limit", std::to_string(options_.page_size));
-  //
+  const std::string base = list_path();
   // The first list into an empty cache goes straight into it, each item
   // announced (on_add) the moment it is projected: the caller can start on
   // the first page instead of after the last (has_synced() says when the
@@ -200,21 +193,7 @@ asio::awaitable<bool> Reflector::list_and_replace() {
     auto page = co_await interruptible(client_.get_raw(std::move(target)));
     rewatch_requested_ = false;  // a fresh list supersedes any requested resourceVersion
     if (!page) co_return false;
-    if (!*page) {  // an expired continue token is Gone: the next attempt lists afresh
-      ++counters_.list_errors;
-      last_error_ = "list: " + page->error().format();
-      co_return false;
-    }
-    detail::FilteringReader reader("items", fields_, on_item);
-    if (!detail::parse(**page, reader) || !reader.root().is_object()) {
-      ++counters_.list_errors;
-      last_error_ = "list: response is not a JSON object: " +
-                    (reader.error().empty() ? (*page)->substr(0, 200) : reader.error());
-      co_return false;
-    }
-    const json& list = reader.root();
-    if (list_version.empty()) list_version = metadata_string(list, "resourceVersion");
-    continue_token = metadata_string(list, "continue");
+    if (!read_list_page(*page, on_item, list_version, continue_token)) co_return false;
     if (continue_token.empty()) break;
   }
   if (stream) {
@@ -225,6 +204,40 @@ asio::awaitable<bool> Reflector::list_and_replace() {
     replace(std::move(fresh), std::move(list_version));
   }
   co_return true;
+}
+
+// The path of a list's pages, without the continue token.
+std::string Reflector::list_path() const {
+  std::string base = resource_path(resource_, options_.namespace_);
+  add_query(base, "labelSelector", options_.label_selector);
+  add_query(base, "fieldSelector", options_.field_selector);
+  // No resourceVersion, not client-go's "0" (informer.h says why).
+  add_query(base, "limit", std::to_string(options_.page_size));
+  return base;
+}
+
+// Reads a page of a list, each item handed to `on_item`: false, with
+// last_error_ set, when the page is an error or no list. The first page
+// sets `list_version`; each sets `continue_token` ("" on the last).
+bool Reflector::read_list_page(const std::expected<std::string, ApiError>& page,
+                               std::function<void(json&&)> on_item, std::string& list_version,
+                               std::string& continue_token) {
+  if (!page) {  // an expired continue token is Gone: the next attempt lists afresh
+    ++counters_.list_errors;
+    last_error_ = "list: " + page.error().format();
+    return false;
+  }
+  detail::FilteringReader reader("items", fields_, std::move(on_item));
+  if (!detail::parse(*page, reader) || !reader.root().is_object()) {
+    ++counters_.list_errors;
+    last_error_ = "list: response is not a JSON object: " +
+                  (reader.error().empty() ? page->substr(0, 200) : reader.error());
+    return false;
+  }
+  const json& list = reader.root();
+  if (list_version.empty()) list_version = metadata_string(list, "resourceVersion");
+  continue_token = metadata_string(list, "continue");
+  return true;
 }
 
 void Reflector::finish_initial_events(std::string version) {
@@ -252,19 +265,7 @@ void Reflector::replace(StoreCore::Entries fresh, std::string version) {
 }
 
 asio::awaitable<Reflector::WatchOutcome> Reflector::watch_once(bool initial_events) {
-  WatchOptions o;
-  o.resource_version = initial_events ? std::string() : resource_version_;
-  o.send_initial_events = initial_events;
-  initial_events_ = initial_events;
-  // The first sync into an empty store goes straight into it, each object
-  // announced (on_add) as it arrives; any other builds a fresh store and
-  // replaces the old with a diff once the initial events are complete.
-  if (initial_events && (synced_ || store_.size() > 0)) initial_store_.emplace();
-  o.label_selector = options_.label_selector;
-  o.field_selector = options_.field_selector;
-  o.timeout = watch_timeout();
-  o.allow_bookmarks = true;
-
+  const WatchOptions o = start_watch(initial_events);
   WatchDecoderOptions decoder_options;
   decoder_options.fields = &fields_;
   WatchDecoder decoder(decoder_options);
@@ -290,15 +291,7 @@ asio::awaitable<Reflector::WatchOutcome> Reflector::watch_once(bool initial_even
     rewatch_requested_ = false;
     co_return WatchOutcome::Interrupted;
   }
-  if (!*watched) {
-    const ApiError& e = watched->error();
-    last_error_ = "watch: " + e.format();
-    if (e.reason == ApiError::Reason::Gone) co_return WatchOutcome::Gone;
-    // A server without streaming lists refuses their parameters.
-    const bool refused = e.http_status == 400 || e.reason == ApiError::Reason::Invalid ||
-                         e.reason == ApiError::Reason::Forbidden;
-    co_return initial_events&& refused ? WatchOutcome::Refused : WatchOutcome::Failed;
-  }
+  if (!*watched) co_return watch_refused(watched->error(), initial_events);
   // The server ended the stream: its last bytes must complete an event.
   auto finished = decoder.finish();
   if (auto end = apply_decoded(decoder, applied)) co_return *end;
@@ -311,6 +304,33 @@ asio::awaitable<Reflector::WatchOutcome> Reflector::watch_once(bool initial_even
     co_return WatchOutcome::Failed;
   }
   co_return WatchOutcome::Closed;
+}
+
+// The options of the next watch, and the state it starts in.
+WatchOptions Reflector::start_watch(bool initial_events) {
+  WatchOptions o;
+  o.resource_version = initial_events ? std::string() : resource_version_;
+  o.send_initial_events = initial_events;
+  initial_events_ = initial_events;
+  // The first sync into an empty store goes straight into it, each object
+  // announced (on_add) as it arrives; any other builds a fresh store and
+  // replaces the old with a diff once the initial events are complete.
+  if (initial_events && (synced_ || store_.size() > 0)) initial_store_.emplace();
+  o.label_selector = options_.label_selector;
+  o.field_selector = options_.field_selector;
+  o.timeout = watch_timeout();
+  o.allow_bookmarks = true;
+  return o;
+}
+
+// The outcome of a watch the server refused.
+Reflector::WatchOutcome Reflector::watch_refused(const ApiError& e, bool initial_events) {
+  last_error_ = "watch: " + e.format();
+  if (e.reason == ApiError::Reason::Gone) return WatchOutcome::Gone;
+  // A server without streaming lists refuses their parameters.
+  const bool refused = e.http_status == 400 || e.reason == ApiError::Reason::Invalid ||
+                       e.reason == ApiError::Reason::Forbidden;
+  return initial_events && refused ? WatchOutcome::Refused : WatchOutcome::Failed;
 }
 
 // Applies the events the decoder holds; the outcome when one ends the watch.

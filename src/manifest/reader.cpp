@@ -712,6 +712,66 @@ std::expected<void, Error> parse_documents(const std::shared_ptr<const std::stri
   return {};
 }
 
+// What the prescan finds in a text: an error, or whether only the JSON path
+// may read it (true when the text opens with a flow collection too long for
+// yaml-cpp: the prescan stopped there; the JSON path bounds the depth
+// itself). `blank_tabs` as detail::prescan sets it.
+std::expected<bool, Error> prescanned(const std::string& text, std::string_view name,
+                                      const Limits& limits, std::size_t first, bool json_candidate,
+                                      bool& blank_tabs) {
+  const auto found = detail::prescan(text, limits.max_depth, limits.max_flow_bytes, &blank_tabs);
+  if (!found) return false;
+  if (found->problem == detail::Prescan::Problem::FlowTooLong) {
+    if (!json_candidate || found->offset != first) {
+      return std::unexpected(flow_too_long(name, text, found->offset, limits));
+    }
+    return true;
+  }
+  return std::unexpected(
+      error_at(name, text, found->offset,
+               found->problem == detail::Prescan::Problem::TooDeep
+                   ? fmt::format("nesting is deeper than {} levels (`[` or `{{` opened here)",
+                                 limits.max_depth)
+                   : std::string("invalid YAML: no `:` within the first 1024 characters of this "
+                                 "line (a line of a mapping must be `key: value`, and a key is at "
+                                 "most 1024 characters)")));
+}
+
+// A text that opens with `{` (at `first`), read as one JSON object: a
+// List's items handed out one by one with ListItems::OneByOne. nullopt when
+// it is not JSON, for the YAML reader; `recall_first` then says whether it
+// handed out items, which that reader takes back.
+std::optional<std::expected<void, Error>> read_json_text(
+    const std::shared_ptr<const std::string>& text, const std::string& file,
+    const DocumentSink& sink, const Limits& limits, std::size_t first, bool json_only,
+    ListItems lists, bool& recall_first) {
+  Lines lines(*text, file);
+  detail::JsonItems items;
+  items.sink = [&](Json&& value, std::size_t offset) {
+    return sink(Document{std::move(value), lines.at(offset), 0, text, items.handed_out - 1, false});
+  };
+  const bool by_item = lists == ListItems::OneByOne;
+  auto value = detail::read_json_object(*text, first, limits.max_depth, by_item ? &items : nullptr);
+  if (items.stopped) return std::expected<void, Error>();
+  if (value) {
+    Document document{
+        std::move(*value), Lines(*text, file).at(first), 0, text, std::nullopt, false};
+    if (items.handed_out > 0 && !is_list_object(document.value)) {
+      // It read once, so it reads again.
+      if (auto whole = detail::read_json_object(*text, first, limits.max_depth)) {
+        document.value = std::move(*whole);
+      }
+      document.items_recalled = true;
+    }
+    (void)sink(std::move(document));
+    return std::expected<void, Error>();
+  }
+  if (json_only) return std::unexpected(flow_too_long(file, *text, first, limits));
+  // The YAML reader reads it whole: its items handed out are taken back.
+  recall_first = items.handed_out > 0;
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> text,
@@ -724,27 +784,8 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
     const std::size_t first = text->find_first_not_of(" \t\r\n");
     const bool json_candidate = first != std::string::npos && (*text)[first] == '{';
     bool blank_tabs = false;
-    // The text opens with a flow collection too long for yaml-cpp: only the
-    // JSON path may read it (the prescan stopped there; the JSON path bounds
-    // the depth itself).
-    bool json_only = false;
-    if (auto found = detail::prescan(*text, limits.max_depth, limits.max_flow_bytes, &blank_tabs)) {
-      if (found->problem == detail::Prescan::Problem::FlowTooLong) {
-        if (!json_candidate || found->offset != first) {
-          return std::unexpected(flow_too_long(name, *text, found->offset, limits));
-        }
-        json_only = true;
-      } else {
-        return std::unexpected(error_at(
-            name, *text, found->offset,
-            found->problem == detail::Prescan::Problem::TooDeep
-                ? fmt::format("nesting is deeper than {} levels (`[` or `{{` opened here)",
-                              limits.max_depth)
-                : std::string("invalid YAML: no `:` within the first 1024 characters of this "
-                              "line (a line of a mapping must be `key: value`, and a key is at "
-                              "most 1024 characters)")));
-      }
-    }
+    const auto json_only = prescanned(*text, name, limits, first, json_candidate, blank_tabs);
+    if (!json_only) return std::unexpected(json_only.error());
     if (detail::has_lone_cr(*text)) {
       std::string copy = *text;
       detail::normalise_line_breaks(copy);
@@ -756,32 +797,10 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
     }
     bool recall_first = false;
     if (json_candidate) {
-      Lines lines(*text, file);
-      detail::JsonItems items;
-      items.sink = [&](Json&& value, std::size_t offset) {
-        return sink(
-            Document{std::move(value), lines.at(offset), 0, text, items.handed_out - 1, false});
-      };
-      const bool by_item = lists == ListItems::OneByOne;
-      auto value =
-          detail::read_json_object(*text, first, limits.max_depth, by_item ? &items : nullptr);
-      if (items.stopped) return {};
-      if (value) {
-        Document document{
-            std::move(*value), Lines(*text, file).at(first), 0, text, std::nullopt, false};
-        if (items.handed_out > 0 && !is_list_object(document.value)) {
-          // It read once, so it reads again.
-          if (auto whole = detail::read_json_object(*text, first, limits.max_depth)) {
-            document.value = std::move(*whole);
-          }
-          document.items_recalled = true;
-        }
-        (void)sink(std::move(document));
-        return {};
+      if (auto done =
+              read_json_text(text, file, sink, limits, first, *json_only, lists, recall_first)) {
+        return std::move(*done);
       }
-      if (json_only) return std::unexpected(flow_too_long(name, *text, first, limits));
-      // The YAML reader reads it whole: its items handed out are taken back.
-      recall_first = items.handed_out > 0;
     }
     ReadBudget local;
     return parse_documents(text, file, sink, limits, budget ? *budget : local,
@@ -790,7 +809,6 @@ std::expected<void, Error> for_each_document(std::shared_ptr<const std::string> 
     return std::unexpected(Error{Position{file}, "out of memory while reading the input"});
   }
 }
-
 std::expected<void, Error> for_each_document(std::string text, std::string_view name,
                                              const DocumentSink& sink, const Limits& limits,
                                              ReadBudget* budget, ListItems lists) {

@@ -48,7 +48,7 @@ constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 // After an error answer the client may still be sending (an oversized
 // request): read and drop a little of it, so closing the socket with unread
 // data does not reset the connection before the client has read the answer.
-constexpr std::size_t kLingerBytes = 64 * 1024;
+constexpr std::size_t kLingerBytes = std::size_t{64} * 1024;
 constexpr Clock::duration kLingerTime = std::chrono::seconds{1};
 
 struct Endpoint {
@@ -166,6 +166,7 @@ struct HttpServer::Impl {
   template <class Stream>
   asio::awaitable<void> respond(Stream& stream, const http::request<http::string_body>& request,
                                 bool& keep_alive);
+  Response handle(const http::request<http::string_body>& request, const char*& allow);
   template <class Stream>
   asio::awaitable<void> refuse(Stream& stream, const beast::error_code& ec);
   template <class Stream>
@@ -312,19 +313,18 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(std::shared_ptr<Impl> sel
   }
 }
 
-template <class Stream>
-asio::awaitable<void> HttpServer::Impl::respond(Stream& stream,
-                                                const http::request<http::string_body>& request,
-                                                bool& keep_alive) {
+// The answer of the route the request names; `allow` gets the methods of
+// a 405.
+Response HttpServer::Impl::handle(const http::request<http::string_body>& request,
+                                  const char*& allow) {
   std::string_view path = request.target();
   path = path.substr(0, path.find_first_of("?#"));
-  const bool head = request.method() == http::verb::head;
-  const bool get_or_head = head || request.method() == http::verb::get;
+  const bool get_or_head =
+      request.method() == http::verb::head || request.method() == http::verb::get;
 
   Response answer;
   auto route = routes.find(path);
   auto post_route = post_routes.find(path);
-  const char* allow = "GET, HEAD";
   if (route == routes.end() && post_route == post_routes.end()) {
     answer = text(404, "not found\n");
   } else if (post_route != post_routes.end() && request.method() != http::verb::post) {
@@ -347,6 +347,16 @@ asio::awaitable<void> HttpServer::Impl::respond(Stream& stream,
       answer = text(500, "internal error\n");
     }
   }
+  return answer;
+}
+
+template <class Stream>
+asio::awaitable<void> HttpServer::Impl::respond(Stream& stream,
+                                                const http::request<http::string_body>& request,
+                                                bool& keep_alive) {
+  const bool head = request.method() == http::verb::head;
+  const char* allow = "GET, HEAD";
+  Response answer = handle(request, allow);
   if (stopped) co_return;  // stop() ran inside the handler
   if (answer.status < 100 || answer.status > 599) {
     ++stats.handler_errors;

@@ -441,6 +441,154 @@ bool serving_usable(const CertSecret& s, const CertOptions& o, TimePoint now) {
   });
 }
 
+namespace {
+
+// The key of the signing CA, the newest of `cas`: null when ca.key is not
+// its key, or the CA is due for renewal (`why` says which).
+KeyPtr signing_key(const std::vector<Ca>& cas, bool exists, const CertSecret& held, TimePoint now,
+                   std::vector<std::string>& why) {
+  KeyPtr ca_key;
+  if (!cas.empty()) {
+    auto key = read_pem_key(held.ca_key);
+    if (!key) {
+      why.push_back("ca.key: " + key.error());
+    } else if (X509_check_private_key(cas.front().cert.get(), key->get()) != 1) {
+      ERR_clear_error();
+      why.push_back("ca.key is not the key of the newest CA in ca.crt");
+    } else {
+      ca_key = std::move(*key);
+    }
+  } else if (exists) {
+    why.push_back("ca.crt holds no usable CA");
+  }
+  if (ca_key && now >= renewal_time(cas.front().not_before, cas.front().not_after)) {
+    why.push_back("the CA is due for renewal (it expires " + rfc3339(cas.front().not_after) + ")");
+    ca_key.reset();
+  }
+  return ca_key;
+}
+
+// Puts a signing CA in front of `cas` with its key in `ca_key`: a new one
+// when `ca_key` is null. Returns when the signing CA was introduced.
+std::expected<TimePoint, std::string> ensure_signing_ca(std::vector<Ca>& cas, KeyPtr& ca_key,
+                                                        const CertOptions& o, TimePoint now) {
+  if (ca_key) {
+    // not_before was backdated when it was issued.
+    const TimePoint not_before = cas.front().not_before;
+    return not_before +
+           std::min<seconds>(
+               seconds(60),
+               std::chrono::duration_cast<seconds>(cas.front().not_after - not_before) / 10);
+  }
+  const TimePoint not_before = backdated(now, o.ca_validity);
+  auto ca = issue_ca(not_before, now + o.ca_validity);
+  if (!ca) return std::unexpected(ca.error());
+  auto certs = read_pem_certificates(ca->cert_pem);
+  auto key = read_pem_key(ca->key_pem);
+  if (!certs || !key) return std::unexpected("reading back a new CA");
+  cas.insert(cas.begin(), Ca{std::move(certs->front()), not_before, now + o.ca_validity});
+  if (cas.size() > kMaxCas) cas.resize(kMaxCas);
+  ca_key = std::move(*key);
+  return now;
+}
+
+// ca.key as the Secret should hold it.
+std::string ca_key_pem(EVP_PKEY* ca_key, bool exists, const CertSecret& held) {
+  std::string pem = to_pem(ca_key);
+  if (exists && held.ca_key != pem) {
+    // The same key, written differently (e.g. SEC1 instead of PKCS#8) is not a change.
+    auto key = read_pem_key(held.ca_key);
+    if (key && EVP_PKEY_eq(key->get(), ca_key) == 1) pem = held.ca_key;
+    ERR_clear_error();
+  }
+  return pem;
+}
+
+// The Secret's serving certificate, as checked against the CAs.
+struct HeldServing {
+  std::string unusable;              // why it cannot be kept; empty if it can
+  std::optional<TimePoint> renewal;  // when it is due, if usable
+  bool from_signer = false;          // issued by the signing CA, cas.front()
+};
+
+HeldServing check_serving(const CertSecret& held, const std::vector<Ca>& cas, const CertOptions& o,
+                          TimePoint now) {
+  HeldServing s;
+  auto serving = read_pem_certificates(held.tls_crt);
+  auto serving_key = read_pem_key(held.tls_key);
+  std::vector<X509*> roots;
+  for (const auto& ca : cas) roots.push_back(ca.cert.get());
+  if (held.tls_crt.empty()) {
+    s.unusable = "there is no serving certificate";
+  } else if (!serving) {
+    s.unusable = "tls.crt: " + serving.error();
+  } else if (!serving_key) {
+    s.unusable = "tls.key: " + serving_key.error();
+  } else if (X509_check_private_key(serving->front().get(), serving_key->get()) != 1) {
+    ERR_clear_error();
+    s.unusable = "tls.key is not the key of tls.crt";
+  } else if (sans_of(serving->front().get()) != wanted_sans(o)) {
+    s.unusable = "the serving certificate's names are not the ones wanted";
+  } else if (auto ok = verify_chain(serving->front().get(), roots, serving_names(o).front(), now);
+             !ok) {
+    s.unusable = "the serving certificate does not verify with ca.crt: " + ok.error();
+  } else {
+    X509* cert = serving->front().get();
+    const TimePoint not_before = to_time_point(X509_get0_notBefore(cert));
+    const TimePoint not_after = to_time_point(X509_get0_notAfter(cert));
+    s.renewal = renewal_time(not_before, not_after);
+    s.from_signer = issuer_of(cert, cas) == &cas.front();
+    // Its CA must outlive it: a CA dropped from the bundle at expiry takes
+    // its serving certificates with it.
+    if (const Ca* issuer = issuer_of(cert, cas)) {
+      s.renewal = std::min(*s.renewal, renewal_time(not_before, issuer->not_after));
+    }
+  }
+  return s;
+}
+
+// Whether the serving certificate must be issued again (`why` says why).
+// `waiting_for_trust`: it is due, but kept until the new CA is trusted.
+bool must_reissue(const HeldServing& s, TimePoint now, TimePoint trusted_from,
+                  bool& waiting_for_trust, std::vector<std::string>& why) {
+  if (!s.unusable.empty()) {
+    why.push_back(s.unusable);
+    return true;
+  }
+  if (now < *s.renewal) return false;
+  if (s.from_signer || now >= trusted_from) {
+    why.push_back("the serving certificate is due for renewal");
+    return true;
+  }
+  // The new CA is not in every caBundle yet; the old certificate stays
+  // valid until then.
+  waiting_for_trust = true;
+  return false;
+}
+
+// Issues a serving certificate into `secret` (whose ca.key is the signer's).
+// Returns when it is due for renewal.
+std::expected<TimePoint, std::string> reissue_serving(CertSecret& secret, const Ca& signer,
+                                                      const CertOptions& o, TimePoint now) {
+  const TimePoint not_after = std::min(now + o.serving_validity, signer.not_after);
+  IssuedPair ca{to_pem(signer.cert.get()), secret.ca_key};
+  auto issued = issue_serving(ca, serving_names(o), backdated(now, o.serving_validity), not_after);
+  if (!issued) return std::unexpected(issued.error());
+  secret.tls_crt = issued->cert_pem;
+  secret.tls_key = issued->key_pem;
+  return renewal_time(backdated(now, o.serving_validity), not_after);
+}
+
+// What falls due next: a renewal, a CA to drop, a new CA becoming trusted.
+TimePoint next_check(const std::vector<Ca>& cas, TimePoint serving_due, TimePoint now) {
+  const Ca& signer = cas.front();
+  TimePoint next = std::min(serving_due, renewal_time(signer.not_before, signer.not_after));
+  for (const auto& ca : cas) next = std::min(next, ca.not_after);
+  return std::max(next, now + seconds(1));
+}
+
+}  // namespace
+
 std::expected<CertDecision, std::string> decide_certificates(
     const std::optional<CertSecret>& current, const CertOptions& o, TimePoint now) {
   CertDecision d;
@@ -449,124 +597,29 @@ std::expected<CertDecision, std::string> decide_certificates(
   std::vector<Ca> cas = usable_cas(held.ca_crt, now, d.why);
 
   // The signing CA: the newest, if ca.key is its key and it is not due.
-  KeyPtr ca_key;
-  if (!cas.empty()) {
-    auto key = read_pem_key(held.ca_key);
-    if (!key) {
-      d.why.push_back("ca.key: " + key.error());
-    } else if (X509_check_private_key(cas.front().cert.get(), key->get()) != 1) {
-      ERR_clear_error();
-      d.why.push_back("ca.key is not the key of the newest CA in ca.crt");
-    } else {
-      ca_key = std::move(*key);
-    }
-  } else if (current) {
-    d.why.push_back("ca.crt holds no usable CA");
-  }
-  if (ca_key && now >= renewal_time(cas.front().not_before, cas.front().not_after)) {
-    d.why.push_back("the CA is due for renewal (it expires " + rfc3339(cas.front().not_after) +
-                    ")");
-    ca_key.reset();
-  }
-  TimePoint ca_introduced = cas.empty() ? TimePoint{} : cas.front().not_before;
-  if (!ca_key) {
-    const TimePoint not_before = backdated(now, o.ca_validity);
-    auto ca = issue_ca(not_before, now + o.ca_validity);
-    if (!ca) return std::unexpected(ca.error());
-    auto certs = read_pem_certificates(ca->cert_pem);
-    auto key = read_pem_key(ca->key_pem);
-    if (!certs || !key) return std::unexpected("reading back a new CA");
-    cas.insert(cas.begin(), Ca{std::move(certs->front()), not_before, now + o.ca_validity});
-    if (cas.size() > kMaxCas) cas.resize(kMaxCas);
-    ca_key = std::move(*key);
-    ca_introduced = now;
-  } else {
-    // not_before was backdated when it was issued.
-    ca_introduced += std::min<seconds>(
-        seconds(60),
-        std::chrono::duration_cast<seconds>(cas.front().not_after - ca_introduced) / 10);
-  }
+  KeyPtr ca_key = signing_key(cas, current.has_value(), held, now, d.why);
+  const auto ca_introduced = ensure_signing_ca(cas, ca_key, o, now);
+  if (!ca_introduced) return std::unexpected(ca_introduced.error());
   d.secret.ca_crt = bundle_pem(cas);
-  d.secret.ca_key = to_pem(ca_key.get());
-  if (current && held.ca_key != d.secret.ca_key) {
-    // The same key, written differently (e.g. SEC1 instead of PKCS#8) is not a change.
-    auto key = read_pem_key(held.ca_key);
-    if (key && EVP_PKEY_eq(key->get(), ca_key.get()) == 1) d.secret.ca_key = held.ca_key;
-    ERR_clear_error();
-  }
+  d.secret.ca_key = ca_key_pem(ca_key.get(), current.has_value(), held);
   const Ca& signer = cas.front();
-  const TimePoint trusted_from = ca_introduced + o.trust_delay;
+  const TimePoint trusted_from = *ca_introduced + o.trust_delay;
 
   // The serving certificate: kept while it is usable and not due.
-  std::optional<TimePoint> serving_renewal;
-  std::string unusable;
-  bool from_signer = false;
-  auto serving = read_pem_certificates(held.tls_crt);
-  auto serving_key = read_pem_key(held.tls_key);
-  std::vector<X509*> roots;
-  for (const auto& ca : cas) roots.push_back(ca.cert.get());
-  if (held.tls_crt.empty()) {
-    unusable = "there is no serving certificate";
-  } else if (!serving) {
-    unusable = "tls.crt: " + serving.error();
-  } else if (!serving_key) {
-    unusable = "tls.key: " + serving_key.error();
-  } else if (X509_check_private_key(serving->front().get(), serving_key->get()) != 1) {
-    ERR_clear_error();
-    unusable = "tls.key is not the key of tls.crt";
-  } else if (sans_of(serving->front().get()) != wanted_sans(o)) {
-    unusable = "the serving certificate's names are not the ones wanted";
-  } else if (auto ok = verify_chain(serving->front().get(), roots, serving_names(o).front(), now);
-             !ok) {
-    unusable = "the serving certificate does not verify with ca.crt: " + ok.error();
-  } else {
-    X509* cert = serving->front().get();
-    const TimePoint not_before = to_time_point(X509_get0_notBefore(cert));
-    const TimePoint not_after = to_time_point(X509_get0_notAfter(cert));
-    serving_renewal = renewal_time(not_before, not_after);
-    from_signer = issuer_of(cert, cas) == &signer;
-    // Its CA must outlive it: a CA dropped from the bundle at expiry takes
-    // its serving certificates with it.
-    if (const Ca* issuer = issuer_of(cert, cas)) {
-      serving_renewal = std::min(*serving_renewal, renewal_time(not_before, issuer->not_after));
-    }
-  }
-  bool reissue = false;
+  const HeldServing serving = check_serving(held, cas, o, now);
+  std::optional<TimePoint> serving_renewal = serving.renewal;
   bool waiting_for_trust = false;
-  if (!unusable.empty()) {
-    d.why.push_back(unusable);
-    reissue = true;
-  } else if (now >= *serving_renewal) {
-    if (from_signer || now >= trusted_from) {
-      d.why.push_back("the serving certificate is due for renewal");
-      reissue = true;
-    } else {
-      // The new CA is not in every caBundle yet; the old certificate stays
-      // valid until then.
-      waiting_for_trust = true;
-    }
-  }
-  if (reissue) {
-    const TimePoint not_after = std::min(now + o.serving_validity, signer.not_after);
-    IssuedPair ca{to_pem(signer.cert.get()), d.secret.ca_key};
-    auto issued =
-        issue_serving(ca, serving_names(o), backdated(now, o.serving_validity), not_after);
-    if (!issued) return std::unexpected(issued.error());
-    d.secret.tls_crt = issued->cert_pem;
-    d.secret.tls_key = issued->key_pem;
-    serving_renewal = renewal_time(backdated(now, o.serving_validity), not_after);
+  if (must_reissue(serving, now, trusted_from, waiting_for_trust, d.why)) {
+    auto renewal = reissue_serving(d.secret, signer, o, now);
+    if (!renewal) return std::unexpected(renewal.error());
+    serving_renewal = *renewal;
   } else {
     d.secret.tls_crt = held.tls_crt;
     d.secret.tls_key = held.tls_key;
   }
   d.changed = !current || d.secret != held;
   if (!d.changed) d.why.clear();
-
-  // What falls due next: a renewal, a CA to drop, a new CA becoming trusted.
-  const TimePoint serving_due = waiting_for_trust ? trusted_from : *serving_renewal;
-  d.next_check = std::min(serving_due, renewal_time(signer.not_before, signer.not_after));
-  for (const auto& ca : cas) d.next_check = std::min(d.next_check, ca.not_after);
-  d.next_check = std::max(d.next_check, now + seconds(1));
+  d.next_check = next_check(cas, waiting_for_trust ? trusted_from : *serving_renewal, now);
   return d;
 }
 
@@ -649,6 +702,43 @@ nlohmann::json secret_object(const CertOptions& o, const CertSecret& s) {
             {"ca.key", encode_base64(s.ca_key)}}}};
 }
 
+// What the Secret read holds: nullopt when there is none, an error when it
+// cannot be read or cannot hold certificates.
+std::expected<std::optional<CertSecret>, std::string> held_secret(const kube::Result& read,
+                                                                  const std::string& where) {
+  if (!read) {
+    if (read.error().reason == kube::ApiError::Reason::NotFound) return std::nullopt;
+    return std::unexpected(fmt::format("reading Secret {}: {}", where, read.error().format()));
+  }
+  const std::string type = read->value("type", "");
+  if (type != "kubernetes.io/tls") {
+    return std::unexpected(fmt::format(
+        "Secret {} has type \"{}\", not kubernetes.io/tls (a type cannot be changed): delete "
+        "it, or name another with --webhook-cert-secret",
+        where, type));
+  }
+  return secret_data(*read);
+}
+
+// The Secret as read, with new data: others' labels and annotations stay,
+// and the resourceVersion makes the PUT conditional.
+nlohmann::json secret_as_read(const CertOptions& o, const CertSecret& s, nlohmann::json read) {
+  const std::string resource_version =
+      read.value("metadata", nlohmann::json::object()).value("resourceVersion", "");
+  nlohmann::json object = std::move(read);
+  object["data"] = std::move(secret_object(o, s)["data"]);
+  object["metadata"].erase("managedFields");
+  object["metadata"]["resourceVersion"] = resource_version;
+  return object;
+}
+
+// The reasons of a decision, for the log.
+std::string joined(const std::vector<std::string>& why) {
+  std::string out;
+  for (const auto& w : why) out += (out.empty() ? "" : "; ") + w;
+  return out;
+}
+
 }  // namespace
 
 asio::awaitable<std::expected<CertSecret, std::string>>
@@ -657,51 +747,30 @@ SelfManagedCertificates::reconcile_secret() {
   // Another replica's write between our read and write is a 409: read it.
   for (int attempt = 0; attempt < 5; ++attempt) {
     auto read = co_await client_.get(kSecrets, options_.namespace_, options_.secret_name);
-    std::optional<CertSecret> held;
-    std::string resource_version;
-    if (read) {
-      const std::string type = read->value("type", "");
-      if (type != "kubernetes.io/tls") {
-        co_return std::unexpected(fmt::format(
-            "Secret {} has type \"{}\", not kubernetes.io/tls (a type cannot be changed): delete "
-            "it, or name another with --webhook-cert-secret",
-            where, type));
-      }
-      held = secret_data(*read);
-      resource_version =
-          read->value("metadata", nlohmann::json::object()).value("resourceVersion", "");
-    } else if (read.error().reason != kube::ApiError::Reason::NotFound) {
-      co_return std::unexpected(fmt::format("reading Secret {}: {}", where, read.error().format()));
-    }
+    auto parsed = held_secret(read, where);
+    if (!parsed) co_return std::unexpected(parsed.error());
+    const std::optional<CertSecret> held = std::move(*parsed);
     const TimePoint now = clock_();
     auto decision = decide_certificates(held, options_, now);
     if (!decision) co_return std::unexpected(decision.error());
     next_ = decision->next_check;
     if (!decision->changed) co_return decision->secret;
 
-    std::string why;
-    for (const auto& w : decision->why) why += (why.empty() ? "" : "; ") + w;
-    nlohmann::json object = secret_object(options_, decision->secret);
     kube::WriteOptions write;
     write.field_manager = "gracekeeper";
     write.read_object = false;
     kube::Result written;
     if (held) {
-      // The Secret as read, with new data: others' labels and annotations
-      // stay, and the resourceVersion makes the PUT conditional.
-      nlohmann::json data = std::move(object["data"]);
-      object = std::move(*read);
-      object["data"] = std::move(data);
-      object["metadata"].erase("managedFields");
-      object["metadata"]["resourceVersion"] = resource_version;
-      written = co_await client_.replace(kSecrets, options_.namespace_, options_.secret_name,
-                                         std::move(object), write);
+      written = co_await client_.replace(
+          kSecrets, options_.namespace_, options_.secret_name,
+          secret_as_read(options_, decision->secret, std::move(*read)), write);
     } else {
-      written = co_await client_.create(kSecrets, options_.namespace_, std::move(object), write);
+      written = co_await client_.create(kSecrets, options_.namespace_,
+                                        secret_object(options_, decision->secret), write);
     }
     if (written) {
       log::info(held ? "webhook certificates renewed" : "webhook certificates created",
-                {{"secret", where}, {"why", why}});
+                {{"secret", where}, {"why", joined(decision->why)}});
       co_return decision->secret;
     }
     const auto reason = written.error().reason;

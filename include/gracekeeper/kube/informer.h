@@ -153,9 +153,15 @@ class Reflector {
   // Ends the current watch and re-watches from `resource_version`.
   void restart_watch_from(std::string resource_version);
   boost::asio::awaitable<bool> list_and_replace();
+  std::string list_path() const;
+  bool read_list_page(const std::expected<std::string, ApiError>& page,
+                      std::function<void(nlohmann::json&&)> on_item, std::string& list_version,
+                      std::string& continue_token);
   // A watch; with `initial_events`, a streaming list that syncs the store
   // first (Informer docs above) and then goes on as a watch.
   boost::asio::awaitable<WatchOutcome> watch_once(bool initial_events);
+  WatchOptions start_watch(bool initial_events);
+  WatchOutcome watch_refused(const ApiError& e, bool initial_events);
   void finish_initial_events(std::string version);
   boost::asio::awaitable<void> back_off();
   boost::asio::awaitable<void> wait_wake();
