@@ -357,8 +357,8 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
     if (auto fight = co_await field_fight(key, *cached, decision)) {
       decision.events.insert(decision.events.begin(), std::move(fight->event));
       report(key, ref, std::move(decision.events));
-      // API.md: it tunes again once fewer than two set-backs are left
-      // within the interval, with no other event needed.
+      // docs/api.md ("Checks that are reported", FieldFight): it tunes again once fewer than two
+      // set-backs are left within the interval, with no other event needed.
       co_return Result::after(fight->ends_in);
     }
   }
