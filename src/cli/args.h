@@ -51,7 +51,7 @@ std::expected<OfflineOptions, std::string> parse_offline_args(
 
 std::string offline_usage(std::string_view command);
 
-// `gracekeeper run`: flags as in API.md ("Command line"); 0 on success, else
+// `gracekeeper run`: flags as in docs/api.md ("Command line"); 0 on success, else
 // the exit code, with messages written to `err`.
 int run_command(std::span<const std::string_view> args, std::ostream& out, std::ostream& err);
 

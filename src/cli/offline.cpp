@@ -380,7 +380,7 @@ class Evaluator {
     auto named = d.annotations.find(budget::kAnnotationPolicy);
     if (policies_.empty()) {
       // A policy named but absent is reported and the Deployment left as it
-      // is (API.md): the defaults are not what its owner asked for.
+      // is (docs/api.md, "Command line"): the defaults are not what its owner asked for.
       if (named != d.annotations.end()) {
         return std::unexpected(budget::Finding{
             "PolicyNotFound", budget::Severity::Warning, "",

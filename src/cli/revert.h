@@ -1,5 +1,5 @@
 // `gracekeeper revert`: the way back from a tuned Deployment or StatefulSet to
-// the user's own values (API.md "Command line"). The plan is pure: the object
+// the user's own values (docs/api.md, "Command line"). The plan is pure: the object
 // as the API server returns it -> the one write that reverts it.
 #pragma once
 

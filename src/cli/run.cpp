@@ -1,4 +1,4 @@
-// `gracekeeper run`: the operator's flags (API.md, "Command line").
+// `gracekeeper run`: the operator's flags (docs/api.md, "Command line").
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // What the operator's informers keep of each object: projections with only
-// the fields the reconcilers read (ARCHITECTURE.md, "Data flow").
+// the fields the reconcilers read (docs/architecture.md, "Data flow").
 #pragma once
 
 #include <cstdint>

@@ -124,7 +124,7 @@ budget::Context planning_context(const budget::Deployment& d, const CachedPolicy
   ctx.policy = &*policy.spec;
   ctx.policy_name = policy.name;
   ctx.propagation_seconds = propagation.seconds;
-  // Never shorten a wait because the source went away (API.md): while the
+  // Never shorten a wait because the source went away: while the
   // metrics are unavailable, the figure this Deployment was tuned to holds.
   if (!propagation.available && d.applied) {
     ctx.propagation_seconds = std::max(ctx.propagation_seconds, d.applied->propagation_seconds);

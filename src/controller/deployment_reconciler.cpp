@@ -424,8 +424,9 @@ boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::hel
   if (!fight) co_return std::nullopt;
   decision.events.insert(decision.events.begin(), std::move(fight->event));
   report(key, ref, std::move(decision.events));
-  // API.md: it tunes again once fewer than two set-backs are left
-  // within the interval, with no other event needed.
+  // docs/api.md ("Checks that are reported", FieldFight): it tunes again
+  // once fewer than two set-backs are left within the interval, with no
+  // other event needed.
   co_return Result::after(fight->ends_in);
 }
 

@@ -1,9 +1,8 @@
 // What the operator keeps of an EndpointSlice, for source Observed and the
-// termination audit (API.md): per endpoint of an opted-in Deployment's pod,
-// a 64-bit hash of the pod's name and two conditions, 16 bytes. Nothing
-// else: no addresses, no ports, no topology, no names (the change that
-// needs a name, an endpoint turning terminating, brings it). Slices without
-// such an endpoint are not cached.
+// termination audit (docs/api.md, "The termination audit"): per endpoint of an opted-in
+// Deployment's pod, a 64-bit hash of the pod's name and two conditions, 16 bytes. Nothing else: no
+// addresses, no ports, no topology, no names (the change that needs a name, an endpoint turning
+// terminating, brings it). Slices without such an endpoint are not cached.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // `gracekeeper run`: wires the informers, work queues, reconcilers, leader
-// election and HTTP endpoints onto one io_context (ARCHITECTURE.md,
+// election and HTTP endpoints onto one io_context (docs/architecture.md,
 // "Concurrency"), and shuts them down in order on SIGTERM.
 #include "gracekeeper/controller/operator.h"
 

@@ -87,7 +87,8 @@ boost::asio::awaitable<void> PolicyReconciler::measure(const std::string& key,
   next.seeded = (seeded || (before && before->seeded)) && m.fallback;
   PropagationState& s = next.state;
   s.seconds = m.seconds;
-  // API.md: the source reads Static when a failing source fell back to staticSeconds.
+  // docs/api.md, "Propagation sources": the source reads Static when a failing source fell back to
+  // staticSeconds.
   const bool static_fallback =
       m.fallback && (!m.last_good || now - m.last_good->sampled_at > propagation::kLastGoodMaxAge);
   next.fallback = m.fallback;

@@ -26,8 +26,8 @@
 
 namespace gracekeeper::controller {
 
-// A restart keeps the figure of source Observed (API.md, "Propagation
-// sources"): the last good value, before this process has measured one, is
+// A restart keeps the figure of source Observed (docs/api.md,
+// "Propagation sources"): the last good value, before this process has measured one, is
 // status.propagation as the server has it, when the policy's source is
 // Observed, the status's source is Observed (a measurement or a last good
 // value, not the staticSeconds fallback) and its sampledAt is at most

@@ -1,5 +1,6 @@
 // What the operator keeps of each Service: the selector, the one thing that
-// decides whether a Deployment's pods are behind it (API.md, NotBehindService).
+// decides whether a Deployment's pods are behind it (docs/api.md, "Checks that are
+// reported": NotBehindService).
 #pragma once
 
 #include <map>

@@ -1,4 +1,5 @@
-// The termination audit and the samples of source Observed (API.md), from
+// The termination audit and the samples of source Observed (docs/api.md,
+// "The termination audit"), from
 // the operator's own watch of EndpointSlices.
 //
 // The EndpointSlice informer's projection runs here, with the cached

@@ -1,5 +1,5 @@
 // Shared by the sources' pure parts (propagation.cpp, observed.cpp): the
-// fallback rule of API.md and how figures are written in messages.
+// fallback rule of docs/api.md ("The budget") and how figures are written in messages.
 #pragma once
 
 #include <chrono>

@@ -131,7 +131,7 @@ std::expected<std::unique_ptr<Prometheus>, std::string> make_prometheus(
   options.timeouts.read_header = config.timeout;
   options.timeouts.request = config.timeout;
   // No retries here: a measurement is repeated on the next reconcile anyway,
-  // and a failed one falls back (API.md). A pooled connection that Prometheus
+  // and a failed one falls back (docs/api.md, "The budget"). A pooled connection that Prometheus
   // closed is still re-sent once by the transport.
   options.retry.attempts = 1;
   options.max_idle_connections = 2;

@@ -72,7 +72,7 @@ void remove_series(Family<T>& family, const Labels& l) {
 struct Metrics::Impl {
   prometheus::Registry registry;
 
-  // Every family the operator exports, in one list (STYLE.md, Envoy).
+  // Every family the operator exports, in one list.
   Family<Counter>& reconcile_total =
       prometheus::BuildCounter()
           .Name("gracekeeper_reconcile_total")

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # The lab's real node, for `test/cluster/up DIR --with-node` and `down`
-# (sourced after lib.sh, not executed). The README's "A real node" section says
+# (sourced after lib.sh, not executed). docs/development.md, "A real node", says
 # how to use it; the comments here say why each setting is what it is.
 #
 # Layout under DIR/node/: containerd/ (config, root, state, socket), runc/,

@@ -110,7 +110,7 @@ def node(path):
             n = n["properties"][part]
     return n
 
-# --- defaults of API.md
+# --- defaults of docs/api.md, "ShutdownPolicy spec"
 defaults = {
     "spec": {}, "spec.mode": "Enforce", "spec.selector": {},
     "spec.propagation": {}, "spec.propagation.source": "Static", "spec.propagation.staticSeconds": 10,

@@ -43,7 +43,7 @@ struct PreStopHook {
   Kind kind = Kind::None;
   // How long the hook waits before the app is told to stop, in milliseconds
   // (rounded down): the native sleep action, or the leading sleeps of an exec
-  // hook (API.md "The budget"). nullopt when it cannot be known (httpGet,
+  // hook (docs/api.md, "The budget"). nullopt when it cannot be known (httpGet,
   // tcpSocket, a command that is not read).
   std::optional<std::int64_t> wait_ms;
   // The least time the hook runs, in milliseconds (rounded up): all its

@@ -19,7 +19,7 @@ namespace gracekeeper::budget {
 enum class Severity { Info, Warning, Error };
 std::string to_string(Severity);
 
-// One reported check (API.md "Checks that are reported").
+// One reported check (docs/api.md, "Checks that are reported").
 struct Finding {
   std::string code;  // BudgetExceeded, NoPreStopWait, ...
   Severity severity = Severity::Info;
@@ -51,7 +51,7 @@ struct Context {
   bool fallback_raise = false;
 };
 
-// The numbers of API.md's formula.
+// The numbers of the formula in docs/api.md, "The budget".
 struct Budget {
   double propagation_seconds = 0;
   std::int64_t lb_delay_seconds = 0;
@@ -121,7 +121,7 @@ struct PolicyCandidate {
 };
 
 // The governing policy among the candidates of the Deployment's namespace
-// (API.md "Opting a Deployment in"): the one named by gracekeeper.dev/policy,
+// (docs/api.md, "Opting a Deployment in"): the one named by gracekeeper.dev/policy,
 // else the one whose selector matches the Deployment's labels. Otherwise a
 // Warning finding, PolicyNotFound, NoMatchingPolicy or AmbiguousPolicy, whose
 // message ends with `where` ("among the inputs", "in namespace shop").
@@ -129,7 +129,7 @@ std::expected<std::size_t, Finding> select_policy(const Deployment&,
                                                   const std::vector<PolicyCandidate>& candidates,
                                                   std::string_view where);
 
-// Computes the budget alone (API.md "The budget").
+// Computes the budget alone (docs/api.md, "The budget").
 Budget compute_budget(const PolicySpec&, double propagation_seconds, std::int64_t drain_seconds);
 
 // Plans the change for one Deployment. Findings describe the Deployment as it

@@ -1,4 +1,5 @@
-// ShutdownPolicy: the typed spec with every default of API.md, and the parser
+// ShutdownPolicy: the typed spec with every default of docs/api.md ("ShutdownPolicy
+// spec"), and the parser
 // that turns a ShutdownPolicy object (already decoded from YAML/JSON) into it.
 // The operator reuses this parser for what the CRD schema cannot check.
 #pragma once
@@ -43,7 +44,7 @@ struct LabelSelector {
   std::map<std::string, std::string> match_labels;
   std::vector<Requirement> match_expressions;
 
-  // An empty selector matches everything (API.md: "empty = all").
+  // An empty selector matches everything (docs/api.md, "ShutdownPolicy spec": "empty = all").
   bool matches(const std::map<std::string, std::string>& labels) const;
 };
 
@@ -57,7 +58,7 @@ struct ExternalLoadBalancer {
   int unhealthy_threshold = 2;
 };
 
-// Source Observed: gracekeeper's own EndpointSlice timing (API.md).
+// Source Observed: gracekeeper's own EndpointSlice timing (docs/api.md, "Propagation sources").
 struct ObservedSource {
   int window_seconds = 3600;  // the samples of this long ago and newer count
   int min_samples = 20;       // fewer in the window: fallback, MetricsAvailable=False
@@ -117,9 +118,9 @@ struct Policy {
 };
 
 // Parses `spec` (a JSON object, or null for all defaults). Every default of
-// API.md is applied; every problem is reported with its field path, e.g.
-// `spec.preStop.minSeconds: must be <= maxSeconds (got 30 > 20)`.
-// Unknown fields are errors (the CRD is structural; a typo must not pass silently).
+// docs/api.md ("ShutdownPolicy spec") is applied; every problem is reported with its field path,
+// e.g. `spec.preStop.minSeconds: must be <= maxSeconds (got 30 > 20)`. Unknown fields are errors
+// (the CRD is structural; a typo must not pass silently).
 std::expected<PolicySpec, FieldErrors> parse_policy_spec(const Json& spec);
 
 // Parses a whole ShutdownPolicy object (apiVersion, kind, metadata, spec).

@@ -1,5 +1,6 @@
 // Whether a container's entrypoint leaves a shell as PID 1, where SIGTERM
-// stops: `sh -c "java -jar app.jar"`. The rule (API.md, ShellFormEntrypoint):
+// stops: `sh -c "java -jar app.jar"`. The rule (docs/api.md, "Checks that are
+// reported": ShellFormEntrypoint):
 // a shell run with -c is fine when its command string certainly replaces the
 // shell with the app, and flagged whenever that is not certain.
 #pragma once
@@ -20,7 +21,7 @@ enum class ShellForm {
 // `argv` is the container's command followed by its args.
 ShellForm classify_entrypoint(const std::vector<std::string>& argv);
 
-// How long an exec preStop hook runs, read as the kubelet runs it (API.md,
+// How long an exec preStop hook runs, read as the kubelet runs it (docs/api.md,
 // "The budget"): `sleep ARG...` (also `/bin/sleep`, `busybox sleep`,
 // `/usr/bin/env sleep`), or a shell (`sh`, `bash`, `ash`, `dash`) run with
 // -c on a script of simple commands joined by `;`, `&&` or newlines.

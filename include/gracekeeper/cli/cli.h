@@ -14,7 +14,7 @@ struct Streams {
   std::ostream& err;
 };
 
-// Exit codes of `check` and `plan` (API.md).
+// Exit codes of `check` and `plan` (docs/api.md, "Command line").
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFindings = 1;
 inline constexpr int kExitUsage = 2;

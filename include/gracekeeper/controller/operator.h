@@ -1,6 +1,6 @@
 // `gracekeeper run`: the operator. Watches ShutdownPolicies and opted-in
 // Deployments and keeps every governed Deployment's termination budget true
-// (API.md), until SIGTERM or SIGINT.
+// (docs/api.md, "The budget"), until SIGTERM or SIGINT.
 #pragma once
 
 #include <chrono>
@@ -33,7 +33,7 @@ struct OperatorOptions {
   std::optional<std::filesystem::path> prometheus_ca_file{};
   std::optional<std::filesystem::path> prometheus_token_file{};
 
-  // The mutating admission webhook (API.md "Admission webhook"): HTTPS on
+  // The mutating admission webhook (docs/api.md, "Admission webhook"): HTTPS on
   // this port of every interface, on every replica; 0 = off.
   int webhook_port = 0;
   // tls.crt and tls.key of its serving certificate.

@@ -63,8 +63,8 @@ struct InformerOptions {
   std::string namespace_{};  // "" = all namespaces (ignored for cluster-scoped resources)
   std::string label_selector{};
   std::string field_selector{};
-  std::int64_t page_size =
-      100;  // small pages keep the peak of a LIST close to the steady cache (README, Performance)
+  std::int64_t page_size = 100;  // small pages keep the peak of a LIST close to the steady cache
+                                 // (docs/performance.md, "What bounds each figure")
   // The members of each object that the projection reads, as FieldSet paths
   // ("spec.replicas"); the rest of each object is not built (fields.h).
   // Empty: the whole object.

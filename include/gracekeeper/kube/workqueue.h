@@ -14,7 +14,7 @@
 // Two layers: WorkQueue is the deterministic core (no I/O, clock injected, so
 // tests drive time by hand); AsyncWorkQueue puts it on an Asio executor for
 // coroutine workers. Neither is thread-safe: everything runs on the one
-// io_context thread (ARCHITECTURE.md, "Concurrency"), so there are no locks.
+// io_context thread (docs/architecture.md, "Concurrency"), so there are no locks.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>

@@ -1,4 +1,4 @@
-// Source Observed (API.md, "The budget"): gracekeeper's own timing of
+// Source Observed (docs/api.md, "Propagation sources"): gracekeeper's own timing of
 // EndpointSlice changes, without Prometheus.
 //
 // A sample is the control plane's part of endpoint propagation for one
@@ -61,7 +61,7 @@ struct Window {
   std::size_t implausible = 0;  // samples seen in the window and dropped as implausible
 };
 
-// The largest sample a policy can use (API.md, "Propagation sources"):
+// The largest sample a policy can use (docs/api.md, "Propagation sources"):
 // preStop.maxSeconds / safetyFactor. A figure above it gives a wait above
 // maxSeconds even with no load balancer and consumerSyncSeconds 0, so the
 // wait would be clamped to maxSeconds whatever the sample's value: such a

@@ -1,5 +1,5 @@
 // Where the operator gets the endpoint-propagation figure of a ShutdownPolicy
-// (API.md, "The budget"): staticSeconds, the Prometheus HTTP API, or observed
+// (docs/api.md, "Propagation sources"): staticSeconds, the Prometheus HTTP API, or observed
 // EndpointSlice changes (observed.h), with the fallback rules for when the
 // source fails.
 //
@@ -10,8 +10,8 @@
 //  * combine: pure, turns per-query results into the Measurement;
 //  * measure: the whole step for one policy.
 //
-// Security (API.md): the Prometheus address, CA and credentials come from the
-// operator's own flags (PrometheusConfig); a policy only chooses queries.
+// Security (docs/api.md, "ShutdownPolicy spec"): the Prometheus address, CA and credentials come
+// from the operator's own flags (PrometheusConfig); a policy only chooses queries.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -83,7 +83,8 @@ struct LastGood {
   std::chrono::system_clock::time_point sampled_at{};
 };
 
-// A last good value is used as a fallback while it is at most this old (API.md).
+// A last good value is used as a fallback while it is at most this old (docs/api.md,
+// "The budget").
 inline constexpr std::chrono::hours kLastGoodMaxAge{1};
 
 struct Measurement {
@@ -111,7 +112,7 @@ struct Measurement {
 using QueryResults = std::vector<std::pair<std::string, std::expected<double, QueryError>>>;
 
 // Pure core of the Prometheus source: combines per-query results with the
-// rules of API.md.
+// rules of docs/operator.md, "Running the operator" (Prometheus).
 //  * Every query succeeded: the slowest consumer wins, seconds = max.
 //  * Any query failed: the whole measurement fails, even when others
 //    succeeded: the max of the rest would silently drop the failed consumer,

@@ -6,7 +6,7 @@
 // controller passes namespaces, policy names and a fixed set of words.
 //
 // Not thread-safe beyond what prometheus-cpp guarantees for its own metrics:
-// call every member from the io_context thread (ARCHITECTURE.md, concurrency).
+// call every member from the io_context thread (docs/architecture.md, "Concurrency").
 // prometheus-cpp stays out of this header (pimpl), so including it is cheap.
 #pragma once
 

@@ -76,7 +76,7 @@ const (
 
 var policyGVK = schema.GroupVersionKind{Group: "gracekeeper.dev", Version: "v1alpha1", Kind: "ShutdownPolicy"}
 
-// policySpec: the ShutdownPolicy spec fields the peer reads, with the defaults of API.md.
+// policySpec: the ShutdownPolicy spec fields the peer reads, with the defaults of docs/api.md ("ShutdownPolicy spec").
 type policySpec struct {
 	Mode        string                `json:"mode"`
 	Selector    *metav1.LabelSelector `json:"selector"`

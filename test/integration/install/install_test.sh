@@ -4,7 +4,7 @@
 # config/ with kustomize, in a lab with a real node (test/cluster/up --with-node).
 #   install_test.sh LAB_APP_BINARY [--smoke]
 #
-# Checks (see the README's "Installing in a cluster"):
+# Checks (see docs/operator.md, "Installing in a cluster"):
 #   - helm install with only the image overridden: Ready within 30 s, one of
 #     the two replicas holds the Lease, an opted-in Deployment of the test app
 #     is tuned as docs/api.md says, `kubectl get shutdownpolicies -A` shows it,

@@ -866,7 +866,8 @@ TEST(Plan, OwnHooksAreRemovedWhenTheWaitFallsToZero) {
   EXPECT_FALSE(plan(project(object), ctx).changed());
 }
 
-// Property tests: random Deployments and policies; the invariants of API.md hold for every one.
+// Property tests: random Deployments and policies; the invariants of docs/api.md
+// ("The budget") hold for every one.
 struct Generated {
   PolicySpec policy;
   Json object;

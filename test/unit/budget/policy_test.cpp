@@ -32,7 +32,7 @@ PolicySpec parse_valid_spec(const std::string& text) {
   return parsed.value_or(PolicySpec{});
 }
 
-// Every default of API.md, field by field.
+// Every default of docs/api.md ("ShutdownPolicy spec"), field by field.
 void expect_defaults(const PolicySpec& spec) {
   EXPECT_EQ(spec.mode, Mode::Enforce);
   EXPECT_TRUE(spec.selector.match_labels.empty());
@@ -73,7 +73,8 @@ TEST(PolicySpecTest, NullFieldsAndEmptyObjectsKeepDefaults) {
   })"));
 }
 
-// The example of API.md, every value changed from its default where it can be.
+// The example of docs/api.md ("ShutdownPolicy spec"), every value changed from its default where it
+// can be.
 TEST(PolicySpecTest, FullSpecIsReadFieldByField) {
   const PolicySpec spec = parse_valid_spec(R"json({
     "mode": "DryRun",

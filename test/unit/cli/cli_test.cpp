@@ -512,7 +512,7 @@ TEST_F(CliTest, ControlCharactersAreEscapedInTextOutput) {
   EXPECT_THAT(planned.err, HasSubstr("Deployment shop-prod/x\\nforged"));
 }
 
-// API.md: a Deployment that names a policy that is not there is reported
+// docs/api.md, "Command line": a Deployment that names a policy that is not there is reported
 // (PolicyNotFound) and left as it is, not planned with the defaults.
 TEST_F(CliTest, NamedButAbsentPolicyLeavesTheDeploymentUnchanged) {
   const std::string text =
