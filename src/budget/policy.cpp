@@ -46,6 +46,8 @@ constexpr IntRange kUnhealthyThresholdRange{1, 100};
 constexpr IntRange kWindowSecondsRange{60, 86400};
 constexpr IntRange kMinSamplesRange{1, 10000};
 constexpr NumberRange kConsumerSyncSecondsRange{0, 3600};
+constexpr std::size_t kMaxConsumers = 16;
+constexpr std::size_t kMaxConsumerNameLength = 63;
 constexpr IntRange kMinSecondsRange{0, 3600};
 constexpr IntRange kMaxSecondsRange{1, 3600};
 constexpr IntRange kDrainSecondsRange{0, 86400};
@@ -496,11 +498,51 @@ std::optional<ExternalLoadBalancer> parse_external_load_balancer(ObjectReader re
   return balancer;
 }
 
+// observed.consumers: each named once, not kube-proxy (consumerSyncSeconds is
+// its allowance), with a syncSeconds.
+std::vector<DeclaredConsumer> parse_consumers(ObjectReader& reader) {
+  std::vector<DeclaredConsumer> consumers;
+  const Json* list = reader.array("consumers");
+  if (list == nullptr) return consumers;
+  const std::string list_path = reader.path_of("consumers");
+  if (list->size() > kMaxConsumers) {
+    reader.fail(list_path,
+                fmt::format("at most {} consumers (got {})", kMaxConsumers, list->size()));
+    return consumers;
+  }
+  std::map<std::string, std::size_t, std::less<>> first_index_by_name;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    ObjectReader item(&(*list)[i], index_path(list_path, i), reader.errors());
+    DeclaredConsumer consumer;
+    const bool name_ok = item.read_non_empty("name", consumer.name);
+    if (item.field("syncSeconds") == nullptr && item.present()) {
+      item.fail(item.path_of("syncSeconds"), "required: seconds from 0 to 3600");
+    }
+    item.read("syncSeconds", consumer.sync_seconds, kConsumerSyncSecondsRange);
+    item.finish();
+    if (!name_ok || !item.present()) continue;
+    if (consumer.name.size() > kMaxConsumerNameLength) {
+      item.fail(item.path_of("name"), fmt::format("at most {} characters (got {})",
+                                                  kMaxConsumerNameLength, consumer.name.size()));
+    } else if (consumer.name == kServiceConsumer) {
+      item.fail(item.path_of("name"),
+                "kube-proxy's allowance is observed.consumerSyncSeconds; name another consumer");
+    } else if (const auto [first, inserted] = first_index_by_name.emplace(consumer.name, i);
+               !inserted) {
+      item.fail(item.path_of("name"), fmt::format("duplicate name {} (also consumers[{}])",
+                                                  quote(consumer.name), first->second));
+    }
+    consumers.push_back(std::move(consumer));
+  }
+  return consumers;
+}
+
 ObservedSource parse_observed(ObjectReader reader) {
   ObservedSource observed;
   reader.read("windowSeconds", observed.window_seconds, kWindowSecondsRange);
   reader.read("minSamples", observed.min_samples, kMinSamplesRange);
   reader.read("consumerSyncSeconds", observed.consumer_sync_seconds, kConsumerSyncSecondsRange);
+  observed.consumers = parse_consumers(reader);
   reader.finish();
   return observed;
 }
@@ -656,6 +698,14 @@ std::string to_string(PreStopAction action) {
 }
 std::string to_string(ExistingHook existing) {
   return std::string(name_of(kExistingNames, existing));
+}
+
+DeclaredConsumer ObservedSource::slowest_consumer() const {
+  DeclaredConsumer slowest{std::string(kServiceConsumer), consumer_sync_seconds};
+  for (const auto& consumer : consumers) {
+    if (consumer.sync_seconds > slowest.sync_seconds) slowest = consumer;
+  }
+  return slowest;
 }
 
 bool LabelSelector::matches(const std::map<std::string, std::string>& labels) const {

@@ -94,6 +94,7 @@ boost::asio::awaitable<void> PolicyReconciler::measure(const std::string& key,
   next.fallback = m.fallback;
   next.static_fallback = static_fallback;
   s.source = static_fallback ? "Static" : m.source;
+  s.consumer = m.consumer;
   s.sampled_at = m.sampled_at;
   s.message = m.message;
   s.available = m.metrics_available;

@@ -44,6 +44,7 @@ nlohmann::json propagation_json(const StatusInput& in, const nlohmann::json& cur
                      {"source", p.source},
                      {"sampledAt", format_time(p.sampled_at)},
                      {"message", p.message.substr(0, 32768)}};
+  if (!p.consumer.empty()) out["consumer"] = p.consumer;
   // The figure has not changed since the server's copy: keep its time, so a
   // steady measurement causes no write.
   if (current.is_object() && current.contains("propagation")) {

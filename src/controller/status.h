@@ -49,8 +49,9 @@ struct PropagationState {
   std::string source;  // Static, Prometheus, Observed
   TimePoint sampled_at{};
   std::string message;
-  bool available = true;  // MetricsAvailable
-  std::string reason;     // MetricsAvailable's reason
+  bool available = true;   // MetricsAvailable
+  std::string reason;      // MetricsAvailable's reason
+  std::string consumer{};  // the slowest consumer, when measured (Measurement::consumer)
 };
 
 // status.terminations: the termination audit's counts (termination_audit.h).

@@ -308,9 +308,15 @@ TerminationAudit::Needed TerminationAudit::needed_of(const std::string& ns,
         fmt::format("the namespace's observed quantile {} of {} sample(s)", spec.quantile, w.count);
   }
   if (lag) {
-    needed.seconds = *lag + spec.observed.consumer_sync_seconds;
-    needed.why = fmt::format("{} {} + consumerSyncSeconds {}", seen_as, seconds(*lag),
-                             seconds(spec.observed.consumer_sync_seconds));
+    // The slowest consumer's allowance: kube-proxy's consumerSyncSeconds, or
+    // a declared consumer's (an ingress that reads the slices itself).
+    const budget::DeclaredConsumer slowest = spec.observed.slowest_consumer();
+    needed.seconds = *lag + slowest.sync_seconds;
+    needed.why = spec.observed.consumers.empty()
+                     ? fmt::format("{} {} + consumerSyncSeconds {}", seen_as, seconds(*lag),
+                                   seconds(slowest.sync_seconds))
+                     : fmt::format("{} {} + {}'s syncSeconds {}", seen_as, seconds(*lag),
+                                   slowest.name, seconds(slowest.sync_seconds));
   }
   const PropagationState* figure = deps_.propagation.state(policy_key);
   if (spec.source == budget::PropagationSource::Prometheus && figure && figure->available &&

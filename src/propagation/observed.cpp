@@ -162,6 +162,26 @@ void SampleBook::prune(TimePoint now) {
   }
 }
 
+namespace {
+
+// What the figure adds to the samples' quantile, for the message:
+// "consumerSyncSeconds 1s" without declared consumers, else
+// "traefik 2.5s, the slowest consumer (kube-proxy 1s, traefik 2.5s)".
+std::string allowance_text(const budget::ObservedSource& o) {
+  if (o.consumers.empty()) {
+    return "consumerSyncSeconds " + detail::seconds_text(o.consumer_sync_seconds);
+  }
+  const budget::DeclaredConsumer slowest = o.slowest_consumer();
+  std::string all =
+      fmt::format("{} {}", budget::kServiceConsumer, detail::seconds_text(o.consumer_sync_seconds));
+  for (const auto& c : o.consumers)
+    all += fmt::format(", {} {}", c.name, detail::seconds_text(c.sync_seconds));
+  return fmt::format("{} {}, the slowest consumer ({})", slowest.name,
+                     detail::seconds_text(slowest.sync_seconds), all);
+}
+
+}  // namespace
+
 Measurement observed_measurement(const budget::PolicySpec& spec, const Window& window,
                                  const std::optional<LastGood>& last_good, TimePoint now) {
   const auto& o = spec.propagation.observed;
@@ -178,17 +198,19 @@ Measurement observed_measurement(const budget::PolicySpec& spec, const Window& w
                     window.count, span, dropped, o.min_samples),
         last_good, now);
   }
+  const budget::DeclaredConsumer slowest = o.slowest_consumer();
   Measurement m;
   // Milliseconds are plenty, and spare the status float noise (samples are floats).
-  m.seconds = std::round((*window.quantile + o.consumer_sync_seconds) * 1000) / 1000;
+  m.seconds = std::round((*window.quantile + slowest.sync_seconds) * 1000) / 1000;
   m.source = budget::to_string(spec.propagation.source);
+  m.consumer = slowest.name;
   m.metrics_available = true;
   m.reason = "SamplesSufficient";
-  m.message = fmt::format(
-      "quantile {} of {} EndpointSlice sample(s) in the last {}{}{}: {} + consumerSyncSeconds {}",
-      spec.propagation.quantile, window.count, span,
-      window.short_tail ? " (too few for that quantile: the second largest)" : "", dropped,
-      detail::seconds_text(*window.quantile), detail::seconds_text(o.consumer_sync_seconds));
+  m.message =
+      fmt::format("quantile {} of {} EndpointSlice sample(s) in the last {}{}{}: {} + {}",
+                  spec.propagation.quantile, window.count, span,
+                  window.short_tail ? " (too few for that quantile: the second largest)" : "",
+                  dropped, detail::seconds_text(*window.quantile), allowance_text(o));
   m.sampled_at = now;
   m.fallback = false;
   m.last_good = LastGood{.seconds = m.seconds, .sampled_at = now};

@@ -221,12 +221,16 @@ Measurement combine(const budget::PolicySpec& spec, const QueryResults& results,
     return fall_back(spec, "NoQueries", "the policy has no Prometheus queries", last_good, now);
   }
   std::optional<double> best;  // max of the successful queries
+  std::string slowest;         // its query's name (the first of equals)
   std::string figures;         // "kube-proxy 3.2s, ingress 1.1s"
   std::string failures;        // "query "x": Reason: message; ..."
   std::string first_reason;
   for (const auto& [name, result] : results) {
     if (result) {
-      best = std::max(best.value_or(*result), *result);
+      if (!best || *result > *best) {
+        best = *result;
+        slowest = name;
+      }
       if (!figures.empty()) figures += ", ";
       figures += name + " " + seconds_text(*result);
     } else {
@@ -242,6 +246,7 @@ Measurement combine(const budget::PolicySpec& spec, const QueryResults& results,
   Measurement m;
   m.seconds = *best;
   m.source = budget::to_string(spec.propagation.source);
+  m.consumer = slowest;
   m.metrics_available = true;
   m.reason = "QuerySucceeded";
   m.message = results.size() == 1 ? figures

@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gracekeeper/budget/types.h"
@@ -58,14 +59,30 @@ struct ExternalLoadBalancer {
   int unhealthy_threshold = 2;
 };
 
+// A consumer of endpoint changes besides kube-proxy (an ingress or Gateway API
+// controller, a mesh) and the declared time it takes to act on a change once
+// the change is visible in the API (docs/api.md, "Consumers").
+struct DeclaredConsumer {
+  std::string name;
+  double sync_seconds = 0;
+};
+
+// The name consumerSyncSeconds stands for in the status and in messages.
+inline constexpr std::string_view kServiceConsumer = "kube-proxy";
+
 // Source Observed: gracekeeper's own EndpointSlice timing (docs/api.md, "Propagation sources").
 struct ObservedSource {
   int window_seconds = 3600;  // the samples of this long ago and newer count
   int min_samples = 20;       // fewer in the window: fallback, MetricsAvailable=False
-  // A declared allowance for what the data plane adds after the change is
-  // visible in the API (kube-proxy's minSyncPeriod, an ingress controller's
-  // sync interval); added to the quantile of the samples.
+  // A declared allowance for what kube-proxy adds after the change is visible
+  // in the API (its minSyncPeriod); added to the quantile of the samples.
   double consumer_sync_seconds = 1;
+  // The other consumers; the slowest of all of them is added instead.
+  std::vector<DeclaredConsumer> consumers;
+
+  // The consumer with the largest allowance: kube-proxy (consumer_sync_seconds)
+  // unless a declared one is slower; the first of equals.
+  DeclaredConsumer slowest_consumer() const;
 };
 
 struct PolicySpec {

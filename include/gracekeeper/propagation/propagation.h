@@ -88,8 +88,12 @@ struct LastGood {
 inline constexpr std::chrono::hours kLastGoodMaxAge{1};
 
 struct Measurement {
-  double seconds = 0;             // the figure to use: measured, last good, or staticSeconds
-  std::string source{};           // "Static", "Prometheus" or "Observed" (the policy's source)
+  double seconds = 0;    // the figure to use: measured, last good, or staticSeconds
+  std::string source{};  // "Static", "Prometheus" or "Observed" (the policy's source)
+  // The consumer whose figure is `seconds`: the slowest query's name
+  // (Prometheus), kube-proxy or a declared consumer (Observed); empty for
+  // Static and for a fallback.
+  std::string consumer{};
   bool metrics_available = true;  // condition MetricsAvailable (Static: true, reason StaticSource)
   // Condition reason, UpperCamelCase: QuerySucceeded, StaticSource,
   // PrometheusNotConfigured, NoQueries, SamplesSufficient, TooFewSamples, or the

@@ -36,6 +36,7 @@ TEST(Status, HasEveryFieldOfTheApi) {
   EXPECT_EQ(s["propagation"]["seconds"], 4);
   EXPECT_EQ(s["propagation"]["source"], "Static");
   EXPECT_EQ(s["propagation"]["sampledAt"], "2026-09-21T14:13:20Z");
+  EXPECT_FALSE(s["propagation"].contains("consumer"));  // Static: nobody's figure
   EXPECT_EQ(s["recommended"]["preStopSeconds"], 6);
   EXPECT_EQ(s["recommended"]["terminationGracePeriodSeconds"], 46);
   EXPECT_EQ(s["deployments"]["managed"], 2);
@@ -116,6 +117,13 @@ TEST(Status, InvalidSpecIsReadyFalseNamingTheField) {
   EXPECT_EQ((*ready)["reason"], "InvalidSpec");
   EXPECT_EQ((*ready)["message"], *in.invalid_spec);
   EXPECT_FALSE(s.contains("recommended"));
+}
+
+TEST(Status, TheSlowestConsumerIsNamed) {
+  auto in = healthy(t0);
+  in.propagation =
+      PropagationState{3.25, "Observed", t0, "quantile ...", true, "SamplesSufficient", "traefik"};
+  EXPECT_EQ(desired_status(in, nullptr)["propagation"]["consumer"], "traefik");
 }
 
 TEST(Status, PartialCountsKeepTheServersCounts) {

@@ -305,6 +305,26 @@ TEST(TerminationAudit, ConsumerSyncDecides) {
   }
 }
 
+TEST(TerminationAudit, TheSlowestDeclaredConsumerDecides) {
+  // Seen 1 s after the trigger, wait 5, kube-proxy's allowance 1: an ingress
+  // declared at 3 s still covers it, one at 4.5 s does not, and the Warning
+  // names it.
+  for (auto [ingress, late] : {std::pair{3.0, false}, std::pair{4.5, true}}) {
+    AuditWorld w(json{{"propagation",
+                       {{"source", "Observed"},
+                        {"observed",
+                         {{"consumerSyncSeconds", 1},
+                          {"consumers", {{{"name", "traefik"}, {"syncSeconds", ingress}}}}}}}}});
+    w.see(slice({{kPod1}}), kStart);
+    w.see(slice({{kPod1, false, true}}, at(kStart + 10s)), kStart + 11s);
+    EXPECT_EQ(w.terminations.totals("shop/default", json()).late, late ? 1 : 0) << ingress;
+    if (late) {
+      ASSERT_EQ(w.events.recorded.size(), 1u);
+      EXPECT_THAT(w.events.recorded[0].note, HasSubstr("traefik's syncSeconds 4.50s"));
+    }
+  }
+}
+
 TEST(TerminationAudit, WithPrometheusTheCurrentFigureCountsToo) {
   AuditWorld w(json{{"propagation",
                      {{"source", "Prometheus"},

@@ -39,6 +39,7 @@ TEST(Combine, SlowestConsumerWins) {
   EXPECT_EQ(m.source, "Prometheus");
   EXPECT_TRUE(m.metrics_available);
   EXPECT_EQ(m.reason, "QuerySucceeded");
+  EXPECT_EQ(m.consumer, "ingress-nginx");
   EXPECT_FALSE(m.fallback);
   EXPECT_EQ(m.sampled_at, kNow);
   ASSERT_TRUE(m.last_good);
@@ -57,6 +58,7 @@ TEST(Combine, SuccessReplacesAnOlderLastGood) {
   ASSERT_TRUE(m.last_good);
   EXPECT_DOUBLE_EQ(m.last_good->seconds, 0.8);
   EXPECT_EQ(m.message, "kube-proxy 0.8s");
+  EXPECT_EQ(m.consumer, "kube-proxy");
 }
 
 TEST(Combine, FailureUsesALastGoodValueUpToOneHourOld) {

@@ -262,5 +262,69 @@ TEST(ObservedPolicy, DefaultsAndBoundsOfPropagationObserved) {
   EXPECT_THAT(all, HasSubstr("spec.propagation.observed.typo: unknown field"));
 }
 
+TEST(ObservedMeasurement, TheSlowestDeclaredConsumerIsAddedAndNamed) {
+  auto spec = observed_policy(/*min_samples=*/3, /*consumer_sync=*/1);
+  spec.propagation.observed.consumers = {{"traefik", 2.5}, {"mesh", 0.5}};
+  auto m = observed_measurement(spec, Window{.count = 5, .quantile = 0.75}, std::nullopt, kNow);
+  EXPECT_DOUBLE_EQ(m.seconds, 3.25);
+  EXPECT_EQ(m.consumer, "traefik");
+  EXPECT_THAT(m.message, HasSubstr(": 0.75s + traefik 2.5s, the slowest consumer "
+                                   "(kube-proxy 1s, traefik 2.5s, mesh 0.5s)"));
+
+  // kube-proxy's allowance is the largest: it wins, and ties go to it.
+  spec.propagation.observed.consumer_sync_seconds = 2.5;
+  m = observed_measurement(spec, Window{.count = 5, .quantile = 0.75}, std::nullopt, kNow);
+  EXPECT_DOUBLE_EQ(m.seconds, 3.25);
+  EXPECT_EQ(m.consumer, "kube-proxy");
+
+  // Without declared consumers: kube-proxy, and the message as before.
+  m = observed_measurement(observed_policy(3, 1.5), Window{.count = 5, .quantile = 0.75},
+                           std::nullopt, kNow);
+  EXPECT_EQ(m.consumer, "kube-proxy");
+  EXPECT_THAT(m.message, HasSubstr("+ consumerSyncSeconds 1.5s"));
+
+  // A fallback names no consumer: the figure is not theirs.
+  m = observed_measurement(spec, Window{.count = 1, .quantile = 0.75}, std::nullopt, kNow);
+  EXPECT_TRUE(m.fallback);
+  EXPECT_EQ(m.consumer, "");
+}
+
+TEST(ObservedPolicy, ConsumersAreReadAndCheckedByName) {
+  auto spec = budget::parse_policy_spec(budget::Json::parse(
+      R"({"propagation": {"source": "Observed", "observed": {"consumerSyncSeconds": 1,
+          "consumers": [{"name": "traefik", "syncSeconds": 2.5}, {"name": "mesh", "syncSeconds": 0}]}}})"));
+  ASSERT_TRUE(spec);
+  const auto& consumers = spec->propagation.observed.consumers;
+  ASSERT_EQ(consumers.size(), 2u);
+  EXPECT_EQ(consumers[0].name, "traefik");
+  EXPECT_DOUBLE_EQ(consumers[0].sync_seconds, 2.5);
+  EXPECT_EQ(spec->propagation.observed.slowest_consumer().name, "traefik");
+
+  auto bad = budget::parse_policy_spec(budget::Json::parse(R"({"propagation": {"observed": {
+      "consumers": [{"name": "traefik", "syncSeconds": 2}, {"name": "traefik", "syncSeconds": 3},
+                    {"name": "kube-proxy", "syncSeconds": 1}, {"name": "envoy"},
+                    {"name": "", "syncSeconds": 1}, {"name": "late", "syncSeconds": 4000},
+                    {"name": "x", "syncSeconds": 1, "throttle": 2}, 7]}}})"));
+  ASSERT_FALSE(bad);
+  std::string all;
+  for (const auto& e : bad.error()) all += e.format() + "\n";
+  const std::string at = "spec.propagation.observed.consumers";
+  EXPECT_THAT(all, HasSubstr(at + "[1].name: duplicate name \"traefik\" (also consumers[0])"));
+  EXPECT_THAT(all, HasSubstr(at + "[2].name: kube-proxy's allowance is "
+                                  "observed.consumerSyncSeconds"));
+  EXPECT_THAT(all, HasSubstr(at + "[3].syncSeconds: required"));
+  EXPECT_THAT(all, HasSubstr(at + "[4].name: must not be empty"));
+  EXPECT_THAT(all, HasSubstr(at + "[5].syncSeconds"));
+  EXPECT_THAT(all, HasSubstr(at + "[6].throttle: unknown field"));
+  EXPECT_THAT(all, HasSubstr(at + "[7]"));
+
+  budget::Json many = budget::Json::array();
+  for (int i = 0; i < 17; ++i)
+    many.push_back({{"name", "c" + std::to_string(i)}, {"syncSeconds", 1}});
+  bad = budget::parse_policy_spec({{"propagation", {{"observed", {{"consumers", many}}}}}});
+  ASSERT_FALSE(bad);
+  EXPECT_THAT(bad.error().front().format(), HasSubstr(at + ": at most 16 consumers (got 17)"));
+}
+
 }  // namespace
 }  // namespace gracekeeper::propagation
