@@ -484,7 +484,7 @@ if policy crd-test-lb '{"propagation":{"externalLoadBalancer":{}}}' | create; th
 else not_ok "externalLoadBalancer: {} is accepted"; fi
 
 # --- printer columns
-WANT_NS="NAME MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT READY AGE"
+WANT_NS="NAME MODE SOURCE PROPAGATION CONSUMER PRESTOP GRACE MANAGED COMPLIANT READY AGE"
 out=$(k get sdp -n "$NS" 2>&1)
 if [ "$(head -n1 <<<"$out" | ws | sed 's/ $//')" = "$WANT_NS" ]; then ok "kubectl get sdp -n $NS: columns $WANT_NS"
 else not_ok "kubectl get sdp -n $NS: columns $WANT_NS"; note <<<"$out"; fi
@@ -559,6 +559,12 @@ expect_reject "negative drainSeconds" "should be greater than or equal to 0" '{"
 expect_reject "drainSeconds as a string" "must be of type integer" '{"drainSeconds":"30"}'
 expect_reject "staticSeconds 3601" "should be less than or equal to 3600" '{"propagation":{"staticSeconds":3601}}'
 expect_reject "safetyFactor 0.5" "should be greater than or equal to 1" '{"propagation":{"safetyFactor":0.5}}'
+expect_reject "observed.consumers named kube-proxy" "kube-proxy's allowance is observed.consumerSyncSeconds" \
+  '{"propagation":{"observed":{"consumers":[{"name":"kube-proxy","syncSeconds":2}]}}}'
+expect_reject "observed.consumers with one name twice" 'Duplicate value' \
+  '{"propagation":{"observed":{"consumers":[{"name":"traefik","syncSeconds":2},{"name":"traefik","syncSeconds":3}]}}}'
+expect_reject "observed.consumers without syncSeconds" 'Required value' \
+  '{"propagation":{"observed":{"consumers":[{"name":"traefik"}]}}}'
 expect_reject "externalLoadBalancer.unhealthyThreshold 0" "should be greater than or equal to 1" \
   '{"propagation":{"externalLoadBalancer":{"unhealthyThreshold":0}}}'
 expect_reject "changes.minIntervalSeconds 604801" "should be less than or equal to 604800" '{"changes":{"minIntervalSeconds":604801}}'

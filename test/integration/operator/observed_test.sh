@@ -20,7 +20,8 @@
 #   lag 9 s: 6 - (9 + 1) = -4  late (the same rollout: no second Warning)
 # A lag of 400 s is above maxSeconds 60 / safetyFactor 1.5 = 40 s: dropped
 # from the figure and counted as implausible. Then staticSeconds goes up to
-# 30 and the operator restarts with no samples: the figure stays the one the
+# 30 (after a consumer traefik declared at 9 s made the figure 7.1 + 9 and
+# was removed again) and the operator restarts with no samples: the figure stays the one the
 # status holds (the last good value), and web is not tuned again.
 set -uo pipefail
 
@@ -44,7 +45,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-policy() {  # policy CONSUMER-SYNC-SECONDS [STATIC-SECONDS]
+policy() {  # policy CONSUMER-SYNC-SECONDS [STATIC-SECONDS [CONSUMER]]
   k apply -f - >/dev/null <<YAML
 apiVersion: gracekeeper.dev/v1alpha1
 kind: ShutdownPolicy
@@ -54,7 +55,7 @@ spec:
   propagation:
     source: Observed
     staticSeconds: ${2:-4}
-    observed: {minSamples: 3, windowSeconds: 600, consumerSyncSeconds: $1}
+    observed: {minSamples: 3, windowSeconds: 600, consumerSyncSeconds: $1${3:+, consumers: [$3]}}
 YAML
 }
 
@@ -135,11 +136,13 @@ status '{.status.propagation.message}' | grep -qF "the second largest" \
   || not_ok "message: $(status '{.status.propagation.message}')"
 expect "... source Observed" "$(status '{.status.propagation.source}')" Observed
 expect "... MetricsAvailable True, reason" "$(condition MetricsAvailable reason)" SamplesSufficient
+# column NAME: the first row's cell under the header NAME (by its position:
+# an empty cell, STATEFULSETS here, is blank).
+column() { awk -v name="$1" 'NR == 1 { c = index($0, name) } NR == 2 && c { split(substr($0, c), a, " "); print a[1] }' <<<"$out"; }
 out=$(k get sdp -n "$NS" -o wide 2>&1)
-row=$(awk 'NR == 2' <<<"$out" | tr -s ' ')
-if [ "$(cut -d' ' -f3 <<<"$row")" = Observed ] && near "$(cut -d' ' -f4 <<<"$row")" 8 && \
-   [ "$(head -1 <<<"$out" | tr -s ' ' | cut -d' ' -f10)" = LATE ] && [ "$(cut -d' ' -f10 <<<"$row")" = 2 ]; then
-  ok "kubectl get sdp -o wide: $row"
+if [ "$(column SOURCE)" = Observed ] && near "$(column PROPAGATION)" 8 && [ "$(column CONSUMER)" = kube-proxy ] &&
+   [ "$(column LATE)" = 2 ]; then
+  ok "kubectl get sdp -o wide: SOURCE Observed, PROPAGATION $(column PROPAGATION), CONSUMER kube-proxy, LATE 2"
 else not_ok "kubectl get sdp -o wide"; note <<<"$out"; fi
 wait_for 20 settings_are "$NS" web "13 53 0 1" && ok "web follows the Observed figure: $(settings "$NS" web)" \
   || not_ok "web follows the figure: $(settings "$NS" web)"
@@ -185,6 +188,25 @@ wait_for 10 prop_near 12 \
   || not_ok "consumerSyncSeconds 5: $(status '{.status.propagation}')"
 wait_for 20 settings_are "$NS" web "19 59 0 1" && ok "web follows: $(settings "$NS" web)" \
   || not_ok "web follows consumerSyncSeconds 5: $(settings "$NS" web)"
+
+# ------------------------------------------------------------- a declared consumer
+# An ingress controller that reads the slices itself, declared at 9 s: the
+# slowest consumer, so the figure is p99 7 + 9 and CONSUMER says traefik.
+policy 5 4 '{name: traefik, syncSeconds: 9}'
+wait_for 10 prop_near 16 \
+  && ok "a consumer traefik at 9 s: figure $(status '{.status.propagation.seconds}') (p99 7 + 9)" \
+  || not_ok "a consumer traefik at 9 s: $(status '{.status.propagation}')"
+expect "... status.propagation.consumer" "$(status '{.status.propagation.consumer}')" traefik
+status '{.status.propagation.message}' | grep -qF "traefik 9s, the slowest consumer (kube-proxy 5s, traefik 9s)" \
+  && ok "... the message names every consumer: $(status '{.status.propagation.message}')" \
+  || not_ok "... message: $(status '{.status.propagation.message}')"
+out=$(k get sdp -n "$NS" 2>&1)
+expect "... kubectl get sdp: CONSUMER" "$(column CONSUMER)" traefik
+wait_for 20 settings_are "$NS" web "25 65 0 1" && ok "web follows: $(settings "$NS" web)" \
+  || not_ok "web follows the consumer: $(settings "$NS" web)"
+policy 5
+wait_for 20 settings_are "$NS" web "19 59 0 1" && ok "the consumer removed: web back to $(settings "$NS" web)" \
+  || not_ok "the consumer removed: $(settings "$NS" web)"
 
 # ------------------------------------------------------------- a restart keeps the figure
 # staticSeconds 30: what a restart without samples would fall back to (preStop 45).

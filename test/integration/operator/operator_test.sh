@@ -157,7 +157,7 @@ expect "kubectl get shutdownpolicies columns (MODE SOURCE PROPAGATION PRESTOP GR
   "$(columns)" "Enforce Static 4 6 46 6 3 True"
 # Captured first: with pipefail, `head` closing the pipe early fails kubectl.
 header=$(k get shutdownpolicies -A 2>&1 | sed -n 1p)
-grep -q "MODE *SOURCE *PROPAGATION *PRESTOP *GRACE *MANAGED *COMPLIANT *READY *AGE" <<<"$header" \
+grep -q "MODE *SOURCE *PROPAGATION *CONSUMER *PRESTOP *GRACE *MANAGED *COMPLIANT *READY *AGE" <<<"$header" \
   && ok "kubectl get shutdownpolicies -A header" || not_ok "header: $header"
 expect "condition BudgetHolds" "$(jp sdp op-basic default '{.status.conditions[?(@.type=="BudgetHolds")].status}')" "False"
 expect "condition MetricsAvailable (Static)" "$(jp sdp op-basic default '{.status.conditions[?(@.type=="MetricsAvailable")].reason}')" "StaticSource"

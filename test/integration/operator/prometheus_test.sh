@@ -168,11 +168,11 @@ esac
 expect "status.recommended" \
   "$(jp sdp ${NS} default '{.status.recommended.preStopSeconds} {.status.recommended.terminationGracePeriodSeconds}')" "8 48"
 read -r _ _ c_source c_prop c_rest <<<"$(k get sdp -n ${NS} default --no-headers)"
-c_rest=$(awk '{print $1, $2, $3, $4, $5}' <<<"$c_rest")
-if [ "$c_source $c_rest" = "Prometheus 8 48 1 1 True" ] && near "$c_prop" 5; then
-  ok "kubectl get sdp columns SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT READY: $c_source $c_prop $c_rest"
+c_rest=$(awk '{print $1, $2, $3, $4, $5, $6}' <<<"$c_rest")
+if [ "$c_source $c_rest" = "Prometheus kube-proxy 8 48 1 1 True" ] && near "$c_prop" 5; then
+  ok "kubectl get sdp columns SOURCE PROPAGATION CONSUMER PRESTOP GRACE MANAGED COMPLIANT READY: $c_source $c_prop $c_rest"
 else
-  not_ok "kubectl get sdp columns: '$c_source $c_prop $c_rest', want 'Prometheus 5 8 48 1 1 True'"
+  not_ok "kubectl get sdp columns: '$c_source $c_prop $c_rest', want 'Prometheus 5 kube-proxy 8 48 1 1 True'"
 fi
 curl -sf "http://127.0.0.1:$OP_PORT/metrics" >"$WORK/metrics.txt"
 gauge=$(grep -E '^gracekeeper_propagation_seconds\{' "$WORK/metrics.txt" | grep "namespace=\"$NS\"" | grep 'source="Prometheus"}' | awk '{print $2}')
