@@ -143,40 +143,7 @@ fi
 
 # Traefik's identity: a ServiceAccount with what its Gateway API provider
 # watches (cluster-wide) and the status it writes, and a token for it.
-k apply -f - >"$WORK/rbac.out" 2>&1 <<'YAML' || { note <"$WORK/rbac.out"; bail "Traefik's RBAC"; }
-apiVersion: v1
-kind: Namespace
-metadata: {name: traefik}
----
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: traefik, namespace: traefik}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: traefik-gateway}
-rules:
-  - apiGroups: [""]
-    resources: [namespaces, services, configmaps, secrets]
-    verbs: [get, list, watch]
-  - apiGroups: [discovery.k8s.io]
-    resources: [endpointslices]
-    verbs: [get, list, watch]
-  - apiGroups: [gateway.networking.k8s.io]
-    resources: [gatewayclasses, gateways, httproutes, grpcroutes, referencegrants, backendtlspolicies,
-                tcproutes, tlsroutes]
-    verbs: [get, list, watch]
-  - apiGroups: [gateway.networking.k8s.io]
-    resources: [gatewayclasses/status, gateways/status, httproutes/status, grpcroutes/status,
-                backendtlspolicies/status, tcproutes/status, tlsroutes/status]
-    verbs: [update, patch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: traefik-gateway}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: traefik-gateway}
-subjects: [{kind: ServiceAccount, name: traefik, namespace: traefik}]
-YAML
+k apply -f "$ROOT/test/integration/ingress/traefik-rbac.yaml" >"$WORK/rbac.out" 2>&1 || { note <"$WORK/rbac.out"; bail "Traefik's RBAC"; }
 ( umask 077; "$ROOT/test/cluster/token" "$CLUSTER" traefik traefik --duration=2h >"$WORK/traefik.token" ) &&
   [ -s "$WORK/traefik.token" ] || bail "test/cluster/token traefik traefik"
 ok "ServiceAccount traefik/traefik with ClusterRole traefik-gateway, token minted"
