@@ -2,6 +2,7 @@
 """An open-loop load generator: POSTs at a fixed rate, whatever the answers.
 
     openload.py --url http://IP[:PORT]/PATH --rate R --duration S [--timeout T] [--keepalive]
+                [--host NAME]
 
 Request i starts at start + i/R, for i < R*S, each in its own task: a request
 that hangs (a pod that is gone: no route, or a timeout) does not hold back the
@@ -14,6 +15,9 @@ Without --keepalive each request opens its own connection and sends
 "Connection: close"; with it, an idle connection from a pool is reused (as
 Go's http.Transport does), and a connection the server closes leaves the pool.
 
+--host sets the Host header (default: the URL's host), for an ingress that
+routes by host name.
+
 Prints a summary in hey's format (Summary / Latency distribution / Status
 code distribution / Error distribution), so hey's parser reads it; error
 messages carry the same words as Go's ("connection refused", "no route to
@@ -23,6 +27,7 @@ host", "EOF", "Timeout", "reset by peer").
 import argparse
 import asyncio
 import errno
+import re
 import resource
 import time
 import urllib.parse
@@ -33,7 +38,7 @@ class Pool:
         self.idle = []
 
 
-async def one(host, port, path, timeout, keepalive, pool, results):
+async def one(host, port, path, timeout, keepalive, pool, results, host_header=None):
     t0 = time.monotonic()
     conn = None
     reused = False
@@ -46,7 +51,7 @@ async def one(host, port, path, timeout, keepalive, pool, results):
             else:
                 conn = await asyncio.open_connection(host, port)
             reader, writer = conn
-            writer.write((f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n"
+            writer.write((f"POST {path} HTTP/1.1\r\nHost: {host_header or host}\r\nContent-Length: 0\r\n"
                           f"User-Agent: gk-openload\r\n"
                           + ("" if keepalive else "Connection: close\r\n") + "\r\n").encode())
             await writer.drain()
@@ -121,7 +126,8 @@ async def main_async(args):
         delay = due - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(host, port, path, args.timeout, args.keepalive, pool, results)))
+        tasks.append(asyncio.create_task(one(host, port, path, args.timeout, args.keepalive, pool, results,
+                                             args.host)))
     issuing = loop.time() - start
     await asyncio.gather(*tasks)
     total = time.monotonic() - t_wall
@@ -166,9 +172,12 @@ def main():
     ap.add_argument("--duration", type=float, required=True, help="seconds of issuing requests")
     ap.add_argument("--timeout", type=float, default=10)
     ap.add_argument("--keepalive", action="store_true")
+    ap.add_argument("--host", help="the Host header (default: the URL's host)")
     args = ap.parse_args()
     if not (0 < args.rate <= 5000 and 0 < args.duration <= 600 and 0 < args.timeout <= 60):
         ap.error("--rate 0-5000, --duration 0-600, --timeout 0-60")
+    if args.host is not None and not re.fullmatch(r"[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?", args.host):
+        ap.error("--host: a host name, optionally with :PORT")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, int(args.rate * args.timeout) + 256))
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
