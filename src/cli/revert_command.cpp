@@ -256,7 +256,7 @@ int revert_command(std::span<const std::string_view> args, std::ostream& out, st
   }
 #ifndef GRACEKEEPER_HAVE_OPERATOR
   err << "gracekeeper revert: this build has no Kubernetes client (it needs Boost and OpenSSL; "
-         "see README, Building)\n";
+         "see docs/development.md, \"Building\")\n";
   return kExitUsage;
 #else
   return revert_in_cluster(*options, out, err);

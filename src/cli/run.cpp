@@ -230,7 +230,7 @@ int run_command(std::span<const std::string_view> args, std::ostream& out, std::
   (void)args;
   (void)out;
   err << "gracekeeper run: this build has no operator (it needs Boost, OpenSSL and "
-         "prometheus-cpp; see README, Building)\n";
+         "prometheus-cpp; see docs/development.md, \"Building\")\n";
   return 2;
 #else
   auto fail = [&](const std::string& message) {
