@@ -155,6 +155,7 @@ bounds = {  # path: (type, minimum, maximum, exclusive)
     "spec.propagation.observed.windowSeconds": ("integer", 60, 86400, False),
     "spec.propagation.observed.minSamples": ("integer", 1, 10000, False),
     "spec.propagation.observed.consumerSyncSeconds": ("number", 0, 3600, False),
+    "spec.propagation.observed.consumers.[].syncSeconds": ("number", 0, 3600, False),
     "spec.changes.decreaseThresholdSeconds": ("integer", 0, 3600, False),
 }
 bad = []
@@ -185,6 +186,13 @@ q = node("spec.propagation.prometheus.queries")
 check(q.get("maxItems") == 20 and q.get("x-kubernetes-list-type") == "map"
       and q.get("x-kubernetes-list-map-keys") == ["name"] and q["items"].get("required") == ["name", "query"],
       "prometheus.queries: maxItems 20, list-type map keyed by name, name and query required")
+c = node("spec.propagation.observed.consumers")
+cn = c["items"]["properties"]["name"]
+check(c.get("maxItems") == 16 and c.get("x-kubernetes-list-type") == "map"
+      and c.get("x-kubernetes-list-map-keys") == ["name"] and c["items"].get("required") == ["name", "syncSeconds"]
+      and (cn.get("minLength"), cn.get("maxLength")) == (1, 63)
+      and [r["rule"] for r in cn.get("x-kubernetes-validations", [])] == ["self != 'kube-proxy'"],
+      "observed.consumers: maxItems 16, list-type map keyed by name (1-63, not kube-proxy), name and syncSeconds required")
 
 # --- CEL rules: present, with messages; strings and lists they touch are bounded
 rules = []
@@ -220,6 +228,7 @@ check(not unbounded, "every spec list has maxItems and every free string maxLeng
 # --- printer columns
 want_cols = [("MODE", ".spec.mode", "string"), ("SOURCE", ".status.propagation.source", "string"),
              ("PROPAGATION", ".status.propagation.seconds", "number"),
+             ("CONSUMER", ".status.propagation.consumer", "string"),
              ("PRESTOP", ".status.recommended.preStopSeconds", "integer"),
              ("GRACE", ".status.recommended.terminationGracePeriodSeconds", "integer"),
              ("MANAGED", ".status.deployments.managed", "integer"),
@@ -230,7 +239,7 @@ want_cols = [("MODE", ".spec.mode", "string"), ("SOURCE", ".status.propagation.s
              ("READY", '.status.conditions[?(@.type=="Ready")].status', "string"),
              ("AGE", ".metadata.creationTimestamp", "date")]
 got_cols = [(c["name"].upper(), c["jsonPath"], c["type"]) for c in v.get("additionalPrinterColumns", [])]
-check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT STATEFULSETS ROLLING LATE READY AGE",
+check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION CONSUMER PRESTOP GRACE MANAGED COMPLIANT STATEFULSETS ROLLING LATE READY AGE",
       f"got {got_cols}")
 wide = [c["name"].upper() for c in v.get("additionalPrinterColumns", []) if c.get("priority", 0) > 0]
 check(wide == ["STATEFULSETS", "ROLLING", "LATE"], "only STATEFULSETS, ROLLING and LATE wait for -o wide (priority 1)", f"got {wide}")
