@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test/integration/ingress/traefik_gateway_test.sh: Traefik as a Gateway API
-# controller against the real API server (issue 34, phase 1: no node, no pods).
+# controller against the real API server (no node, no pods).
 #
 # Builds (or finds cached) the pinned Traefik (test/tools/build-traefik) and
 # the Gateway API standard-channel CRDs (test/tools/gateway-api-crds), then
