@@ -3,7 +3,8 @@
 
     analyze.py --out DIR --proxy-min-sync S --concurrency C --scenarios LIST --rollouts N
                [--runs K] [--stress] [--rate R] [--window W] [--min-requests M]
-    analyze.py --self-test      the Clopper-Pearson interval against known values
+    analyze.py --self-test      the Clopper-Pearson interval against known values,
+                                and the connection attribution on a synthetic rollout
 
 Reads, for each OUT/run-K/SCENARIO/MODE/rollout-I/ (MODE: no-keepalive,
 keepalive, and with --stress no-keepalive+stress, keepalive+stress):
@@ -11,13 +12,22 @@ keepalive, and with --stress no-keepalive+stress, keepalive+stress):
                  in older runs): status codes, errors, latencies; a rollout
                  without one, or with fewer than --min-requests requests,
                  makes the analysis exit 3 (the figures would be vacuous)
-  events.jsonl   the recorder: pod deletions, endpoint conditions, kube-proxy's rules
-  rst.txt        tcpdump: every TCP reset on the pods' bridge (who reset whom, when)
+  events.jsonl   the recorder: pod deletions, new pods' readiness, endpoint
+                 conditions, kube-proxy's rules, the pods' Events (Unhealthy,
+                 Killing, FailedPreStopHook, ProbeWarning)
+  packets.txt    tcpdump on the pods' bridge: SYNs to the pods' port 8080 and
+                 their SYN-ACKs, every TCP reset there (who reset whom, when),
+                 ARP requests; rst.txt in older runs (resets and ARP only)
   logs/POD.log   the test app's lifecycle lines (sigterm, last_request, exit)
+  kube-proxy.before.metrics, kube-proxy.after.metrics   its metrics around the rollout
   t_start, t_rolled, t_load_end, t_end, generations (redeploy)
 and OUT/run-1/SCENARIO.*.json (the budget, policy, check, events).
-Pools the runs; failed requests per 10,000 and rollouts with failures come
-with a 95 % Clopper-Pearson interval. Writes OUT/results.json, OUT/results.md and OUT/SCENARIO.svg + .png (gnuplot).
+Each connection attempt (a SYN) is tied to the pod that got it and to that
+pod's phase at the SYN, with its answer: accepted, refused or unanswered
+(packets()). Older runs' records lack SYNs, readiness and Events: those
+figures are then None. Pools the runs; failed requests per 10,000 and
+rollouts with failures come with a 95 % Clopper-Pearson interval. Writes
+OUT/results.json, OUT/results.md and OUT/SCENARIO.svg + .png (gnuplot).
 """
 
 import argparse
@@ -115,7 +125,104 @@ def self_test():
     ok = h["summary"] is False
     print(f"a missing hey summary is marked missing: {'ok' if ok else 'WRONG'}")
     bad += not ok
+    bad += self_test_attribution()
     return 1 if bad else 0
+
+
+def self_test_attribution():
+    """A synthetic rollout: one old pod (deleted at +1 s, SIGTERM at +10 s,
+    exit at +15 s), one new pod (ready at +5 s); an attempt accepted before
+    the deletion, one refused after SIGTERM, one unanswered (retransmitted)
+    after the exit, one accepted by the new pod. And an older record (resets
+    and ARP only, no readiness or Events) that must still read."""
+    import tempfile
+
+    def iso(t):
+        return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    def write(d, name, text):
+        os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+
+    t0 = 1800000000.0
+    old, new, client = "198.18.1.5", "198.18.1.9", "198.18.0.1"
+
+    def syn(t, port, pod):
+        return f"{t0 + t:.6f} IP {client}.{port} > {pod}.8080: Flags [S], seq 1, win 64240, length 0\n"
+
+    def answer(t, port, pod, flags):
+        return f"{t0 + t:.6f} IP {pod}.8080 > {client}.{port}: Flags [{flags}], seq 1, ack 2, win 0, length 0\n"
+    hey = ("Summary:\n  Total:\t42.0000 secs\n\nStatus code distribution:\n  [200]\t2 responses\n\n"
+           "Error distribution:\n  [1]\tPost \"http://x/orders\": dial tcp: connect: connection refused\n"
+           "  [1]\tPost \"http://x/orders\": context deadline exceeded (Client.Timeout exceeded)\n")
+    events = [{"kind": "ready", "name": "checkout-a", "ip": old, "t": t0 - 3},
+              {"kind": "recorder", "started": True, "records": ["pod", "ready", "endpoint", "rules", "event"], "t": t0 - 3},
+              {"kind": "pod", "name": "checkout-a", "ip": old, "deleted": True, "t": t0 + 1},
+              {"kind": "event", "reason": "Killing", "pod": "checkout-a", "note": "Stopping container app", "count": 1, "t": t0 + 1.1},
+              {"kind": "ready", "name": "checkout-b", "ip": new, "t": t0 + 5},
+              {"kind": "event", "reason": "Unhealthy", "pod": "checkout-a", "note": "Readiness probe failed", "count": 2, "t": t0 + 12}]
+    bad = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "rollout-1")
+        write(d, "load.txt", hey)
+        write(d, "t_start", f"{t0:.6f}\n")
+        write(d, "t_rolled", f"{t0 + 20:.6f}\n")
+        write(d, "t_load_end", f"{t0 + 40:.6f}\n")
+        write(d, "events.jsonl", "".join(json.dumps(e) + "\n" for e in events) + '{"kind": "rul')
+        write(d, "logs/checkout-a.log", f'{{"event":"sigterm","wall":"{iso(t0 + 10)}"}}\n{{"event":"exit","wall":"{iso(t0 + 15)}"}}\n')
+        write(d, "packets.txt",
+              syn(0.5, 40001, old) + answer(0.501, 40001, old, "S.") +
+              syn(6, 40004, new) + answer(6.001, 40004, new, "S.") +
+              syn(11, 40002, old) + answer(11.001, 40002, old, "R.") +
+              answer(12, 40009, old, "R") +
+              syn(16, 40003, old) + f"{t0 + 16.5:.6f} ARP, Request who-has {old} tell {client}, length 28\n" +
+              syn(17, 40003, old) + f"{t0 + 18:.6f} IP {client}.4")
+        write(d, "kube-proxy.before.metrics", "# TYPE x counter\nkubeproxy_sync_proxy_rules_duration_seconds_count 10\n"
+              'kubeproxy_network_programming_duration_seconds_count{a="b c"} 4\nkubeproxy_network_programming_duration_seconds_sum 8\n')
+        write(d, "kube-proxy.after.metrics", "kubeproxy_sync_proxy_rules_duration_seconds_count 13\n"
+              'kubeproxy_network_programming_duration_seconds_count{a="b c"} 6\nkubeproxy_network_programming_duration_seconds_sum 14\n')
+        r = rollout(d)
+        c = r["connections"] or {}
+        failed = [(f["outcome"], f["pod"], f["phase"], f["syns"]) for f in c.get("failed", [])]
+        checks = [
+            ("4 attempts, 2 accepted, 1 refused, 1 unanswered, 1 SYN retransmitted",
+             (c.get("attempts"), c.get("accepted"), c.get("refused"), c.get("unanswered"), c.get("retransmitted_syns")) == (4, 2, 1, 1, 1)),
+            ("accepted: 1 before the deletion, 1 by the new pod",
+             c.get("by_phase", {}).get("accepted") == {"before_deletion": 1, "new_pod": 1}),
+            ("refused after SIGTERM, unanswered after the exit, each tied to the old pod",
+             failed == [("refused", "checkout-a", "after_sigterm", 1), ("unanswered", "checkout-a", "after_exit", 2)]),
+            ("the reset of an open connection, after SIGTERM", c.get("by_phase", {}).get("reset_established") == {"after_sigterm": 1}),
+            ("per old pod", (r["pods"][0]["attempts"] or {}).get("refused") == {"after_sigterm": 1}),
+            ("2 resets from the pod, 1 ARP request after its exit", (len(r["resets"]), len(r["gone"])) == (2, 1)),
+            ("Events: Unhealthy 2 (the old pod's), Killing 1",
+             (r["events"], r["pods"][0]["unhealthy"]) == ({"Killing": 1, "Unhealthy": 2}, 2)),
+            ("the new pod ready 5 s after the restart", r["new_pods_ready"] == [{"name": "checkout-b", "ip": new, "seconds": 5.0}]),
+            ("kube-proxy: 3 syncs, 2 programming observations of 3 s on average",
+             r["kube_proxy"] == {"syncs": 3, "network_programming": 2, "network_programming_mean_seconds": 3.0}),
+        ]
+        # An older run's record: rst.txt (resets and ARP), a recorder without readiness or Events.
+        o = os.path.join(tmp, "rollout-2")
+        write(o, "load.txt", hey)
+        write(o, "t_start", f"{t0:.6f}\n")
+        write(o, "events.jsonl", json.dumps({"kind": "recorder", "started": True, "t": t0 - 3}) + "\n" +
+              json.dumps(events[2]) + "\n")
+        write(o, "rst.txt", answer(11.001, 40002, old, "R.") + f"{t0 + 16.5:.6f} ARP, Request who-has {old} tell {client}, length 28\n")
+        ro = rollout(o)
+        checks.append(("an older record: resets read, the new figures None",
+                       (len(ro["resets"]), ro["connections"], ro["events"], ro["new_pods_ready"], ro["kube_proxy"],
+                        ro["pods"][0]["attempts"], ro["pods"][0]["unhealthy"]) == (1, None, None, None, None, None, None)))
+        s = summarise([r, ro])
+        checks.append(("pooled: the older rollout adds no attempts",
+                       (s["connections"] or {}).get("rollouts") == 1 and s["connections"]["by_phase"]["unanswered"] == {"after_exit": 1}
+                       and s["events"] == {"Killing": 1, "Unhealthy": 2}))
+        md = attribution_md({"scenarios": {"baseline": {"modes": {"no-keepalive": {"summary": s}}}}})
+        checks.append(("the table's row", any("| baseline | no-keepalive | 1 | 4 | 2 | after SIGTERM 1 | after exit 1 |" in l for l in md)))
+        checks.append(("no table for older records only", attribution_md({"scenarios": {"b": {"modes": {"k": {"summary": summarise([ro])}}}}}) == []))
+    for what, ok in checks:
+        print(f"attribution: {what}: {'ok' if ok else 'WRONG'}")
+        bad += not ok
+    return bad
 
 
 def epoch(rfc3339):
@@ -175,10 +282,20 @@ def parse_hey(text):
     return r
 
 
+def lines(path):
+    """PATH's lines, one at a time (none when it is missing)."""
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                yield line.rstrip("\n")
+    except FileNotFoundError:
+        return
+
+
 def app_events(path):
     """The test app's lifecycle lines (kubectl logs -f) by event name."""
     ev = {}
-    for line in (read(path, "") or "").splitlines():
+    for line in lines(path):
         if line.startswith("{"):
             try:
                 j = json.loads(line)
@@ -188,20 +305,207 @@ def app_events(path):
     return ev
 
 
+# tcpdump -nn -tt: "1733300000.123456 IP 198.18.0.1.40312 > 198.18.1.5.8080: Flags [S], seq ..."
+PACKET = re.compile(r"^(\d+\.\d+) IP (\d+\.\d+\.\d+\.\d+)\.(\d+) > (\d+\.\d+\.\d+\.\d+)\.(\d+): Flags \[([^\]]*)\]")
+ARP_REQUEST = re.compile(r"^(\d+\.\d+) ARP, Request who-has (\d+\.\d+\.\d+\.\d+) ")
+POD_PORT = "8080"
+# Where a connection attempt went, as a pod's phase at its SYN: an old pod
+# (one the recorder saw deleted) before its deletion, in its preStop wait
+# (deleted, no SIGTERM yet), after SIGTERM, after its exit, or deleted with no
+# SIGTERM in the app's log (shell form); a pod that became ready after the
+# restart; any other address.
+PHASES = ("before_deletion", "prestop", "after_sigterm", "after_exit", "no_sigterm_logged", "new_pod", "other")
+PHASE_TEXT = {"before_deletion": "before deletion", "prestop": "preStop wait", "after_sigterm": "after SIGTERM",
+              "after_exit": "after exit", "no_sigterm_logged": "deleted, no SIGTERM logged", "new_pod": "new pod",
+              "other": "other"}
+OUTCOMES = ("accepted", "refused", "unanswered")
+SYN_RETRIES = 64      # s: an attempt unanswered this long is over (Linux retries a SYN at 1, 3, 7, 15, 31 s)
+DUPLICATE_SYN = 3     # s: a SYN this soon after the SYN-ACK of the same connection is a late retransmission
+FAILED_LISTED = 5000  # failed attempts listed one by one per rollout (all are counted)
+
+
+def phase_of(p, t):
+    """The phase of old pod P (deleted, sigterm, exit) at time T."""
+    if p["exit"] is not None and t >= p["exit"]:
+        return "after_exit"
+    if p["sigterm"] is not None and t >= p["sigterm"]:
+        return "after_sigterm"
+    if t < p["deleted"]:
+        return "before_deletion"
+    return "prestop" if p["sigterm"] is not None else "no_sigterm_logged"
+
+
+def packets(path, pods, new_pods):
+    """One pass over tcpdump's lines (PATH).
+
+    Resets a pod sent (src pod:8080): requests that met a closed port. ARP
+    requests for an old pod's address after it exited: a connection to a pod
+    that is gone (it fails with a timeout or no route). And, when the record
+    has SYNs (hack/proof since it records them), each connection attempt to a
+    pod, keyed by (client address, client port, pod address), with what
+    answered it: a SYN-ACK (accepted), a reset from the pod (refused), or
+    nothing in the record (unanswered), attributed to the pod by its address
+    and to its phase at the SYN. kube-proxy's DNAT happened before the
+    bridge: the packets carry the pods' addresses. A connection that waits
+    for an ARP answer that never comes puts no SYN on the wire: only its ARP
+    requests show (gone). Older records (resets and ARP only) give
+    connections None."""
+    exited = {ip: p["exit"] or p["sigterm"] for ip, p in pods.items()}
+    resets, gone = [], []
+    counts = {o: {} for o in OUTCOMES + ("reset_established",)}
+    per_pod = {ip: {o: {} for o in OUTCOMES} for ip in pods}
+    failed = []
+    totals = {"attempts": 0, "retransmitted_syns": 0, "failed_not_listed": 0}
+    pending = {}   # key: [SYN time, SYNs sent]
+    answered = {}  # key: SYN-ACK time, for DUPLICATE_SYN
+    syns = False
+
+    def where(ip, t):
+        if ip in pods:
+            return pods[ip]["name"], phase_of(pods[ip], t)
+        if ip in new_pods:
+            return new_pods[ip], "new_pod"
+        return "other", "other"
+
+    def count(outcome, key, t0, n_syns):
+        ip = key[2]
+        name, phase = where(ip, t0)
+        counts[outcome][phase] = counts[outcome].get(phase, 0) + 1
+        if ip in per_pod:
+            per_pod[ip][outcome][phase] = per_pod[ip][outcome].get(phase, 0) + 1
+        if outcome != "accepted":
+            if len(failed) < FAILED_LISTED:
+                failed.append({"t": round(t0, 4), "ip": ip, "pod": name, "phase": phase, "outcome": outcome,
+                               "syns": n_syns})
+            else:
+                totals["failed_not_listed"] += 1
+
+    def expire(now):
+        for key in [k for k, (t0, _) in pending.items() if now - t0 > SYN_RETRIES]:
+            t0, n = pending.pop(key)
+            count("unanswered", key, t0, n)
+        for key in [k for k, ta in answered.items() if now - ta > DUPLICATE_SYN]:
+            del answered[key]
+
+    seen = 0
+    for line in lines(path):
+        m = PACKET.match(line)
+        if not m:
+            m = ARP_REQUEST.match(line)
+            if m and exited.get(m.group(2)) and float(m.group(1)) > exited[m.group(2)]:
+                gone.append({"t": float(m.group(1)), "ip": m.group(2)})
+            continue
+        t, src, sport, dst, dport, flags = float(m.group(1)), m.group(2), m.group(3), m.group(4), m.group(5), m.group(6)
+        seen += 1
+        if seen % 5000 == 0:  # bounded memory: attempts over, answers too old to matter
+            expire(t)
+        if sport == POD_PORT and "R" in flags:
+            resets.append({"t": t, "ip": src})
+            key = (dst, dport, src)
+            if key in pending:
+                t0, n_syns = pending.pop(key)
+                count("refused", key, t0, n_syns)
+            else:  # a connection that was open (accepted, or from before the record)
+                phase = where(src, t)[1]
+                counts["reset_established"][phase] = counts["reset_established"].get(phase, 0) + 1
+        elif sport == POD_PORT and "S" in flags and "." in flags:
+            key = (dst, dport, src)
+            if key in pending:
+                t0, n_syns = pending.pop(key)
+                count("accepted", key, t0, n_syns)
+                answered[key] = t
+        elif dport == POD_PORT and "S" in flags and "." not in flags:
+            syns = True
+            key = (src, sport, dst)
+            if key in pending and t - pending[key][0] <= SYN_RETRIES:
+                pending[key][1] += 1
+                totals["retransmitted_syns"] += 1
+            elif key in answered and t - answered[key] <= DUPLICATE_SYN:
+                totals["retransmitted_syns"] += 1
+            else:
+                if key in pending:
+                    t0, n_syns = pending.pop(key)
+                    count("unanswered", key, t0, n_syns)
+                answered.pop(key, None)
+                pending[key] = [t, 1]
+                totals["attempts"] += 1
+    for key, (t0, n_syns) in list(pending.items()):
+        count("unanswered", key, t0, n_syns)
+    if not syns:
+        return resets, gone, None, None
+    conns = {"attempts": totals["attempts"], **{o: sum(counts[o].values()) for o in OUTCOMES},
+             "retransmitted_syns": totals["retransmitted_syns"],
+             "reset_established": sum(counts["reset_established"].values()),
+             "by_phase": counts, "failed": sorted(failed, key=lambda f: f["t"]),
+             "failed_not_listed": totals["failed_not_listed"]}
+    return resets, gone, conns, per_pod
+
+
+def proxy_metrics(path):
+    """The kube-proxy counters hack/proof compares before and after a rollout
+    (summed over their labels); None without the file."""
+    want = ("kubeproxy_sync_proxy_rules_duration_seconds_count",
+            "kubeproxy_network_programming_duration_seconds_count",
+            "kubeproxy_network_programming_duration_seconds_sum")
+    vals = {}
+    for line in lines(path):
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{.*\})?\s+(\S+)", line)
+        if m and m.group(1) in want:
+            try:
+                vals[m.group(1)] = vals.get(m.group(1), 0.0) + float(m.group(2))
+            except ValueError:
+                pass
+    return vals or None
+
+
+def proxy_delta(dirpath):
+    """kube-proxy's rule syncs and network-programming observations during
+    the rollout (its metrics before and after it), None without both."""
+    before = proxy_metrics(os.path.join(dirpath, "kube-proxy.before.metrics"))
+    after = proxy_metrics(os.path.join(dirpath, "kube-proxy.after.metrics"))
+    if not before or not after:
+        return None
+
+    def d(name):
+        return after[name] - before[name] if name in after and name in before else None
+    syncs = d("kubeproxy_sync_proxy_rules_duration_seconds_count")
+    n = d("kubeproxy_network_programming_duration_seconds_count")
+    total = d("kubeproxy_network_programming_duration_seconds_sum")
+    return {"syncs": None if syncs is None else int(syncs),
+            "network_programming": None if n is None else int(n),
+            "network_programming_mean_seconds": round(total / n, 3) if n and total is not None else None}
+
+
 def rollout(dirpath):
     """Everything one rollout shows, per old pod and in total."""
     # load.txt: openload.py's summary, in hey's format (hey.txt: older runs).
     hey = parse_hey(read(os.path.join(dirpath, "load.txt")) or read(os.path.join(dirpath, "hey.txt")))
     t_start = float(read(os.path.join(dirpath, "t_start"), "0"))
     t_rolled = float(read(os.path.join(dirpath, "t_rolled"), "0"))
-    events = [json.loads(l) for l in (read(os.path.join(dirpath, "events.jsonl"), "") or "").splitlines() if l.strip()]
-    pods = {}
-    for e in events:
-        if e["kind"] == "pod" and e.get("deleted") and e.get("ip"):
+    pods, endpoints, rules, ready, pod_events = {}, [], [], {}, []
+    records = set()
+    for line in lines(os.path.join(dirpath, "events.jsonl")):
+        if not line.strip():
+            continue
+        try:
+            e = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short when the recorder stopped
+            continue
+        kind = e.get("kind")
+        if kind == "pod" and e.get("deleted") and e.get("ip"):
             pods.setdefault(e["ip"], {"name": e["name"], "ip": e["ip"], "deleted": e["t"]})
-    rules = [e for e in events if e["kind"] == "rules"]
+        elif kind == "endpoint":
+            endpoints.append(e)
+        elif kind == "rules":
+            rules.append(e)
+        elif kind == "ready" and e.get("ip"):
+            ready.setdefault(e["ip"], e)
+        elif kind == "event":
+            pod_events.append(e)
+        elif kind == "recorder":
+            records.update(e.get("records") or [])
     for ip, p in pods.items():
-        p["terminating"] = next((e["t"] for e in events if e["kind"] == "endpoint" and e["ip"] == ip
+        p["terminating"] = next((e["t"] for e in endpoints if e["ip"] == ip
                                  and e["t"] >= p["deleted"] - 1 and (e.get("terminating") or e.get("ready") is False)), None)
         gone_from = next((e for e in rules if e["t"] >= p["deleted"] and ip not in e["ips"]), None)
         p["rules_updated"] = gone_from["t"] if gone_from else None
@@ -217,18 +521,26 @@ def rollout(dirpath):
         # The truth as the pod saw it: its last request came this long after
         # its deletion (while its preStop wait held the port open).
         p["served_after_deletion"] = (p["last_request"] - p["deleted"]) if p["last_request"] else None
-    # Resets sent by a pod (src = pod:8080) to the client: a request that hit a
-    # closed port. ARP requests for an old pod's address after it exited: a
-    # connection to a pod that is gone (it fails with a timeout or no route).
-    resets, gone = [], []
-    exited = {ip: p["exit"] or p["sigterm"] for ip, p in pods.items()}
-    for line in (read(os.path.join(dirpath, "rst.txt"), "") or "").splitlines():
-        m = re.match(r"^([\d.]+) IP (\d+\.\d+\.\d+\.\d+)\.8080 > ", line)
-        if m:
-            resets.append({"t": float(m.group(1)), "ip": m.group(2)})
-        m = re.match(r"^([\d.]+) ARP, Request who-has (\d+\.\d+\.\d+\.\d+) ", line)
-        if m and exited.get(m.group(2)) and float(m.group(1)) > exited[m.group(2)]:
-            gone.append({"t": float(m.group(1)), "ip": m.group(2)})
+    # New pods: ready after the restart (the recorder's first sight of Ready True).
+    new_pods = {ip: e["name"] for ip, e in ready.items() if ip not in pods and e["t"] > t_start} if t_start else {}
+    # packets.txt: SYNs, SYN-ACKs, resets and ARP; rst.txt (older runs): resets and ARP.
+    path = os.path.join(dirpath, "packets.txt")
+    if not os.path.exists(path):
+        path = os.path.join(dirpath, "rst.txt")
+    resets, gone, conns, per_pod = packets(path, pods, new_pods)
+    for ip, p in pods.items():
+        p["attempts"] = per_pod[ip] if per_pod else None
+    # The Events' occurrences by reason; per old pod, its Unhealthy ones (a
+    # failed probe each: the kubelet's probes are among the SYNs above).
+    events = {} if "event" in records else None
+    for p in pods.values():
+        p["unhealthy"] = 0 if events is not None else None
+    by_name = {p["name"]: p for p in pods.values()}
+    for e in pod_events if events is not None else []:
+        n = e.get("count") or 1
+        events[e.get("reason")] = events.get(e.get("reason"), 0) + n
+        if e.get("reason") == "Unhealthy" and e.get("pod") in by_name:
+            by_name[e["pod"]]["unhealthy"] += n
     gens = (read(os.path.join(dirpath, "generations"), "") or "").split()
     t_hey_end = float(read(os.path.join(dirpath, "t_load_end"), "0"))
     return {
@@ -242,6 +554,15 @@ def rollout(dirpath):
         "pods": sorted(pods.values(), key=lambda p: p["deleted"]),
         "resets": resets,
         "gone": gone,
+        # Each connection attempt on the bridge, attributed (None: no SYNs recorded).
+        "connections": conns,
+        # The recorder's Events about pods, occurrences by reason (None: not recorded).
+        "events": events,
+        # New pods ready after the restart, seconds after it (None: not recorded).
+        "new_pods_ready": sorted(({"name": ready[ip]["name"], "ip": ip, "seconds": round(ready[ip]["t"] - t_start, 2)}
+                                  for ip in new_pods), key=lambda x: x["seconds"]) if "ready" in records else None,
+        # kube-proxy's syncs during the rollout (None: no metrics before and after).
+        "kube_proxy": proxy_delta(dirpath),
         "second_rollout": (gens[0] != gens[1]) if len(gens) == 2 else None,
     }
 
@@ -270,6 +591,21 @@ def summarise(rollouts):
     seconds = [r["second_rollout"] for r in rollouts if r["second_rollout"] is not None]
     if seconds:
         s["deploys_followed_by_a_second_rollout"] = sum(seconds)
+    # The connection attempts, attributed (rollouts whose record has SYNs).
+    conns = [r["connections"] for r in rollouts if r.get("connections")]
+    s["connections"] = None
+    if conns:
+        c = {"rollouts": len(conns)}
+        for k in ("attempts",) + OUTCOMES + ("retransmitted_syns", "reset_established"):
+            c[k] = sum(x[k] for x in conns)
+        c["by_phase"] = {o: {ph: sum(x["by_phase"][o].get(ph, 0) for x in conns) for ph in PHASES
+                             if any(x["by_phase"][o].get(ph) for x in conns)}
+                         for o in OUTCOMES + ("reset_established",)}
+        s["connections"] = c
+    evs = [r["events"] for r in rollouts if r.get("events") is not None]
+    s["events"] = {k: sum(e.get(k, 0) for e in evs) for k in sorted({k for e in evs for k in e})} if evs else None
+    s["new_pods_ready_seconds"] = spread(x["seconds"] for r in rollouts for x in (r.get("new_pods_ready") or []))
+    s["kube_proxy_syncs_per_rollout"] = spread(r["kube_proxy"]["syncs"] for r in rollouts if r.get("kube_proxy"))
     return s
 
 
@@ -361,6 +697,9 @@ def plot(out, scenario, r, min_sync, mode):
                    "points pt 2 ps 0.8 lc rgb '#d62728'", "refused request (TCP reset from the pod)"))
     series.append(([(x["t"] - t0, row_of[x["ip"]] + 0.25) for x in r["gone"] if x["ip"] in row_of],
                    "points pt 6 ps 0.8 lc rgb '#e377c2'", "request to a pod that is gone (ARP unanswered)"))
+    series.append(([(x["t"] - t0, row_of[x["ip"]] + 0.4) for x in (r.get("connections") or {}).get("failed", [])
+                    if x["outcome"] == "unanswered" and x["ip"] in row_of],
+                   "points pt 1 ps 0.8 lc rgb '#17becf'", "connection attempt unanswered (SYN)"))
     clauses = []
     for i, life in enumerate(lives):
         path = os.path.join(out, f"{scenario}.life{i}.dat")
@@ -398,6 +737,49 @@ def interval_text(ri, fmt="{:.1f}"):
     if ri["rate"] is None:
         return "-"
     return f"{fmt.format(ri['rate'])} [{fmt.format(ri['low'])}, {fmt.format(ri['high'])}]"
+
+
+def phases_text(by_phase):
+    """'after SIGTERM 12, after exit 3' (only the phases with any), or '0'."""
+    return ", ".join(f"{PHASE_TEXT[ph]} {by_phase[ph]}" for ph in PHASES if by_phase.get(ph)) or "0"
+
+
+def attribution_md(results):
+    """results.md's table of the attributed connection attempts, Events,
+    readiness and kube-proxy's syncs; nothing when no rollout recorded any
+    (older runs)."""
+    rows = []
+    for scenario, sres in results["scenarios"].items():
+        for mode, m in sres["modes"].items():
+            s = m["summary"]
+            c = s.get("connections")
+            if c is None and s.get("events") is None and s.get("new_pods_ready_seconds") is None:
+                continue
+            rd = s.get("new_pods_ready_seconds")
+            ready = f"{rd['median']} / {rd['max']}" if rd else "-"
+            px = s.get("kube_proxy_syncs_per_rollout")
+            rows.append(
+                f"| {scenario} | {mode} | {c['rollouts'] if c else 0} | {c['attempts'] if c else '-'} | "
+                f"{c['accepted'] if c else '-'} | {phases_text(c['by_phase']['refused']) if c else '-'} | "
+                f"{phases_text(c['by_phase']['unanswered']) if c else '-'} | "
+                f"{phases_text(c['by_phase']['reset_established']) if c else '-'} | "
+                f"{s['refused']} / {s['unreachable']} / {s['timeout']} | "
+                f"{'-' if s.get('events') is None else s['events'].get('Unhealthy', 0)} | "
+                f"{ready} | "
+                f"{px['median'] if px else '-'} |")
+    if not rows:
+        return []
+    return ["Connection attempts on the pods' bridge (tcpdump's SYNs), each tied to the pod it reached and that pod's "
+            "phase at the SYN: before its deletion, in its preStop wait (deleted, no SIGTERM yet), after SIGTERM, "
+            "after its exit, deleted with no SIGTERM in the app's log, a new pod (ready after the restart), another "
+            "address. Accepted: a SYN-ACK; refused: a reset from the pod; unanswered: no answer in the record. The "
+            "kubelet's readiness probes come from the node's address, as the client's connections do, and are "
+            "among the attempts. With keep-alive a connection carries many requests.",
+            "",
+            "| scenario | client | rollouts with SYNs | attempts | accepted | refused, by phase | unanswered, by phase | "
+            "resets of open connections, by phase | the client's refused / no route / timeout | Unhealthy events | "
+            "new pods ready, s after the restart (median / max) | kube-proxy syncs per rollout (median) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
 
 
 def main():
@@ -493,6 +875,7 @@ def main():
     md.append("")
     if args.runs > 1:
         md += ["Per run:", ""] + per_run_md + [""]
+    md += attribution_md(results)
     rows = [(sc, r["sources"]) for sc, r in results["scenarios"].items() if r.get("sources")]
     if rows:
         md += ["Propagation: what each source said, and what the data plane did (seconds; median / max over the old pods; run 1).",
