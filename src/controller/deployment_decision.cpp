@@ -91,22 +91,6 @@ void find_set_back(const budget::Deployment& d, const budget::PolicySpec& policy
   }
 }
 
-// changes.maxConcurrentRollouts resolved against the governed Deployments
-// and StatefulSets the policy's status counts (rounded up, at least 1).
-std::int64_t max_rollouts(const CachedPolicy& policy) {
-  std::int64_t managed = 0;
-  for (const char* kind : {"deployments", "statefulSets"}) {
-    if (!policy.status.is_object()) break;
-    const auto d = policy.status.find(kind);
-    if (d != policy.status.end() && d->is_object()) {
-      const auto m = d->find("managed");
-      if (m != d->end() && m->is_number_integer()) managed += m->get<std::int64_t>();
-    }
-  }
-  return std::max<std::int64_t>(
-      1, policy.spec->changes.max_concurrent_rollouts.resolve(managed, /*round_up=*/true));
-}
-
 // The valid policies whose selectors all match the Deployment.
 std::vector<std::string> contenders(const budget::Deployment& d, const DeploymentFacts& facts) {
   std::vector<std::string> names;
@@ -166,6 +150,10 @@ PlannedWrite planned_write(const budget::Deployment& d, const budget::Plan& plan
 }
 
 }  // namespace
+
+std::int64_t max_rollouts(const budget::IntOrPercent& setting, std::int64_t governed) {
+  return std::max<std::int64_t>(1, setting.resolve(governed, /*round_up=*/true));
+}
 
 kube::EventRecord finding_event(const budget::Finding& f) {
   const bool is_warning = f.severity != budget::Severity::Info;
@@ -362,7 +350,7 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
   }
   out.policy_name = (*policy)->name;
   out.policy_key = d.namespace_ + "/" + out.policy_name;
-  out.max_rollouts = max_rollouts(**policy);
+  out.max_concurrent_rollouts = (*policy)->spec->changes.max_concurrent_rollouts;
   out.min_interval = std::chrono::seconds((*policy)->spec->changes.min_interval_seconds);
   if (d.applied && d.applied->policy == out.policy_name) find_set_back(d, *(*policy)->spec, out);
   const PropagationState* propagation = facts.propagation->state(out.policy_key);

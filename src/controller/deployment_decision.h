@@ -84,8 +84,9 @@ struct DeploymentDecision {
   std::vector<std::string> set_back_paths;
   std::vector<std::string> set_back;
   std::chrono::seconds min_interval{0};  // the policy's changes.minIntervalSeconds
-  // Re-tunes of this policy that may roll out at once (>= 1).
-  std::int64_t max_rollouts = 1;
+  // The policy's changes.maxConcurrentRollouts; the reconciler resolves it
+  // against the workloads the policy governs (max_rollouts()).
+  budget::IntOrPercent max_concurrent_rollouts{1, false};
   bool blocked = false;  // the write is the one facts.blocked refused
   DeploymentState state;
   std::optional<PlannedWrite> write;
@@ -96,6 +97,10 @@ struct DeploymentDecision {
 };
 
 DeploymentDecision decide_deployment(const DeploymentFacts&);
+
+// Re-tunes that may roll out at once: changes.maxConcurrentRollouts
+// resolved against the `governed` workloads (rounded up, at least 1).
+std::int64_t max_rollouts(const budget::IntOrPercent& setting, std::int64_t governed);
 
 kube::EventRecord finding_event(const budget::Finding&);
 // Whether `manager`'s server-side apply entry (operation Apply) in a

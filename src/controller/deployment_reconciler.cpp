@@ -253,6 +253,17 @@ std::int64_t DeploymentReconciler::rollouts_in_flight(const std::string& key,
   return n;
 }
 
+std::int64_t DeploymentReconciler::governed(const std::string& policy_key) const {
+  const auto policy = split_key(policy_key);
+  const std::string context = decision_context(policy.first);
+  std::int64_t n = 0;
+  deps_.deployments.in_namespace(policy.first,
+                                 [&](const std::string& key, const CachedDeployment& cached) {
+                                   n += counted(key, cached, context).policy_key == policy_key;
+                                 });
+  return n;
+}
+
 // Someone set owned fields back (a deploy re-applying its manifest, a
 // GitOps self-heal): counted once per generation. The second time within
 // the policy's minIntervalSeconds, gracekeeper stops re-tuning the
@@ -436,7 +447,11 @@ std::optional<ReconcileResult> DeploymentReconciler::take_rollout_slot(
   if (!decision.write || !decision.write->retune) return std::nullopt;
   const std::int64_t busy = rollouts_in_flight(key, decision.policy_key) +
                             (deps_.other_rollouts ? deps_.other_rollouts(decision.policy_key) : 0);
-  if (busy >= decision.max_rollouts) {
+  const std::int64_t limit =
+      max_rollouts(decision.max_concurrent_rollouts,
+                   governed(decision.policy_key) +
+                       (deps_.other_governed ? deps_.other_governed(decision.policy_key) : 0));
+  if (busy >= limit) {
     decision.events.push_back(
         {{},
          kube::EventType::Normal,
@@ -444,7 +459,7 @@ std::optional<ReconcileResult> DeploymentReconciler::take_rollout_slot(
          "Tune",
          fmt::format("waiting to apply {}: {} re-tuned workloads of policy {} are still rolling "
                      "out (changes.maxConcurrentRollouts allows {})",
-                     decision.write->changes, busy, decision.policy_name, decision.max_rollouts)});
+                     decision.write->changes, busy, decision.policy_name, limit)});
     report(key, ref, std::move(decision.events));
     return Result::after(kRolloutPoll);
   }

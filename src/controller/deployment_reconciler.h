@@ -56,6 +56,9 @@ class DeploymentReconciler {
     // The re-tunes of a policy in flight among the workloads of the other
     // kind: changes.maxConcurrentRollouts counts both kinds.
     std::function<std::int64_t(const std::string& policy_key)> other_rollouts{};
+    // The workloads of the other kind that a policy governs: a percentage
+    // in changes.maxConcurrentRollouts resolves against both kinds.
+    std::function<std::int64_t(const std::string& policy_key)> other_governed{};
   };
   explicit DeploymentReconciler(Dependencies deps);
   DeploymentReconciler(const DeploymentReconciler&) = delete;
@@ -100,6 +103,10 @@ class DeploymentReconciler {
   std::int64_t rollouts_in_flight(const std::string& policy_key) {
     return rollouts_in_flight(std::string(), policy_key);
   }
+  // The workloads of this kind that `policy_key` governs now, from the
+  // stores (what its status counts as managed; the status itself is not
+  // read, so a stale status never changes a decision).
+  std::int64_t governed(const std::string& policy_key) const;
   const std::string& kind() const { return deps_.kind; }
   const kube::Store<CachedDeployment>& store() const { return deps_.deployments; }
 

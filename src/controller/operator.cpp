@@ -114,6 +114,9 @@ class Operator {
              "Deployment",
              [this](const std::string& policy_key) {
                return statefulset_reconciler_.rollouts_in_flight(policy_key);
+             },
+             [this](const std::string& policy_key) {
+               return statefulset_reconciler_.governed(policy_key);
              }}),
         statefulset_reconciler_(
             {statefulsets_.store(), policies_.store(), services_.store(), propagation_,
@@ -125,6 +128,9 @@ class Operator {
              "StatefulSet",
              [this](const std::string& policy_key) {
                return deployment_reconciler_.rollouts_in_flight(policy_key);
+             },
+             [this](const std::string& policy_key) {
+               return deployment_reconciler_.governed(policy_key);
              }}),
         policy_reconciler_({policies_.store(), deployments_.store(), propagation_, *meter_,
                             *status_writer_, *clock_, metrics_, deployment_reconciler_,

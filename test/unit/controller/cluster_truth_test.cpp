@@ -202,6 +202,35 @@ TEST_F(ClusterTruthTest, ARisenFigureReTunesAtMostMaxConcurrentRolloutsAtATime) 
   }
 }
 
+// A percentage resolves against the workloads the policy governs in the
+// stores, not against the count its status last showed: a status written
+// before the Deployments arrived must not shrink the slots to one.
+TEST_F(ClusterTruthTest, APercentOfMaxConcurrentRolloutsCountsTheStoresNotTheStatus) {
+  world.put_policy(policy({{"changes", {{"maxConcurrentRollouts", "40%"}}}}));
+  const std::vector<std::string> keys = {"shop/a", "shop/b", "shop/c", "shop/d", "shop/e"};
+  for (const auto& key : keys) {
+    world.put_deployment(deployment(key.substr(5)));
+    ASSERT_TRUE(world.reconcile_deployment(key));
+    rollout_done(world, key);
+  }
+  world.meter.seconds = 8;
+  world.clock.advance(std::chrono::seconds(61));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  json stale = world.policy_objects.at("shop/default");
+  ASSERT_EQ(stale["status"]["deployments"]["managed"], 5);
+  stale["status"]["deployments"]["managed"] = 0;
+  world.put_policy(stale);
+
+  std::size_t held = 0;
+  for (const auto& key : keys) {
+    auto r = world.reconcile_deployment(key);
+    ASSERT_TRUE(r);
+    if (r->requeue_after) ++held;
+  }
+  EXPECT_EQ(world.writer.calls.size(), 7u);  // 40 % of 5, rounded up: two re-tunes
+  EXPECT_EQ(held, 3u);
+}
+
 // A deploy that writes the manifest's own values back, as `kubectl apply`
 // or `helm upgrade` does with an Update: grace 30, 25%/25%, and the manager
 // that now owns the grace.
