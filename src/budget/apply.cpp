@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "gracekeeper/core/time.h"
+
 namespace gracekeeper::budget {
 namespace {
 
@@ -83,8 +85,7 @@ std::string applied_annotation(const Plan& plan, const std::string& policy_name,
               {"propagation", plan.budget.propagation_seconds},
               {"containers", std::move(containers)},
               {"waits", std::move(waits)},
-              {"time", fmt::format("{:%Y-%m-%dT%H:%M:%SZ}",
-                                   std::chrono::floor<std::chrono::seconds>(time))}};
+              {"time", core::format_rfc3339(time)}};
   if (plan.user) record["user"] = user_values_json(*plan.user);
   return record.dump();
 }

@@ -22,6 +22,7 @@
 #include "admission.h"
 #include "cache.h"
 #include "deployment_reconciler.h"
+#include "gracekeeper/core/time.h"
 #include "gracekeeper/kube/config.h"
 #include "gracekeeper/kube/leader_election.h"
 #include "gracekeeper/log/log.h"
@@ -476,7 +477,7 @@ class Operator {
             // Still fighting after a restart: until the interval has passed.
             const auto series = e.value("series", nlohmann::json::object());
             const std::string last = series.value("lastObservedTime", e.value("eventTime", ""));
-            if (auto at = propagation::parse_rfc3339(last)) {
+            if (auto at = core::parse_rfc3339(last)) {
               // Each set-back of a fight is an Event of its own: the newest counts.
               TimePoint& newest = fights[kind][regarding.value("namespace", "") + "/" +
                                                regarding.value("name", "")];

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gracekeeper/core/time.h"
 #include "gracekeeper/log/log.h"
 #include "gracekeeper/propagation/observed.h"
 
@@ -56,7 +57,7 @@ std::optional<propagation::LastGood> seed_last_good(const budget::PolicySpec& sp
     return std::nullopt;
   }
   const double value = seconds->get<double>();
-  const auto sampled_at = propagation::parse_rfc3339(at->get_ref<const std::string&>());
+  const auto sampled_at = core::parse_rfc3339(at->get_ref<const std::string&>());
   if (!sampled_at || !std::isfinite(value) || value < 0) return std::nullopt;
   const auto age = now - *sampled_at;
   // Another replica's clock may be a little ahead of ours; far ahead is not a time we wrote.
@@ -76,7 +77,7 @@ boost::asio::awaitable<void> PolicyReconciler::measure(const std::string& key,
     log::info("propagation: last good value from the status",
               {{"policy", key},
                {"seconds", fmt::format("{}", last_good->seconds)},
-               {"sampledAt", format_time(last_good->sampled_at)}});
+               {"sampledAt", core::format_rfc3339(last_good->sampled_at)}});
   }
   const propagation::Measurement m =
       co_await deps_.meter.measure(policy.namespace_, *policy.spec, last_good, now);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "gracekeeper/core/time.h"
+
 namespace gracekeeper::controller {
 namespace {
 
@@ -23,7 +25,7 @@ nlohmann::json condition(const StatusInput& in, const nlohmann::json& current,
                          const std::string& type, bool ok, const std::string& reason,
                          const std::string& message) {
   const std::string status = ok ? "True" : "False";
-  std::string since = format_time(in.now);
+  std::string since = core::format_rfc3339(in.now);
   if (const auto* old = find_condition(current, type); old && old->value("status", "") == status &&
                                                        old->contains("lastTransitionTime") &&
                                                        (*old)["lastTransitionTime"].is_string()) {
@@ -42,7 +44,7 @@ nlohmann::json propagation_json(const StatusInput& in, const nlohmann::json& cur
   nlohmann::json out{{"seconds", p.seconds},
                      {"quantile", in.quantile},
                      {"source", p.source},
-                     {"sampledAt", format_time(p.sampled_at)},
+                     {"sampledAt", core::format_rfc3339(p.sampled_at)},
                      {"message", p.message.substr(0, 32768)}};
   if (!p.consumer.empty()) out["consumer"] = p.consumer;
   // The figure has not changed since the server's copy: keep its time, so a
@@ -176,10 +178,6 @@ void add_counts(const StatusInput& in, const nlohmann::json& current,
 
 }  // namespace
 
-std::string format_time(TimePoint t) {
-  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", std::chrono::floor<std::chrono::seconds>(t));
-}
-
 nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& current) {
   nlohmann::json status = nlohmann::json::object();
   status["observedGeneration"] = in.generation;
@@ -206,7 +204,7 @@ nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& curre
   if (in.terminations) {
     nlohmann::json t{{"observed", in.terminations->observed}, {"late", in.terminations->late}};
     if (in.terminations->last_late_at)
-      t["lastLateAt"] = format_time(*in.terminations->last_late_at);
+      t["lastLateAt"] = core::format_rfc3339(*in.terminations->last_late_at);
     status["terminations"] = std::move(t);
   }
   status["conditions"] = std::move(conditions);

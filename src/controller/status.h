@@ -77,8 +77,6 @@ struct StatusInput {
   TimePoint now{};
 };
 
-std::string format_time(TimePoint);
-
 // The full status object to write. `current` is the status on the server
 // (null if none): unchanged parts keep its timestamps.
 nlohmann::json desired_status(const StatusInput&, const nlohmann::json& current);

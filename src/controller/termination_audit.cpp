@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "gracekeeper/budget/engine.h"  // annotated_containers
+#include "gracekeeper/core/time.h"
 #include "gracekeeper/kube/informer.h"  // object_key
 #include "gracekeeper/log/log.h"
 #include "gracekeeper/propagation/observed.h"
@@ -42,7 +43,7 @@ TerminationCounts read_terminations(const nlohmann::json& status) {
   out.observed = count_member(*it, "observed");
   out.late = count_member(*it, "late");
   if (auto at = it->find("lastLateAt"); at != it->end() && at->is_string()) {
-    out.last_late_at = propagation::parse_rfc3339(at->get<std::string>());
+    out.last_late_at = core::parse_rfc3339(at->get<std::string>());
   }
   return out;
 }

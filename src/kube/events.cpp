@@ -12,7 +12,7 @@
 #include <exception>
 #include <new>
 
-#include "gracekeeper/kube/leader_election.h"  // format_micro_time
+#include "gracekeeper/core/time.h"
 #include "gracekeeper/log/log.h"
 
 namespace gracekeeper::kube {
@@ -322,7 +322,7 @@ json event_object(const EventSeriesCache::Entry& entry, std::int64_t count,
       {"apiVersion", "events.k8s.io/v1"},
       {"kind", "Event"},
       {"metadata", {{"name", e.name}, {"namespace", event_namespace(record.regarding)}}},
-      {"eventTime", format_micro_time(e.first_time)},
+      {"eventTime", core::format_rfc3339_micro(e.first_time)},
       {"reportingController", reporting_controller},
       {"reportingInstance", reporting_instance},
       {"action", cut(record.action, kShortLimit)},
@@ -332,13 +332,15 @@ json event_object(const EventSeriesCache::Entry& entry, std::int64_t count,
       {"type", std::string(to_string(record.type))},
   };
   if (count >= 2) {
-    event["series"] = {{"count", count}, {"lastObservedTime", format_micro_time(e.last_time)}};
+    event["series"] = {{"count", count},
+                       {"lastObservedTime", core::format_rfc3339_micro(e.last_time)}};
   }
   return event;
 }
 
 json series_patch(const EventSeriesCache::Entry& e, std::int64_t count) {
-  return {{"series", {{"count", count}, {"lastObservedTime", format_micro_time(e.last_time)}}}};
+  return {{"series",
+           {{"count", count}, {"lastObservedTime", core::format_rfc3339_micro(e.last_time)}}}};
 }
 
 EventRecorder::EventRecorder(asio::any_io_executor executor, Client& client,

@@ -10,66 +10,13 @@
 #include <ctime>
 #include <variant>
 
+#include "gracekeeper/core/time.h"
+
 namespace gracekeeper::kube {
 
 namespace asio = boost::asio;
 using nlohmann::json;
 using std::chrono::system_clock;
-
-std::string format_micro_time(system_clock::time_point t) {
-  auto us = std::chrono::floor<std::chrono::microseconds>(t.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(us / 1'000'000);
-  long frac = static_cast<long>(us % 1'000'000);
-  if (frac < 0) {
-    frac += 1'000'000;
-    --secs;
-  }
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
-}
-
-std::optional<system_clock::time_point> parse_rfc3339(std::string_view s) {
-  std::tm tm{};
-  int consumed = 0;
-  std::string text(s);
-  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6 ||
-      consumed != 19) {
-    return std::nullopt;
-  }
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  std::string_view rest = s.substr(19);
-  std::int64_t micros = 0;
-  if (!rest.empty() && rest.front() == '.') {
-    rest.remove_prefix(1);
-    int digits = 0;
-    while (!rest.empty() && rest.front() >= '0' && rest.front() <= '9') {
-      if (digits < 6) micros = micros * 10 + (rest.front() - '0');
-      ++digits;
-      rest.remove_prefix(1);
-    }
-    if (digits == 0) return std::nullopt;
-    for (int i = digits; i < 6; ++i) micros *= 10;
-  }
-  std::int64_t offset_seconds = 0;
-  if (rest == "Z" || rest == "z") {
-  } else if (rest.size() == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':') {
-    int hh = 0, mm = 0;
-    if (std::sscanf(std::string(rest.substr(1)).c_str(), "%2d:%2d", &hh, &mm) != 2) {
-      return std::nullopt;
-    }
-    offset_seconds = (hh * 3600 + mm * 60) * (rest[0] == '+' ? 1 : -1);
-  } else {
-    return std::nullopt;
-  }
-  std::time_t secs = timegm(&tm);
-  if (secs == static_cast<std::time_t>(-1)) return std::nullopt;
-  return system_clock::time_point(std::chrono::seconds(secs - offset_seconds) +
-                                  std::chrono::microseconds(micros));
-}
 
 LeaseRecord lease_record_from_json(const json& lease) {
   LeaseRecord r;
@@ -86,8 +33,8 @@ LeaseRecord lease_record_from_json(const json& lease) {
   r.holder_identity = string_of("holderIdentity");
   r.lease_duration_seconds = int_of("leaseDurationSeconds");
   r.lease_transitions = int_of("leaseTransitions");
-  r.acquire_time = parse_rfc3339(string_of("acquireTime"));
-  r.renew_time = parse_rfc3339(string_of("renewTime"));
+  r.acquire_time = core::parse_rfc3339(string_of("acquireTime"));
+  r.renew_time = core::parse_rfc3339(string_of("renewTime"));
   return r;
 }
 
@@ -98,8 +45,8 @@ json lease_spec_to_json(const LeaseRecord& r) {
   spec["holderIdentity"] = r.holder_identity;
   spec["leaseDurationSeconds"] = r.lease_duration_seconds;
   spec["leaseTransitions"] = r.lease_transitions;
-  if (r.acquire_time) spec["acquireTime"] = format_micro_time(*r.acquire_time);
-  if (r.renew_time) spec["renewTime"] = format_micro_time(*r.renew_time);
+  if (r.acquire_time) spec["acquireTime"] = core::format_rfc3339_micro(*r.acquire_time);
+  if (r.renew_time) spec["renewTime"] = core::format_rfc3339_micro(*r.renew_time);
   return spec;
 }
 

@@ -12,7 +12,6 @@ namespace gracekeeper::propagation::detail {
 
 // "3.472s", "10s".
 std::string seconds_text(double s);
-std::string rfc3339(std::chrono::system_clock::time_point t);
 
 // A failed measurement: the last good value if at most kLastGoodMaxAge old,
 // else staticSeconds (raised to `floor` when given), metrics unavailable.

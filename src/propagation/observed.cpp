@@ -8,91 +8,18 @@
 #include <vector>
 
 #include "fallback.h"
+#include "gracekeeper/core/time.h"
 
 namespace gracekeeper::propagation {
-namespace {
 
 using namespace std::chrono;
-
-// Reads exactly `n` digits at `pos`.
-bool digits(std::string_view text, std::size_t& pos, std::size_t n, int& out) {
-  if (pos + n > text.size()) return false;
-  out = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const char c = text[pos + i];
-    if (c < '0' || c > '9') return false;
-    out = out * 10 + (c - '0');
-  }
-  pos += n;
-  return true;
-}
-
-bool expect(std::string_view text, std::size_t& pos, char c) {
-  if (pos >= text.size() || text[pos] != c) return false;
-  ++pos;
-  return true;
-}
-
-}  // namespace
-
-std::optional<TimePoint> parse_rfc3339(std::string_view text) {
-  std::size_t pos = 0;
-  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
-  if (!digits(text, pos, 4, year) || !expect(text, pos, '-') || !digits(text, pos, 2, month) ||
-      !expect(text, pos, '-') || !digits(text, pos, 2, day)) {
-    return std::nullopt;
-  }
-  if (pos >= text.size() || (text[pos] != 'T' && text[pos] != 't')) return std::nullopt;
-  ++pos;
-  if (!digits(text, pos, 2, hour) || !expect(text, pos, ':') || !digits(text, pos, 2, minute) ||
-      !expect(text, pos, ':') || !digits(text, pos, 2, second)) {
-    return std::nullopt;
-  }
-  nanoseconds fraction{0};
-  if (pos < text.size() && text[pos] == '.') {
-    ++pos;
-    std::int64_t ns = 0;
-    int count = 0;
-    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
-      if (count < 9) ns = ns * 10 + (text[pos] - '0');
-      ++count;
-      ++pos;
-    }
-    if (count == 0) return std::nullopt;
-    for (int i = count; i < 9; ++i) ns *= 10;
-    fraction = nanoseconds(ns);
-  }
-  minutes offset{0};
-  if (pos < text.size() && (text[pos] == 'Z' || text[pos] == 'z')) {
-    ++pos;
-  } else if (pos < text.size() && (text[pos] == '+' || text[pos] == '-')) {
-    const int sign = text[pos] == '-' ? -1 : 1;
-    ++pos;
-    int oh = 0, om = 0;
-    if (!digits(text, pos, 2, oh) || !expect(text, pos, ':') || !digits(text, pos, 2, om) ||
-        oh > 23 || om > 59) {
-      return std::nullopt;
-    }
-    offset = minutes(sign * (oh * 60 + om));
-  } else {
-    return std::nullopt;
-  }
-  if (pos != text.size()) return std::nullopt;
-  const year_month_day date{std::chrono::year(year),
-                            std::chrono::month(static_cast<unsigned>(month)),
-                            std::chrono::day(static_cast<unsigned>(day))};
-  // 60 would be a leap second; Kubernetes never writes one.
-  if (!date.ok() || hour > 23 || minute > 59 || second > 59) return std::nullopt;
-  const auto t = sys_days(date) + hours(hour) + minutes(minute) + seconds(second) - offset;
-  return time_point_cast<TimePoint::duration>(t + fraction);
-}
 
 std::expected<Lag, LagError> lag(const std::string* trigger, TimePoint seen) {
   if (trigger == nullptr) {
     return std::unexpected(LagError{LagError::Kind::Missing,
                                     std::string("no ") + kTriggerTimeAnnotation + " annotation"});
   }
-  const std::optional<TimePoint> t = parse_rfc3339(*trigger);
+  const std::optional<TimePoint> t = core::parse_rfc3339(*trigger);
   if (!t) {
     return std::unexpected(
         LagError{LagError::Kind::Garbage,

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fallback.h"
+#include "gracekeeper/core/time.h"
 #include "gracekeeper/propagation/observed.h"
 
 namespace gracekeeper::propagation {
@@ -92,15 +93,6 @@ std::string seconds_text(double s) {
   return t + "s";
 }
 
-std::string rfc3339(Clock::time_point t) {
-  std::time_t tt = Clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::string age_text(Clock::duration d) {
   auto s = std::chrono::duration_cast<std::chrono::seconds>(d).count();
   if (s < 0) return "in the future";
@@ -130,13 +122,14 @@ Measurement fall_back(const budget::PolicySpec& spec, std::string reason, std::s
     m.seconds = last_good->seconds;
     m.sampled_at = last_good->sampled_at;
     used = "using the last good value " + seconds_text(last_good->seconds) + " measured at " +
-           rfc3339(last_good->sampled_at) + " (" + age_text(now - last_good->sampled_at) + ")";
+           core::format_rfc3339(last_good->sampled_at) + " (" +
+           age_text(now - last_good->sampled_at) + ")";
   } else {
     m.seconds = spec.propagation.static_seconds;
     m.sampled_at = now;
     used = "using staticSeconds " + seconds_text(m.seconds) +
-           (last_good ? " (the last good value is from " + rfc3339(last_good->sampled_at) +
-                            ", older than 1h)"
+           (last_good ? " (the last good value is from " +
+                            core::format_rfc3339(last_good->sampled_at) + ", older than 1h)"
                       : " (no good value in the last hour)");
   }
   if (floor && *floor > m.seconds) {

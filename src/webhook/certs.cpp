@@ -20,6 +20,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "gracekeeper/core/time.h"
 #include "gracekeeper/kube/client.h"
 #include "gracekeeper/log/log.h"
 
@@ -109,15 +110,6 @@ TimePoint to_time_point(const ASN1_TIME* t) {
   std::tm tm{};
   if (ASN1_TIME_to_tm(t, &tm) != 1) return {};
   return std::chrono::system_clock::from_time_t(timegm(&tm));
-}
-
-std::string rfc3339(TimePoint t) {
-  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
 }
 
 KeyPtr new_key() {
@@ -273,7 +265,7 @@ std::vector<Ca> usable_cas(std::string_view ca_crt, TimePoint now, std::vector<s
     if (X509_check_ca(ca.cert.get()) == 0) {
       why.push_back("ca.crt: a certificate that is not a CA, dropped");
     } else if (now >= ca.not_after) {
-      why.push_back("ca.crt: a CA expired at " + rfc3339(ca.not_after) + ", dropped");
+      why.push_back("ca.crt: a CA expired at " + core::format_rfc3339(ca.not_after) + ", dropped");
     } else {
       out.push_back(std::move(ca));
     }
@@ -462,7 +454,8 @@ KeyPtr signing_key(const std::vector<Ca>& cas, bool exists, const CertSecret& he
     why.push_back("ca.crt holds no usable CA");
   }
   if (ca_key && now >= renewal_time(cas.front().not_before, cas.front().not_after)) {
-    why.push_back("the CA is due for renewal (it expires " + rfc3339(cas.front().not_after) + ")");
+    why.push_back("the CA is due for renewal (it expires " +
+                  core::format_rfc3339(cas.front().not_after) + ")");
     ca_key.reset();
   }
   return ca_key;
@@ -663,10 +656,11 @@ void SelfManagedCertificates::publish(const CertSecret& secret) {
   next->generation = current_ ? current_->generation + 1 : 1;
   current_ = std::move(next);
   auto info = read_certificates(secret.tls_crt);
-  log::info("webhook serving certificate loaded",
-            {{"generation", std::to_string(current_->generation)},
-             {"sha256", info ? info->front().sha256 : std::string("?")},
-             {"notAfter", info ? rfc3339(info->front().not_after) : std::string("?")}});
+  log::info(
+      "webhook serving certificate loaded",
+      {{"generation", std::to_string(current_->generation)},
+       {"sha256", info ? info->front().sha256 : std::string("?")},
+       {"notAfter", info ? core::format_rfc3339(info->front().not_after) : std::string("?")}});
 }
 
 namespace {

@@ -48,10 +48,7 @@ struct LeaseRecord {
 };
 
 // Pure helpers, exposed for tests.
-// MicroTime: "2026-11-30T15:43:00.123456Z" (UTC, always six fraction digits).
-std::string format_micro_time(std::chrono::system_clock::time_point);
-// Accepts RFC 3339 with or without a fraction, 'Z' or a numeric offset.
-std::optional<std::chrono::system_clock::time_point> parse_rfc3339(std::string_view);
+// The Lease's times are MicroTime (core::format_rfc3339_micro).
 LeaseRecord lease_record_from_json(const nlohmann::json& lease);
 nlohmann::json lease_spec_to_json(const LeaseRecord&);
 // Held: a holder is set and renewTime + leaseDurationSeconds is not yet past `now`.

@@ -33,11 +33,6 @@ using TimePoint = std::chrono::system_clock::time_point;
 inline constexpr const char* kTriggerTimeAnnotation =
     "endpoints.kubernetes.io/last-change-trigger-time";
 
-// RFC 3339 as Kubernetes writes it ("2026-12-01T18:25:46Z",
-// "2026-12-01T18:25:46.123456789Z", or with a "+02:00" offset); nullopt
-// for anything else.
-std::optional<TimePoint> parse_rfc3339(std::string_view text);
-
 // One sample, or why there is none.
 struct Lag {
   double seconds = 0;    // >= 0

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "fakes.h"
+#include "gracekeeper/core/time.h"
 
 namespace gracekeeper::controller::testing {
 namespace {
@@ -307,7 +308,7 @@ TEST(PolicyReconciler, WhatTheStatusSeedsAndWhatNot) {
   ASSERT_TRUE(spec);
   const json status = {
       {"propagation",
-       {{"seconds", 3.5}, {"source", "Observed"}, {"sampledAt", format_time(kStart)}}}};
+       {{"seconds", 3.5}, {"source", "Observed"}, {"sampledAt", core::format_rfc3339(kStart)}}}};
   auto seeded = seed_last_good(*spec, status, kStart + std::chrono::minutes(59));
   ASSERT_TRUE(seeded);
   EXPECT_EQ(seeded->seconds, 3.5);

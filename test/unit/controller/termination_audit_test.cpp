@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "fakes.h"
+#include "gracekeeper/core/time.h"
 
 namespace gracekeeper::controller::testing {
 namespace {
@@ -44,7 +45,7 @@ json slice(const std::vector<Ep>& endpoints, std::optional<std::string> trigger 
 }
 
 std::string at(TimePoint t) {
-  return format_time(t);  // whole seconds, as the EndpointSlice controller's are
+  return core::format_rfc3339(t);  // whole seconds, as the EndpointSlice controller's are
 }
 
 json with_pre_stop(json d, int seconds) {
@@ -538,7 +539,7 @@ TEST(TerminationAudit, ThePolicyStatusCarriesTheCounts) {
   ASSERT_TRUE(status.contains("terminations"));
   EXPECT_EQ(status["terminations"]["observed"], 1);
   EXPECT_EQ(status["terminations"]["late"], 1);
-  EXPECT_EQ(status["terminations"]["lastLateAt"], format_time(kStart + 9s));
+  EXPECT_EQ(status["terminations"]["lastLateAt"], core::format_rfc3339(kStart + 9s));
 }
 
 }  // namespace

@@ -21,17 +21,6 @@ using Clock = std::chrono::system_clock;
 
 const Clock::time_point t0 = Clock::time_point(1'800'000'000s);
 
-TEST(MicroTime, FormatsAndParses) {
-  auto t = t0 + 123456us;
-  EXPECT_EQ(format_micro_time(t), "2027-01-15T08:00:00.123456Z");
-  EXPECT_EQ(parse_rfc3339("2027-01-15T08:00:00.123456Z"), t);
-  EXPECT_EQ(parse_rfc3339("2027-01-15T08:00:00Z"), t0);
-  EXPECT_EQ(parse_rfc3339("2027-01-15T09:00:00.5+01:00"), t0 + 500ms);
-  EXPECT_FALSE(parse_rfc3339(""));
-  EXPECT_FALSE(parse_rfc3339("2027-01-15 08:00:00Z"));
-  EXPECT_FALSE(parse_rfc3339("2027-01-15T08:00:00"));
-}
-
 TEST(Lease, HeldUntilRenewTimePlusDuration) {
   nlohmann::json lease = {{"spec",
                            {{"holderIdentity", "a"},
