@@ -91,6 +91,14 @@ std::string workload_write(const json& request) {
   return name;
 }
 
+// Whether the request is a write of gracekeeper's own reconciler: its
+// server-side apply or hook patch, both under field manager "gracekeeper".
+bool own_write(const json& request) {
+  const auto options = request.find("options");
+  return options != request.end() && options->is_object() &&
+         text_member(*options, "fieldManager") == kFieldManager;
+}
+
 // The namespace's figures, as the reconciler would plan with them.
 PropagationBook figures(const AdmissionInputs& in,
                         const std::vector<const CachedPolicy*>& policies) {
@@ -322,6 +330,13 @@ AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {
     return answer;
   }
   answer.opted_in = true;
+  if (own_write(request)) {
+    // The reconciler's own write is its plan, on the leader's newest figure;
+    // a replica planning it again from the status could undo a re-tune the
+    // status does not show yet.
+    answer.body = review(uid, nullptr, nullptr);
+    return answer;
+  }
   if (!in.not_ready.empty()) {
     admit_unchanged(
         answer, uid, in.not_ready,

@@ -8,6 +8,11 @@
 // to do. Everything comes from the informers' stores, which every replica
 // keeps: no API call per request.
 //
+// The reconciler's own writes (field manager "gracekeeper") are allowed
+// unchanged: on a replica that is not the leader the figure comes from the
+// policy's status, which can lag the leader's measurement by one status
+// write, and planning the write again with it would undo a re-tune.
+//
 // It never refuses an object: anything else, and any internal error, is
 // allowed unchanged (an error adds a warning). Only a request that is not an
 // AdmissionReview v1 with a uid gets a 400.
@@ -48,7 +53,8 @@ struct AdmissionAnswer {
   enum class Outcome {
     Patched,     // allowed with the plan as a patch
     Unchanged,   // governed and opted in, nothing to change (compliant, DryRun, no figure yet)
-    Ignored,     // not an opted-in Deployment being created or updated, or no governing policy
+    Ignored,     // not an opted-in Deployment being created or updated, no governing
+                 // policy, or the reconciler's own write (field manager "gracekeeper")
     Error,       // allowed unchanged after an internal error, with a warning
     BadRequest,  // not an AdmissionReview v1 with a uid: 400
   };

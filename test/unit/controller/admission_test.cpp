@@ -176,6 +176,28 @@ TEST_F(AdmissionTest, AFollowerPlansWithTheFigureInThePolicysStatus) {
   EXPECT_FALSE(response(stale).contains("patch"));
 }
 
+// The leader's re-tune must not be planned again by a follower, whose figure
+// (the policy's status) can lag: a write under gracekeeper's own field
+// manager is allowed as it is. The same object from anyone else is planned.
+TEST_F(AdmissionTest, TheReconcilersOwnWriteIsAllowedAsItIs) {
+  const PropagationBook empty;  // a follower
+  json r = review(deployment(), "UPDATE");
+  r["request"]["options"] = {{"kind", "PatchOptions"},
+                             {"apiVersion", "meta.k8s.io/v1"},
+                             {"fieldManager", "gracekeeper"},
+                             {"force", true}};
+  const AdmissionAnswer own = admit_review(r, &empty);
+  EXPECT_EQ(own.outcome, Outcome::Ignored);
+  EXPECT_TRUE(own.opted_in);
+  EXPECT_FALSE(response(own).contains("patch"));
+
+  r["request"]["options"]["fieldManager"] = "kubectl-client-side-apply";
+  const AdmissionAnswer theirs = admit_review(r, &empty);
+  EXPECT_EQ(theirs.outcome, Outcome::Patched);
+  r["request"]["options"] = "garbage";  // no options object: planned as anyone's
+  EXPECT_EQ(admit_review(r, &empty).outcome, Outcome::Patched);
+}
+
 TEST_F(AdmissionTest, ADryRunRequestIsMutatedTheSameWay) {
   json r = review(deployment());
   const AdmissionAnswer real = admit_review(r);
