@@ -1,13 +1,9 @@
 #include "gracekeeper/kube/leader_election.h"
 
-#include <fmt/core.h>
-
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <cstdio>
-#include <ctime>
 #include <variant>
 
 #include "gracekeeper/core/time.h"
