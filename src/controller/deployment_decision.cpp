@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <functional>
 
 #include "gracekeeper/budget/apply.h"
@@ -258,33 +257,6 @@ std::vector<std::string> owners_of(const nlohmann::json& managed_fields, std::st
   }
   std::ranges::sort(out);
   out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
-std::vector<std::pair<std::string, std::string>> folded_findings(std::string_view note) {
-  std::vector<std::pair<std::string, std::string>> out;
-  const auto also = note.find(". Also ");
-  if (also == std::string_view::npos) return out;
-  std::string_view rest = note.substr(also + 7);
-  // "CODE: note; CODE: note": a code is one CamelCase word followed by ": ",
-  // which no finding's message contains after "; ".
-  auto is_code_at = [&](std::size_t at) {
-    std::size_t end = at;
-    while (end < rest.size() && std::isalpha(static_cast<unsigned char>(rest[end]))) ++end;
-    return end > at && std::isupper(static_cast<unsigned char>(rest[at])) &&
-           rest.substr(end, 2) == ": ";
-  };
-  while (!rest.empty() && is_code_at(0)) {
-    const auto colon = rest.find(": ");
-    std::string code(rest.substr(0, colon));
-    std::size_t next = colon + 2;
-    while ((next = rest.find("; ", next)) != std::string_view::npos && !is_code_at(next + 2)) {
-      next += 2;
-    }
-    const std::size_t end = next == std::string_view::npos ? rest.size() : next;
-    out.emplace_back(std::move(code), std::string(rest.substr(colon + 2, end - colon - 2)));
-    rest = next == std::string_view::npos ? std::string_view() : rest.substr(next + 2);
-  }
   return out;
 }
 

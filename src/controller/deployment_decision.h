@@ -115,9 +115,5 @@ std::vector<std::string> owners_of(const nlohmann::json& managed_fields, std::st
 // The Tuned Event of a successful write: the changes, the policy and figure,
 // and the findings of the written Deployment; a Warning when one of them is.
 kube::EventRecord tuned_event(const PlannedWrite&, const std::string& policy_name);
-// The findings folded into a Tuned Event's note, as the (reason, note) of
-// the Events they stand for: a restarted operator or a new leader counts
-// them as reported, like the Tuned Event itself.
-std::vector<std::pair<std::string, std::string>> folded_findings(std::string_view tuned_note);
 
 }  // namespace gracekeeper::controller

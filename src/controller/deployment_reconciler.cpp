@@ -502,6 +502,7 @@ void DeploymentReconciler::record_tuned(const std::string& key, const kube::Obje
   ledger_.mark(key, after);
   kube::EventRecord tuned = tuned_event(*decision.write, decision.policy_name);
   tuned.regarding = ref;
+  EventLedger::stamp(tuned, after);
   ledger_.once(key, tuned);  // recorded again until written
   deps_.metrics.count_event(to_string(tuned.type), tuned.reason);
   deps_.events.record(std::move(tuned));
@@ -511,6 +512,7 @@ void DeploymentReconciler::report(const std::string& key, const kube::ObjectRef&
                                   std::vector<kube::EventRecord> events) {
   for (auto& e : ledger_.unreported(key, std::move(events))) {
     e.regarding = ref;
+    EventLedger::stamp(e);
     deps_.metrics.count_event(to_string(e.type), e.reason);
     deps_.events.record(std::move(e));
   }

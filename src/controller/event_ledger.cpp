@@ -1,15 +1,49 @@
 #include "event_ledger.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <functional>
+#include <charconv>
+#include <system_error>
 
 namespace gracekeeper::controller {
 
-std::size_t EventLedger::hash(std::string_view reason, std::string_view note) {
-  std::string key;
-  key.reserve(reason.size() + 1 + note.size());
-  key.append(reason).append(1, '\x1f').append(note);
-  return std::hash<std::string>{}(key);
+std::uint64_t EventLedger::hash(std::string_view reason, std::string_view note) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  auto add = [&h](char c) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;
+  };
+  for (char c : reason) add(c);
+  add('\x1f');
+  for (char c : note) add(c);
+  return h;
+}
+
+void EventLedger::stamp(kube::EventRecord& event, const std::vector<kube::EventRecord>& folded) {
+  std::string value = fmt::format("{:016x}", hash(event.reason, event.note));
+  for (const auto& e : folded) value += fmt::format(",{:016x}", hash(e.reason, e.note));
+  event.annotations.insert_or_assign(std::string(kReportsAnnotation), std::move(value));
+}
+
+std::vector<std::uint64_t> EventLedger::reports(
+    const std::map<std::string, std::string>& annotations, std::string_view reason,
+    std::string_view note) {
+  const auto found = annotations.find(std::string(kReportsAnnotation));
+  if (found == annotations.end()) return {hash(reason, note)};
+  std::vector<std::uint64_t> out;
+  std::string_view rest = found->second;
+  while (!rest.empty() && out.size() < kMaxReports) {
+    const auto comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    std::uint64_t h = 0;
+    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), h, 16);
+    if (item.size() == 16 && error == std::errc() && end == item.data() + item.size()) {
+      out.push_back(h);
+    }
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return out;
 }
 
 std::vector<kube::EventRecord> EventLedger::unreported(const std::string& key,
@@ -25,7 +59,7 @@ std::vector<kube::EventRecord> EventLedger::unreported(const std::string& key,
   }
   std::vector<Seen> now;
   for (auto& e : events) {
-    const std::size_t h = hash(e.reason, e.note);
+    const std::uint64_t h = hash(e.reason, e.note);
     if (std::ranges::any_of(now, [h](const Seen& s) { return s.hash == h; })) {
       continue;  // twice in one state
     }
@@ -70,7 +104,7 @@ std::optional<std::chrono::seconds> EventLedger::outcome(const std::string& key,
   auto found = reported_.find(key);
   if (found == reported_.end()) return std::nullopt;
   Entry& entry = found->second;
-  const std::size_t h = hash(event.reason, event.note);
+  const std::uint64_t h = hash(event.reason, event.note);
   Status* status = nullptr;
   bool is_once = false;
   if (entry.once && entry.once->hash == h) {
@@ -100,14 +134,8 @@ std::optional<std::chrono::seconds> EventLedger::outcome(const std::string& key,
   return std::min<std::chrono::seconds>(delay, kRetryMax);
 }
 
-void EventLedger::seed(const std::multimap<std::string, std::string>& reported) {
-  for (const auto& [key, event] : reported) {
-    const auto sep = event.find('\x1f');
-    const std::string_view e(event);
-    reported_[key].state.push_back(
-        {sep == std::string::npos ? hash(e, "") : hash(e.substr(0, sep), e.substr(sep + 1)),
-         Status::Reported});
-  }
+void EventLedger::seed(const std::multimap<std::string, std::uint64_t>& reported) {
+  for (const auto& [key, h] : reported) reported_[key].state.push_back({h, Status::Reported});
 }
 
 std::size_t EventLedger::failed() const {

@@ -13,7 +13,10 @@
 //
 // Kept small, one entry per Deployment with Events: hashes of
 // "reason\x1fnote". Seeded at start from the Events this operator reported
-// before (operator.cpp), so a restart does not report them again.
+// before (operator.cpp), so a restart does not report them again: each of
+// its Events carries, in the annotation gracekeeper.dev/reports, the hashes
+// of what it reports (a Tuned Event: itself and the findings folded into
+// its note), so nothing is read back from an Event's prose.
 #pragma once
 
 #include <chrono>
@@ -50,13 +53,25 @@ class EventLedger {
   std::optional<std::chrono::seconds> outcome(const std::string& key,
                                               const kube::EventRecord& event, bool written);
   void forget(const std::string& key) { reported_.erase(key); }
-  // Deployment key -> "reason\x1fnote".
-  void seed(const std::multimap<std::string, std::string>& reported);
+  // Deployment key -> hash() of an Event reported before.
+  void seed(const std::multimap<std::string, std::uint64_t>& reported);
   std::size_t size() const { return reported_.size(); }
   // Events of all keys whose write failed and that wait to be recorded again.
   std::size_t failed() const;
 
-  static std::size_t hash(std::string_view reason, std::string_view note);
+  // FNV-1a of "reason\x1fnote": the same in every build, since the hashes
+  // outlive the process in the Events' annotation.
+  static std::uint64_t hash(std::string_view reason, std::string_view note);
+  static constexpr std::string_view kReportsAnnotation = "gracekeeper.dev/reports";
+  // Writes into `event`'s annotation what it reports: itself, and the
+  // Events folded into it (16 hex digits each, comma-separated).
+  static void stamp(kube::EventRecord& event, const std::vector<kube::EventRecord>& folded = {});
+  // What an Event written before reports, from its annotations: the hashes
+  // of the annotation (well-formed ones, at most kMaxReports), or, without
+  // the annotation (an older operator's Event), its own hash.
+  static std::vector<std::uint64_t> reports(const std::map<std::string, std::string>& annotations,
+                                            std::string_view reason, std::string_view note);
+  static constexpr std::size_t kMaxReports = 64;
 
   static constexpr std::chrono::seconds kRetryFirst{2};
   static constexpr std::chrono::seconds kRetryMax{300};
@@ -64,7 +79,7 @@ class EventLedger {
  private:
   enum class Status : std::uint8_t { InFlight, Reported, Failed };
   struct Seen {
-    std::size_t hash = 0;
+    std::uint64_t hash = 0;
     Status status = Status::Reported;
   };
   struct Entry {

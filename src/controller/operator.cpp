@@ -71,6 +71,22 @@ bool at_least(const kube::ServerVersion& v, int wanted_minor) {
   return major > 1 || (major == 1 && minor >= wanted_minor);
 }
 
+// What an Event this operator wrote before reports (EventLedger::reports),
+// from the Event object.
+std::vector<std::uint64_t> reported_by(const nlohmann::json& event) {
+  std::map<std::string, std::string> annotations;
+  const auto metadata = event.find("metadata");
+  if (metadata != event.end() && metadata->is_object()) {
+    const auto found = metadata->find("annotations");
+    if (found != metadata->end() && found->is_object()) {
+      for (const auto& [name, value] : found->items()) {
+        if (value.is_string()) annotations.emplace(name, value.get<std::string>());
+      }
+    }
+  }
+  return EventLedger::reports(annotations, event.value("reason", ""), event.value("note", ""));
+}
+
 // The reconcilers a work queue's worker runs (timed()).
 enum class Controller { Deployment, StatefulSet, Policy };
 
@@ -458,7 +474,7 @@ class Operator {
     kube::ListOptions o;
     o.limit = 500;
     // Per kind: the reconciler of that kind reads them.
-    std::map<std::string, std::multimap<std::string, std::string>> reported;
+    std::map<std::string, std::multimap<std::string, std::uint64_t>> reported;
     std::map<std::string, std::map<std::string, TimePoint>> fights;
     do {
       auto page = co_await client_.list(kube::events_v1, options_.watch_namespace, o);
@@ -486,15 +502,7 @@ class Operator {
           }
           const std::string key =
               regarding.value("namespace", "") + "/" + regarding.value("name", "");
-          reported[kind].emplace(key, e.value("reason", "") + '\x1f' + e.value("note", ""));
-          if (e.value("reason", "") == "Tuned") {
-            for (const auto& [reason, note] : folded_findings(e.value("note", ""))) {
-              std::string event = reason;
-              event += '\x1f';
-              event += note;
-              reported[kind].emplace(key, std::move(event));
-            }
-          }
+          for (std::uint64_t h : reported_by(e)) reported[kind].emplace(key, h);
         }
         o.continue_token = page->value("metadata", nlohmann::json::object()).value("continue", "");
       } catch (const nlohmann::json::exception& x) {

@@ -54,14 +54,21 @@ std::string_view to_string(EventType t) {
 std::string dedupe_key(const EventRecord& e) {
   // Length-prefixed fields: no separator can be forged by a field's content.
   std::string key;
+  auto field = [&key](std::string_view f) {
+    key += std::to_string(f.size());
+    key += ':';
+    key += f;
+  };
   for (std::string_view f :
        {std::string_view(e.regarding.api_version), std::string_view(e.regarding.kind),
         std::string_view(e.regarding.namespace_), std::string_view(e.regarding.name),
         std::string_view(e.regarding.uid), to_string(e.type), std::string_view(e.reason),
         std::string_view(e.note)}) {
-    key += std::to_string(f.size());
-    key += ':';
-    key += f;
+    field(f);
+  }
+  for (const auto& [name, value] : e.annotations) {
+    field(name);
+    field(value);
   }
   return key;
 }
@@ -84,8 +91,14 @@ std::optional<EventRecord> decode_key(std::string_view key) {
   std::string type;
   if (!take(e.regarding.api_version) || !take(e.regarding.kind) || !take(e.regarding.namespace_) ||
       !take(e.regarding.name) || !take(e.regarding.uid) || !take(type) || !take(e.reason) ||
-      !take(e.note) || !key.empty() || (type != "Normal" && type != "Warning")) {
+      !take(e.note) || (type != "Normal" && type != "Warning")) {
     return std::nullopt;
+  }
+  while (!key.empty()) {  // the annotations, name and value
+    std::string name;
+    std::string value;
+    if (!take(name) || !take(value)) return std::nullopt;
+    e.annotations.insert_or_assign(std::move(name), std::move(value));
   }
   e.type = type == "Warning" ? EventType::Warning : EventType::Normal;
   return e;
@@ -331,6 +344,7 @@ json event_object(const EventSeriesCache::Entry& entry, std::int64_t count,
       {"note", cut(record.note, kNoteLimit)},
       {"type", std::string(to_string(record.type))},
   };
+  if (!record.annotations.empty()) event["metadata"]["annotations"] = record.annotations;
   if (count >= 2) {
     event["series"] = {{"count", count},
                        {"lastObservedTime", core::format_rfc3339_micro(e.last_time)}};

@@ -19,6 +19,7 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -51,6 +52,9 @@ struct EventRecord {
   std::string reason{};  // UpperCamelCase, e.g. "BudgetClamped"
   std::string action{};  // what was done or failed, e.g. "Tune"
   std::string note{};    // human-readable; cut to 1 kB (the API's limit)
+  // The Event object's metadata.annotations: what a reader needs of the
+  // Event besides its prose (the operator's, EventLedger::stamp).
+  std::map<std::string, std::string> annotations{};
 };
 
 // What identifies "the same event" for deduplication: every field of the

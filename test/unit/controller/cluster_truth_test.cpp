@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "../../../src/controller/event_ledger.h"
 #include "../../../src/controller/services.h"
 #include "fakes.h"
 
@@ -302,8 +303,10 @@ TEST_F(ClusterTruthTest, AFigureThatRisesIsNotASetBack) {
 }
 
 // A new leader reads the Tuned Events back: the findings folded into them
-// count as reported too, or it would report them again on its own.
-TEST(FoldedFindings, ATunedNoteGivesBackTheEventsFoldedIntoIt) {
+// count as reported too, or it would report them again on its own. What an
+// Event reports is in its annotation, not read back from its note (which
+// the server may have cut at 1 kB).
+TEST(ReportedEvents, ATunedEventReportsItselfAndTheFindingsFoldedIntoIt) {
   PlannedWrite w;
   w.changes = "terminationGracePeriodSeconds: 30s -> 46s";
   w.propagation_seconds = 4;
@@ -312,21 +315,48 @@ TEST(FoldedFindings, ATunedNoteGivesBackTheEventsFoldedIntoIt) {
        "one replica: each rollout and node drain leaves a single target"},
       {"ExistingPreStopKept", budget::Severity::Info, "app",
        "the preStop hook (exec) was written by hand and is kept; its duration is unknown, so "
-       "the budget counts it as 6s"},
+       "the budget counts it as 6s; " +
+           std::string(1100, 'x')},
       {"TCPReadinessProbe", budget::Severity::Warning, "proxy", "readiness by tcpSocket: x"}};
-  const auto folded = folded_findings(tuned_event(w, "default").note);
-  ASSERT_EQ(folded.size(), 3u);
-  for (std::size_t i = 0; i < folded.size(); ++i) {
-    const auto e = finding_event(w.findings_after[i]);
-    EXPECT_EQ(folded[i].first, e.reason);
-    EXPECT_EQ(folded[i].second, e.note);
+  std::vector<kube::EventRecord> after;
+  for (const auto& f : w.findings_after) after.push_back(finding_event(f));
+  kube::EventRecord tuned = tuned_event(w, "default");
+  EventLedger::stamp(tuned, after);
+
+  const std::string cut = tuned.note.substr(0, 1024);  // as the server keeps it
+  const auto reports = EventLedger::reports(tuned.annotations, tuned.reason, cut);
+  ASSERT_EQ(reports.size(), 4u);
+  EXPECT_EQ(reports[0], EventLedger::hash(tuned.reason, tuned.note));
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(reports[i + 1], EventLedger::hash(after[i].reason, after[i].note));
   }
-  EXPECT_TRUE(folded_findings("terminationGracePeriodSeconds: 30s -> 46s (policy p, "
-                              "propagation 4s)")
-                  .empty());
-  EXPECT_TRUE(folded_findings("").empty());
-  EXPECT_TRUE(folded_findings(". Also ").empty());
-  EXPECT_TRUE(folded_findings(". Also lowercase: x").empty());
+  // Seeded with them, a new leader's ledger reports none of the findings.
+  EventLedger ledger;
+  std::multimap<std::string, std::uint64_t> seed;
+  for (std::uint64_t h : reports) seed.emplace("shop/web", h);
+  ledger.seed(seed);
+  EXPECT_THAT(ledger.unreported("shop/web", after), IsEmpty());
+  // One that was not folded in is reported.
+  kube::EventRecord other{{}, kube::EventType::Warning, "NotBehindService", "Tune", "no Service"};
+  EXPECT_EQ(ledger.unreported("shop/web", {other}).size(), 1u);
+}
+
+TEST(ReportedEvents, TheAnnotationIsReadStrictlyAndWithoutItAnEventReportsItself) {
+  // FNV-1a of "Tuned\x1fx": the same in every build.
+  EXPECT_EQ(EventLedger::hash("Tuned", "x"), 0x8f62caa48fee79d2ULL);
+  const std::string key(EventLedger::kReportsAnnotation);
+  EXPECT_THAT(EventLedger::reports({}, "Tuned", "x"), ElementsAre(0x8f62caa48fee79d2ULL));
+  EXPECT_THAT(EventLedger::reports({{"other", "1"}}, "Tuned", "x"),
+              ElementsAre(0x8f62caa48fee79d2ULL));
+  EXPECT_THAT(EventLedger::reports({{key,
+                                     "00000000000000ff,xyz,,0123456789abcdef0,"
+                                     "-000000000000001,ffffffffffffffff"}},
+                                   "Tuned", "x"),
+              ElementsAre(0xffULL, 0xffffffffffffffffULL));
+  EXPECT_THAT(EventLedger::reports({{key, ""}}, "Tuned", "x"), IsEmpty());
+  std::string many;
+  for (int i = 0; i < 100; ++i) many += "00000000000000aa,";
+  EXPECT_EQ(EventLedger::reports({{key, many}}, "Tuned", "x").size(), EventLedger::kMaxReports);
 }
 
 // Issue 32: the budget always holds.

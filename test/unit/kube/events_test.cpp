@@ -89,6 +89,30 @@ TEST(DedupeKey, DecodingRefusesWhatIsNotAKey) {
   EXPECT_FALSE(decode_key(bad));
 }
 
+// Annotations are part of the record: they count in the key, come back
+// from it, and are written as the Event object's metadata.annotations.
+TEST(DedupeKey, AnnotationsCountAndComeBack) {
+  auto e = warning();
+  e.annotations = {{"gracekeeper.dev/reports", "00000000000000ff"}, {"a", ""}};
+  EXPECT_NE(dedupe_key(e), dedupe_key(warning()));
+  const auto decoded = decode_key(dedupe_key(e));
+  ASSERT_TRUE(decoded);
+  EXPECT_EQ(decoded->annotations, e.annotations);
+  EXPECT_EQ(decoded->note, e.note);
+  const std::string key = dedupe_key(e);
+  EXPECT_FALSE(decode_key(key + "1:a"));  // a name without its value
+  EXPECT_TRUE(decode_key(dedupe_key(warning()))->annotations.empty());
+
+  EventSeriesCache cache(4, 360s);
+  ASSERT_TRUE(cache.observe(e, t0, "web.1"));
+  const auto body = event_object(*cache.find(key), 1, "gracekeeper.dev/operator", "pod-a");
+  EXPECT_EQ(body["metadata"]["annotations"]["gracekeeper.dev/reports"], "00000000000000ff");
+  EXPECT_EQ(body["metadata"]["annotations"]["a"], "");
+  const auto plain = dedupe_key(warning());
+  ASSERT_TRUE(cache.observe(warning(), t0, "web.2"));
+  EXPECT_FALSE(event_object(*cache.find(plain), 1, "c", "i")["metadata"].contains("annotations"));
+}
+
 TEST(EventSeriesCache, FirstOccurrenceCreatesWithoutSeries) {
   EventSeriesCache cache(16, 360s);
   ASSERT_TRUE(cache.observe(warning(), t0, "web.1"));
