@@ -242,7 +242,7 @@ std::int64_t DeploymentReconciler::rollouts_in_flight(const std::string& key,
       policy.first, [&](const std::string& other, const CachedDeployment& c) {
         if (other == key) return;
         if (auto it = rolling_.find(other); it != rolling_.end()) {
-          if (c.generation <= it->second) {
+          if (c.generation < it->second) {
             ++n;  // written; the watch has not brought the new generation yet
             return;
           }
@@ -328,18 +328,20 @@ DeploymentReconciler::field_fight(const std::string& key, const CachedDeployment
       ends_in};
 }
 
-// Whether gracekeeper's last write of the Deployment was applied over this
-// snapshot or a newer one. Then the snapshot is stale (an event of the
-// object from before the write, e.g. the Deployment controller's status
-// update, woke the reconcile before the watch brought the write): writing
-// the same fields again would be a second request, a second Tuned Event
-// and, with a new time in gracekeeper.dev/applied, a new generation. The
-// write's own watch event reconciles again: a written change always bumps
-// the generation (spec, or annotations, which bump a Deployment's too).
+// Whether the snapshot is older than gracekeeper's last write of the
+// Deployment (its generation, as the server answered it). Then the snapshot
+// is stale (an event of the object from before the write, e.g. the
+// Deployment controller's status update, woke the reconcile before the watch
+// brought the write): writing the same fields again would be a second
+// request, a second Tuned Event and, with a new time in
+// gracekeeper.dev/applied, a new generation. The write's own watch event
+// reconciles again: a write that changed something always bumps the
+// generation (spec, or annotations, which bump a Deployment's too), and one
+// that changed nothing is not remembered (write_decision).
 bool DeploymentReconciler::written_over(const std::string& key, const CachedDeployment& cached) {
   const auto it = written_.find(key);
   if (it == written_.end()) return false;
-  if (it->second.uid == cached.uid && cached.generation <= it->second.generation) return true;
+  if (it->second.uid == cached.uid && cached.generation < it->second.generation) return true;
   written_.erase(it);
   return false;
 }
@@ -464,13 +466,14 @@ std::optional<ReconcileResult> DeploymentReconciler::take_rollout_slot(
     return Result::after(kRolloutPoll);
   }
   // The slot is taken before the write: other workers count it meanwhile.
-  rolling_.insert_or_assign(key, cached.generation);
+  rolling_.insert_or_assign(key, cached.generation + 1);
   return std::nullopt;
 }
 
 // Writes the decision. Applied, it records the Tuned Event and the reconcile
 // is done; refused, the write is blocked and the refusal joins the
-// decision's Events (nullopt: the caller reports them).
+// decision's Events; applied without a change, nothing is recorded (both
+// nullopt: the caller reports the decision's Events).
 boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::write_decision(
     const std::string& key, const kube::ObjectRef& ref,
     const std::shared_ptr<const CachedDeployment>& cached, DeploymentDecision& decision) {
@@ -478,7 +481,21 @@ boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::wri
   if (!outcome || !outcome->applied) rolling_.erase(key);
   if (!outcome) co_return transient(outcome.error());
   if (outcome->applied) {
-    record_tuned(key, ref, *cached, decision);
+    // An answer without a generation counts as the one after the snapshot's.
+    const std::int64_t written = outcome->generation.value_or(cached->generation + 1);
+    if (written <= cached->generation) {
+      // The server kept the object as it was (a mutating webhook undid the
+      // change, or it already held it): nothing was tuned, nothing rolls,
+      // no new generation will come for it, and the decision's findings
+      // still hold (the caller reports them).
+      rolling_.erase(key);
+      written_.erase(key);
+      log::warn("the write changed nothing",
+                {{log_key(), key}, {"generation", std::to_string(written)}});
+      co_return std::nullopt;
+    }
+    rolling_.insert_or_assign(key, written);
+    record_tuned(key, ref, *cached, decision, written);
     co_return Result::done();
   }
   blocked_.insert_or_assign(
@@ -492,8 +509,8 @@ boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::wri
 
 void DeploymentReconciler::record_tuned(const std::string& key, const kube::ObjectRef& ref,
                                         const CachedDeployment& cached,
-                                        const DeploymentDecision& decision) {
-  written_.insert_or_assign(key, WrittenOver{cached.uid, cached.generation});
+                                        const DeploymentDecision& decision, std::int64_t written) {
+  written_.insert_or_assign(key, Written{cached.uid, written});
   if (blocked_.erase(key)) deps_.policy_changed(decision.policy_key);
   // One Event for the tune, with the findings of the written Deployment
   // folded in; its next reconcile reports only what differs from them.
@@ -570,6 +587,7 @@ DeploymentReconciler::write(const std::string& ns, const std::string& name, cons
   log::info("tuned", {{log_key(), key}, {"changes", w.changes}});
   WriteOutcome applied;
   applied.applied = true;
+  applied.generation = result->generation;
   co_return applied;
 }
 

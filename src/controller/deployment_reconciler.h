@@ -115,6 +115,7 @@ class DeploymentReconciler {
     bool applied = false;
     std::optional<kube::EventRecord> refused;  // why the server refused it for good
     std::vector<ConflictingField> conflicts;   // the appliers' fields it conflicted on
+    std::optional<std::int64_t> generation;    // applied: the written object's, if the answer said
   };
   // A refused write, and the snapshot of the Deployment last checked for
   // whether its conflicting fields are still another applier's.
@@ -142,7 +143,7 @@ class DeploymentReconciler {
       const std::string& key, const kube::ObjectRef&,
       const std::shared_ptr<const CachedDeployment>&, DeploymentDecision&);
   void record_tuned(const std::string& key, const kube::ObjectRef&, const CachedDeployment&,
-                    const DeploymentDecision&);
+                    const DeploymentDecision&, std::int64_t written_generation);
   void event_outcome(const kube::EventRecord&, bool written);
   boost::asio::awaitable<std::expected<WriteOutcome, std::string>> write(
       const std::string& ns, const std::string& name, const PlannedWrite&,
@@ -181,15 +182,16 @@ class DeploymentReconciler {
     std::int64_t generation = 0;
   };
   std::unordered_map<std::string, SetBacks> set_backs_;
-  // Writes applied -> the object (uid, generation) they were written over,
-  // until the store shows a newer generation (written_over).
-  struct WrittenOver {
+  // Writes applied -> the object written (uid, and the generation the
+  // server answered), until the store shows that generation (written_over).
+  struct Written {
     std::string uid;
     std::int64_t generation = 0;
   };
-  std::unordered_map<std::string, WrittenOver> written_;
-  // Re-tunes written (or being written) -> the generation they were written
-  // over: in flight until the store shows a newer one (rollouts_in_flight).
+  std::unordered_map<std::string, Written> written_;
+  // Re-tunes written (or being written) -> the generation written (before
+  // the answer: the one after the snapshot's): in flight until the store
+  // shows it (rollouts_in_flight).
   std::unordered_map<std::string, std::int64_t> rolling_;
 
   // The last decision's counted part per Deployment, per namespace with the

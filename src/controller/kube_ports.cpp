@@ -18,6 +18,15 @@ class SystemClock final : public Clock {
   TimePoint now() const override { return std::chrono::system_clock::now(); }
 };
 
+// The generation of a write's answer read with read_object = false.
+DeploymentWriter::WrittenObject written_object(const nlohmann::json& answer) {
+  const auto metadata = answer.find("metadata");
+  if (metadata == answer.end() || !metadata->is_object()) return {};
+  const auto generation = metadata->find("generation");
+  if (generation == metadata->end() || !generation->is_number_integer()) return {};
+  return {generation->get<std::int64_t>()};
+}
+
 class KubeDeploymentWriter final : public DeploymentWriter {
  public:
   KubeDeploymentWriter(kube::Client& client, kube::Resource resource)
@@ -31,7 +40,7 @@ class KubeDeploymentWriter final : public DeploymentWriter {
     options.read_object = false;  // the informer's watch brings the patched Deployment
     auto result = co_await client_.apply(resource_, ns, name, configuration, options);
     if (!result) co_return std::unexpected(std::move(result.error()));
-    co_return Written{};
+    co_return written_object(*result);
   }
 
   asio::awaitable<Written> replace_hooks(const std::string& ns, const std::string& name,
@@ -44,7 +53,7 @@ class KubeDeploymentWriter final : public DeploymentWriter {
     auto result = co_await client_.json_patch(resource_, ns, name,
                                               replacement_patch(*current, configuration), options);
     if (!result) co_return std::unexpected(std::move(result.error()));
-    co_return Written{};
+    co_return written_object(*result);
   }
 
   asio::awaitable<std::expected<nlohmann::json, kube::ApiError>> managed_fields(

@@ -40,7 +40,14 @@ class Clock {
 // Writes the fields gracekeeper owns on a Deployment.
 class DeploymentWriter {
  public:
-  using Written = std::expected<void, kube::ApiError>;
+  // What the server answered to a write: the written object's
+  // metadata.generation (nullopt: the answer did not say). The same as
+  // before the write: the write changed nothing (server-side apply of what
+  // the object already holds, or a mutating webhook undid it).
+  struct WrittenObject {
+    std::optional<std::int64_t> generation{};
+  };
+  using Written = std::expected<WrittenObject, kube::ApiError>;
   virtual ~DeploymentWriter() = default;
   // Server-side apply of `configuration` with gracekeeper's field manager.
   virtual boost::asio::awaitable<Written> apply(const std::string& ns, const std::string& name,

@@ -266,10 +266,89 @@ asio::awaitable<Result> Client::send_json(Call call) {
   co_return j;
 }
 
+namespace {
+
+// Stops the parse at the top-level object's metadata.generation (found) or
+// at the end of its metadata (not there).
+class GenerationReader final : public json::json_sax_t {
+ public:
+  std::optional<std::int64_t> generation;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t n) override { return number(n); }
+  bool number_unsigned(number_unsigned_t n) override {
+    return n <= static_cast<number_unsigned_t>(INT64_MAX) ? number(static_cast<std::int64_t>(n))
+                                                          : value();
+  }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override {
+    ++depth_;
+    if (depth_ == 2 && key_ == Key::Metadata) in_metadata_ = true;
+    key_ = Key::Other;
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (depth_ == 1 && k == "metadata") {
+      key_ = Key::Metadata;
+    } else if (depth_ == 2 && in_metadata_ && k == "generation") {
+      key_ = Key::Generation;
+    } else {
+      key_ = Key::Other;
+    }
+    return true;
+  }
+  bool end_object() override {
+    if (depth_ == 2 && in_metadata_) return false;  // metadata without generation
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    ++depth_;
+    key_ = Key::Other;
+    return depth_ > 1;  // the text is an object, not an array
+  }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  enum class Key { Other, Metadata, Generation };
+  bool value() {
+    key_ = Key::Other;
+    return true;
+  }
+  bool number(std::int64_t n) {
+    if (key_ != Key::Generation) return value();
+    generation = n;
+    return false;  // found: stop here
+  }
+  int depth_ = 0;
+  bool in_metadata_ = false;
+  Key key_ = Key::Other;
+};
+
+}  // namespace
+
+std::optional<std::int64_t> metadata_generation(std::string_view text) {
+  GenerationReader reader;
+  json::sax_parse(text, &reader);
+  return reader.generation;
+}
+
 asio::awaitable<Result> Client::send_object(Call call, bool read_object) {
   if (read_object) co_return co_await send_json(std::move(call));
   auto body = co_await send(std::move(call));
   if (!body) co_return std::unexpected(std::move(body.error()));
+  if (auto generation = metadata_generation(*body)) {
+    co_return json{{"metadata", {{"generation", *generation}}}};
+  }
   co_return json::object();
 }
 

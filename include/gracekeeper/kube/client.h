@@ -80,11 +80,18 @@ struct WriteOptions {
   std::string field_manager{};  // fieldManager query parameter, if set
   bool dry_run = false;
   std::string subresource{};  // e.g. "status"
-  // false: a success returns an empty object and the answer (the whole
-  // object written) is not parsed, for a caller that does not read it (or
-  // sees the change on its watch anyway). Errors are decoded either way.
+  // false: the answer (the whole object written) is not parsed, for a
+  // caller that sees the change on its watch anyway. A success returns only
+  // the written object's metadata.generation ({"metadata":{"generation":N}},
+  // read from the answer's first bytes: metadata_generation), or an empty
+  // object when the answer has none. Errors are decoded either way.
   bool read_object = true;
 };
+
+// An object's metadata.generation from its JSON text, reading only as far as
+// that member (an API server writes metadata, and in it generation, near the
+// start); nullopt when the text is not an object with one.
+std::optional<std::int64_t> metadata_generation(std::string_view text);
 
 struct ApplyOptions {
   std::string field_manager{};  // required by the server for apply

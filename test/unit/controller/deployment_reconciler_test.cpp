@@ -272,6 +272,50 @@ TEST_F(DeploymentReconcilerTest, AStaleSnapshotOfAWrittenGenerationIsNotWrittenA
   EXPECT_EQ(world.writer.calls.size(), 3u);
 }
 
+// A write the server answers with the generation the object had (a
+// mutating webhook undid the change, or the object already held it) tuned
+// nothing: no Tuned Event, no rollout slot held, and no waiting for a new
+// generation that never comes: the next reconcile writes again.
+TEST_F(DeploymentReconcilerTest, AWriteThatChangedNothingIsNotWaitedFor) {
+  world.put_deployment(deployment());
+  world.writer.answers.push_back(DeploymentWriter::WrittenObject{1});
+  auto r = world.reconcile_deployment("shop/web");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(*r, Result::done());
+  ASSERT_EQ(world.writer.calls.size(), 1u);
+  EXPECT_THAT(world.events.reasons(), ::testing::Not(::testing::Contains("Tuned")));
+  EXPECT_EQ(world.deployment_controller.rollouts_in_flight("shop/default"), 0);
+
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_EQ(world.writer.calls.size(), 2u);
+  EXPECT_THAT(world.events.reasons(), ::testing::Contains("Tuned"));
+  EXPECT_EQ(world.objects.at("shop/web")["metadata"]["generation"], 2);
+  // The written object, back from the watch: nothing more to write.
+  world.put_deployment(world.objects.at("shop/web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 2u);
+}
+
+// A write answered with a generation further on than the next (another
+// writer's change came first): a snapshot before that generation is stale.
+TEST_F(DeploymentReconcilerTest, TheWrittenGenerationIsTheServersAnswer) {
+  json d = deployment();
+  world.put_deployment(d);
+  world.writer.answers.push_back(DeploymentWriter::WrittenObject{3});
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_EQ(world.writer.calls.size(), 1u);
+  ASSERT_THAT(world.events.reasons(), ::testing::Contains("Tuned"));
+  d["metadata"]["generation"] = 2;  // the other writer's generation, before ours
+  world.put_deployment(d);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 1u) << "wrote again over a snapshot older than its write";
+  // Its rollout slot stays taken until the store shows generation 3.
+  EXPECT_EQ(world.deployment_controller.rollouts_in_flight("shop/default"), 1);
+  d["metadata"]["generation"] = 3;
+  world.put_deployment(d);
+  EXPECT_EQ(world.deployment_controller.rollouts_in_flight("shop/default"), 0);
+}
+
 TEST_F(DeploymentReconcilerTest, ADeletedDeploymentIsForgotten) {
   json d = deployment();
   d["metadata"]["managedFields"] = {{{"manager", "flux"}, {"operation", "Apply"}}};

@@ -255,14 +255,20 @@ inline asio::awaitable<DeploymentWriter::Written> FakeWriter::answer(Call call) 
   if (!answers.empty()) {
     Written w = std::move(answers.front());
     answers.pop_front();
-    if (!w) co_return w;
+    // A refusal, or an answer with a generation: the server's word, and
+    // the stored object stays as it is.
+    if (!w || w->generation) co_return w;
   }
-  // Accepted: the watch brings the object back, written, with a new generation.
-  json object = world_.objects.at(call.key);
+  // Accepted: the watch brings the object back, written, with a new
+  // generation; unless the write changed nothing, as the server does.
+  const json& stored = world_.objects.at(call.key);
+  const std::int64_t generation = stored.at("metadata").value("generation", 1);
+  json object = stored;
   merge(object, call.configuration);
-  object["metadata"]["generation"] = object["metadata"].value("generation", 1) + 1;
+  if (object == stored) co_return WrittenObject{generation};
+  object["metadata"]["generation"] = generation + 1;
   world_.put_deployment(object);
-  co_return Written{};
+  co_return WrittenObject{generation + 1};
 }
 
 inline asio::awaitable<DeploymentWriter::Written> FakeWriter::apply(const std::string& ns,

@@ -291,6 +291,30 @@ TEST(ApiErrorTest, DecodesWithoutStatus) {
   EXPECT_FALSE(decode_api_error(403, "").transient());
 }
 
+// A write's answer read with read_object = false: only metadata.generation,
+// and the parse stops there (a cut answer after it is still read).
+TEST(MetadataGeneration, ReadsOnlyTheTopLevelMetadatasGeneration) {
+  const std::string answer =
+      R"({"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"web",)"
+      R"("labels":{"generation":"7"},"generation":12,"annotations":{"a":"b"}},)"
+      R"("spec":{"template":{"metadata":{"generation":99}}}})";
+  EXPECT_EQ(metadata_generation(answer), 12);
+  EXPECT_EQ(metadata_generation(answer.substr(0, answer.find("\"annotations\""))), 12);
+  EXPECT_EQ(
+      metadata_generation(R"({"spec":{"metadata":{"generation":4}},"metadata":{"generation":5}})"),
+      5);
+  EXPECT_EQ(metadata_generation(R"({"metadata":{"name":"x"},"generation":3})"), std::nullopt);
+  EXPECT_EQ(metadata_generation(R"({"metadata":{"generation":"3"}})"), std::nullopt);
+  EXPECT_EQ(metadata_generation(R"({"metadata":{"generation":1.5}})"), std::nullopt);
+  EXPECT_EQ(metadata_generation(R"({"metadata":{"generation":18446744073709551615}})"),
+            std::nullopt);
+  EXPECT_EQ(metadata_generation(R"([{"metadata":{"generation":3}}])"), std::nullopt);
+  EXPECT_EQ(metadata_generation("{}"), std::nullopt);
+  EXPECT_EQ(metadata_generation(""), std::nullopt);
+  EXPECT_EQ(metadata_generation("{\"metadata\":{\"gen"), std::nullopt);
+  EXPECT_EQ(metadata_generation("not json"), std::nullopt);
+}
+
 // ---------------------------------------------------------------- retries
 
 TEST_F(ClientTest, TooManyRequestsIsRetriedHonouringRetryAfter) {
