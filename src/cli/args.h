@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "gracekeeper/offline/options.h"
+
 namespace gracekeeper::cli {
 
 // Walks command-line arguments: "--flag value", "--flag=value", bare flags
@@ -33,15 +35,10 @@ class FlagCursor {
   std::optional<std::string_view> inline_value_;
 };
 
-struct OfflineOptions {
-  std::vector<std::string> files;         // -f, repeatable; "-" is stdin
-  std::vector<std::string> policy_files;  // --policy, repeatable
-  std::optional<double> propagation_seconds;
-  std::string output;         // plan: yaml|json, check: text|json
-  bool all = false;           // every Deployment, not only opted-in ones
-  int kubernetes_minor = 30;  // --kubernetes-version 1.N: native sleep from 1.30
-  bool in_place = false;      // plan -w: write the edited files back
-  bool diff = false;          // plan --diff: print a unified diff instead of the manifests
+// `plan`'s and `check`'s flags: what the offline engine reads, and how the
+// command writes its output.
+struct OfflineOptions : offline::Options {
+  std::string output;  // plan: yaml|json, check: text|json
   bool help = false;
 };
 

@@ -1,5 +1,3 @@
-#include "offline.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,8 +10,9 @@
 
 #include "gracekeeper/budget/deployment.h"
 #include "gracekeeper/budget/policy.h"
+#include "gracekeeper/offline/offline.h"
 
-namespace gracekeeper::cli {
+namespace gracekeeper::offline {
 namespace {
 
 using budget::Json;
@@ -106,8 +105,7 @@ bool is_opted_in_daemonset(const Json& value) {
 
 class Evaluator {
  public:
-  Evaluator(const OfflineOptions& options, const EvaluatedSink& sink)
-      : options_(options), sink_(sink) {}
+  Evaluator(const Options& options, const EvaluatedSink& sink) : options_(options), sink_(sink) {}
 
   // Takes one document of the input; false when input errors have piled up.
   bool take(const manifest::Document& document, std::size_t source) {
@@ -455,7 +453,7 @@ class Evaluator {
     }
   }
 
-  const OfflineOptions& options_;
+  const Options& options_;
   const EvaluatedSink& sink_;
   Loaded loaded_;
   InputErrors errors_;
@@ -494,7 +492,7 @@ std::shared_ptr<const std::string> read_documents(const manifest::Source& source
 
 }  // namespace
 
-std::expected<Loaded, InputErrors> load_and_evaluate(const OfflineOptions& options,
+std::expected<Loaded, InputErrors> load_and_evaluate(const Options& options,
                                                      std::istream& stdin_stream, bool keep_sources,
                                                      const EvaluatedSink& sink) {
   Evaluator evaluator(options, sink);
@@ -539,4 +537,4 @@ std::expected<Loaded, InputErrors> load_and_evaluate(const OfflineOptions& optio
   return evaluator.finish();
 }
 
-}  // namespace gracekeeper::cli
+}  // namespace gracekeeper::offline

@@ -1,7 +1,11 @@
 // The offline front door of the budget engine: manifests in, planned
-// manifests or findings out. Shared by `plan` and `check`.
+// manifests or findings out, the way `plan` and `check` use it (the command
+// line and its output are cli's). Loading and planning are load.cpp; the
+// second pass, which writes the planned manifests, is second_pass.cpp.
 #pragma once
 
+#include <chrono>
+#include <deque>
 #include <expected>
 #include <filesystem>
 #include <functional>
@@ -11,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "args.h"
 #include "gracekeeper/budget/engine.h"
 #include "gracekeeper/manifest/document.h"
+#include "gracekeeper/offline/options.h"
 
-namespace gracekeeper::cli {
+namespace gracekeeper::offline {
 
 // Everything that makes input unusable (exit 2), each naming file and line.
 using InputErrors = std::vector<std::string>;
@@ -63,8 +67,37 @@ struct Loaded {
 // plan and finding at once. The sink only runs once the whole input has been
 // read without errors: exit 2 still means nothing was printed.
 using EvaluatedSink = std::function<void(Evaluated&&)>;
-std::expected<Loaded, InputErrors> load_and_evaluate(const OfflineOptions& options,
+std::expected<Loaded, InputErrors> load_and_evaluate(const Options& options,
                                                      std::istream& stdin_stream, bool keep_sources,
                                                      const EvaluatedSink& sink = {});
 
-}  // namespace gracekeeper::cli
+// A planned change, kept for the second pass without the projection.
+struct PlannedChange {
+  ObjectAddress address;
+  std::string policy_name;
+  budget::Plan plan;
+};
+
+// The planned changes of one input, in document order: kept for every
+// changed Deployment until the second pass, and dropped there as each is
+// applied. A deque: a vector would hold up to twice their room, and a copy
+// of them all as it grows.
+using Planned = std::deque<PlannedChange>;
+
+// -o json: every document, planned, as one JSON value (a List when several),
+// written as it is produced rather than built whole. `changes` (by input)
+// are dropped as they are applied.
+void write_json(const Loaded& loaded, std::vector<Planned>& changes,
+                std::chrono::system_clock::time_point now, std::ostream& out);
+
+// The YAML output of plan: each input with its edits applied, written to
+// `out`, or as a diff, or back to its file (in_place). Every edited file is
+// read back before anything is written: when one does not read, no file is
+// written, nothing goes to `out`, and the error names the input. Returns
+// the documents that could not be edited in place and were written out
+// whole ("file:line").
+std::expected<std::vector<std::string>, std::string> write_edited(
+    const Options& options, Loaded& loaded, std::vector<Planned>& by_source,
+    std::chrono::system_clock::time_point now, std::ostream& out);
+
+}  // namespace gracekeeper::offline
