@@ -15,22 +15,13 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 C="$REPO/test/cluster"
 . "$C/lib.sh"
 
-. "$REPO/test/integration/checks.sh"   # PASSED, FAILED, pass, fail, check
-# eventually TIMEOUT CMD...: retries CMD every 0.5 s until it succeeds.
-eventually() {
-  local timeout="$1"; shift
-  local deadline=$(( $(date +%s) + timeout ))
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$deadline" ] || return 1
-    sleep 0.5
-  done
-}
+. "$REPO/test/integration/checks.sh"   # ok, not_ok, check, eventually, summary
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-cluster-smoke.XXXXXX")"
 A="$TMP/plain"
 B="$TMP/controllers"
 OWNER_SLEEP=""
-finish() {
+teardown() {  # on exit: clean up, then the count line
   local d
   for d in "$A" "$B"; do
     [ -f "$d/pids" ] && "$C/down" "$d" >/dev/null 2>&1
@@ -41,10 +32,9 @@ finish() {
   else
     echo "kept $TMP for inspection (logs in */logs, audit in */audit.log)"
   fi
-  echo "$PASSED passed, $FAILED failed"
-  [ "$FAILED" -eq 0 ]
+  summary
 }
-trap 'finish; exit $?' EXIT
+trap 'teardown; exit $?' EXIT
 trap 'exit 130' INT TERM
 
 # Processes of the control-plane binaries whose command line mentions DIR.
@@ -76,11 +66,11 @@ check "test/cluster/build succeeds" "$C/build"
 echo "== cluster without controllers in $A"
 t0=$(date +%s.%N)
 if ! "$C/up" "$A"; then
-  fail "up $A"
+  not_ok "up $A"
   exit 1
 fi
 t1=$(date +%s.%N)
-pass "up (to /readyz) took $(awk "BEGIN{printf \"%.1f\", $t1-$t0}")s"
+ok "up (to /readyz) took $(awk "BEGIN{printf \"%.1f\", $t1-$t0}")s"
 set -a; . "$A/env"; set +a
 k() { kubectl --kubeconfig "$KUBECONFIG" "$@"; }
 
@@ -166,11 +156,11 @@ sleep 600 &
 OWNER_SLEEP=$!
 t0=$(date +%s.%N)
 if ! "$C/up" "$B" --with-controllers --etcd-compaction-interval 1m --owner-pid "$OWNER_SLEEP"; then
-  fail "up $B --with-controllers"
+  not_ok "up $B --with-controllers"
   exit 1
 fi
 t1=$(date +%s.%N)
-pass "up --with-controllers took $(awk "BEGIN{printf \"%.1f\", $t1-$t0}")s"
+ok "up --with-controllers took $(awk "BEGIN{printf \"%.1f\", $t1-$t0}")s"
 set -a; . "$B/env"; set +a
 
 check "--etcd-compaction-interval reached kube-apiserver" grep -qx -- "--etcd-compaction-interval=1m" "$B/apiserver.args"

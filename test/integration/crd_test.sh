@@ -25,16 +25,7 @@ CRD="$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml"
 SAMPLES="$ROOT/config/samples"
 NS=shop-prod
 
-PASSED=0
-FAILED=0
-ok() { PASSED=$((PASSED + 1)); echo "ok - $*"; }
-not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $*"; }
-note() { sed 's/^/#   /'; }   # indented diagnostic lines under a check
-finish() {
-  echo "$PASSED passed, $FAILED failed"
-  [ "$FAILED" -eq 0 ]
-  exit $?
-}
+. "$ROOT/test/integration/checks.sh"   # ok, not_ok, note, finish
 
 # ------------------------------------------------------------------ static checks
 # Python reads the CRD and the samples and prints ok/not ok lines itself.

@@ -15,13 +15,7 @@ CLUSTER="${2:-}"
 SAMPLES="$ROOT/config/samples"
 export SOURCE_DATE_EPOCH=1790000000
 
-PASSED=0
-FAILED=0
-ok() { PASSED=$((PASSED + 1)); echo "ok - $*"; }
-not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $*"; }
-expect() {  # expect DESCRIPTION ACTUAL WANTED
-  if [ "$2" = "$3" ]; then ok "$1 ($2)"; else not_ok "$1: got '$2', want '$3'"; fi
-}
+. "$ROOT/test/integration/checks.sh"
 
 WORK="$(mktemp -d)"
 cleanup() {
@@ -150,5 +144,4 @@ else
   not_ok "server-side apply with a zero wait: $(cat "$WORK/zero.out")"
 fi
 
-echo "$PASSED passed, $FAILED failed"
-[ "$FAILED" -eq 0 ]
+summary

@@ -111,12 +111,12 @@ alive() { kill -0 "$1" 2>/dev/null; }
 since=$(now_rfc3339)
 start_replica one --webhook-cert-validity 20 --webhook-ca-validity 60 $([ -n "$HAS_SERVER" ] && echo --webhook-port 19443)
 start_replica two --webhook-cert-validity 20 --webhook-ca-validity 60 $([ -n "$HAS_SERVER" ] && echo --webhook-port 19444)
-if wait_for 20 bash -c "[ -n \"\$(jq -r 'select(.msg == \"webhook serving certificate loaded\")' '$WORK/one.log' '$WORK/two.log' | head -c1)\" ]"; then
+if eventually 20 bash -c "[ -n \"\$(jq -r 'select(.msg == \"webhook serving certificate loaded\")' '$WORK/one.log' '$WORK/two.log' | head -c1)\" ]"; then
   ok "a replica loaded a serving certificate"
 else
   not_ok "no replica loaded a serving certificate within 20 s"
 fi
-wait_for 10 bash -c "[ \"\$(jq -r 'select(.msg == \"webhook serving certificate loaded\") | .sha256' '$WORK/one.log' '$WORK/two.log' | wc -l)\" -ge 2 ]"
+eventually 10 bash -c "[ \"\$(jq -r 'select(.msg == \"webhook serving certificate loaded\") | .sha256' '$WORK/one.log' '$WORK/two.log' | wc -l)\" -ge 2 ]"
 creates=$(jq -r --arg since "$since" 'select(.stage == "ResponseComplete" and .verb == "create" and
     .objectRef.resource == "secrets" and .objectRef.namespace == "gk-certs" and .stageTimestamp > $since) |
     .responseStatus.code' "$CLUSTER/audit.log" | sort | uniq -c | awk '{print $2 "x" $1}' | tr '\n' ' ')
@@ -149,7 +149,7 @@ bundle_is_secret() {
   want=$(secret_json | jq -r '.data["ca.crt"]')
   [ -n "$want" ] && [ "$(bundle_of 0)" = "$want" ] && [ "$(bundle_of 1)" = "$want" ]
 }
-if wait_for 10 bundle_is_secret; then
+if eventually 10 bundle_is_secret; then
   ok "both webhooks' caBundle is the Secret's ca.crt"
 else
   not_ok "caBundle: got '$(bundle_of 0 | head -c 40)' / '$(bundle_of 1 | head -c 40)'"
@@ -157,7 +157,7 @@ fi
 k patch mutatingwebhookconfiguration "$MWC" --type json \
   -p '[{"op":"remove","path":"/webhooks/0/clientConfig/caBundle"},{"op":"replace","path":"/webhooks/1/clientConfig/caBundle","value":"Zm9v"}]' >/dev/null
 reset_at=$(date +%s%N)
-if wait_for 10 bundle_is_secret; then
+if eventually 10 bundle_is_secret; then
   ok "a removed and a replaced caBundle are patched back ($((($(date +%s%N) - reset_at) / 1000000)) ms)"
 else
   not_ok "the reset caBundle was not patched back within 10 s"
@@ -256,7 +256,7 @@ k patch secret -n "$NS" "$SECRET" --type merge -p '{"data":{"tls.crt":"Z2FyYmFnZ
 garbage_replaced() {
   [ "$(secret_key tls.crt | certs_in)" = 1 ] && secret_key ca.key | grep -q 'PRIVATE KEY'
 }
-if wait_for 10 garbage_replaced; then
+if eventually 10 garbage_replaced; then
   ok "garbage in tls.crt and ca.key is replaced"
 else
   not_ok "garbage in the Secret was not replaced within 10 s"
@@ -270,18 +270,18 @@ for i in 1 2 3 4 5; do
   k create secret generic -n "$NS" "$SECRET" --from-literal=tls.crt=x >/dev/null 2>&1 && break
 done
 wrong_type_reported() { grep -q 'not kubernetes.io/tls' "$WORK/one.log" "$WORK/two.log"; }
-if wait_for 10 wrong_type_reported; then
+if eventually 10 wrong_type_reported; then
   ok "a Secret of type Opaque is reported, not overwritten ($(k get secret -n "$NS" "$SECRET" -o jsonpath='{.type}'))"
 else
   not_ok "a Secret of the wrong type was not reported"
 fi
 k delete secret -n "$NS" "$SECRET" >/dev/null
-if wait_for 10 bash -c "[ \"\$(kubectl get secret -n $NS $SECRET -o jsonpath='{.type}' 2>/dev/null)\" = kubernetes.io/tls ]"; then
+if eventually 10 bash -c "[ \"\$(kubectl get secret -n $NS $SECRET -o jsonpath='{.type}' 2>/dev/null)\" = kubernetes.io/tls ]"; then
   ok "once deleted it is created again"
 else
   not_ok "the deleted Secret was not created again"
 fi
-wait_for 10 bundle_is_secret && ok "... and the caBundle follows it" || not_ok "the caBundle does not follow the new Secret"
+eventually 10 bundle_is_secret && ok "... and the caBundle follows it" || not_ok "the caBundle does not follow the new Secret"
 expect "both replicas still run" "$(alive "${PIDS[0]}" && alive "${PIDS[1]}" && echo yes)" yes
 
 # ---- SIGTERM ----
@@ -337,9 +337,9 @@ YAML
     want=$(k get secret -n "$sns" "$rel-webhook-certs" -o jsonpath='{.data.ca\.crt}' 2>/dev/null)
     [ -n "$want" ] && [ "$(k get mutatingwebhookconfiguration "$rel" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')" = "$want" ]
   }
-  wait_for 15 sa_bundle && ok "as the ServiceAccount: the Secret created and the caBundle patched" \
+  eventually 15 sa_bundle && ok "as the ServiceAccount: the Secret created and the caBundle patched" \
     || not_ok "as the ServiceAccount: no Secret or caBundle within 15 s"
-  wait_for 30 grep -q '"webhook certificates renewed"' "$WORK/sa.log" \
+  eventually 30 grep -q '"webhook certificates renewed"' "$WORK/sa.log" \
     && ok "as the ServiceAccount: a renewal written (PUT)" || not_ok "as the ServiceAccount: no renewal within 30 s"
   local denied
   # RBAC's refusals only: other tests share this API server, and an Event
@@ -373,7 +373,7 @@ YAML
     --webhook-cert-secret "$rel-webhook-certs" --webhook-service "$rel-webhook" --webhook-config "$rel" \
     --webhook-cert-resync 1 --webhook-cert-validity 30 >"$WORK/sa2.log" 2>&1 &
   PIDS+=($!)
-  wait_for 10 grep -q '"webhook serving certificate loaded"' "$WORK/sa2.log" \
+  eventually 10 grep -q '"webhook serving certificate loaded"' "$WORK/sa2.log" \
     && ok "a renewal refused (403): the Secret's certificate is served while it is good" \
     || not_ok "a renewal refused: no certificate served"
   grep -q 'Forbidden' "$WORK/sa2.log" && ok "... and the refusal is logged" || not_ok "the refusal is not logged"

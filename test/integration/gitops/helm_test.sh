@@ -42,13 +42,13 @@ gk_entry() {
 # ------------------------------------------ helm install, tuned by the reconciler
 h install checkout "$CHART" -n "$NS" >"$WORK/install.out" 2>&1 &&
   ok "helm install of the app chart" || not_ok "helm install: $(cat "$WORK/install.out")"
-wait_for 20 settings_are "$NS" checkout "6 46 0 1" &&
+eventually 20 settings_are "$NS" checkout "6 46 0 1" &&
   ok "the reconciler tuned the installed Deployment (preStop 6, grace 46, 0/1)" ||
   not_ok "not tuned: '$(settings "$NS" checkout)'"
 expect "installed, then tuned: generation 2" "$(generation checkout)" 2
 # One ReplicaSet, or two when the Deployment controller saw the installed
 # generation before the tune.
-wait_for 10 replicasets_are checkout 1 || wait_for 10 replicasets_are checkout 2
+eventually 10 replicasets_are checkout 1 || eventually 10 replicasets_are checkout 2
 sleep 2
 echo "# installed, then tuned: revision $(revision checkout), $(replicasets checkout) ReplicaSet(s)"
 entry=$(gk_entry checkout)
@@ -64,7 +64,7 @@ probe_mutated() {
   k create --dry-run=server -n "$NS" -f "$WORK/probe.yaml" -o json |
     jq -e '.spec.strategy.rollingUpdate.maxUnavailable == 0' >/dev/null
 }
-wait_for 20 probe_mutated && ok "the API server calls the webhook (a dry-run create is mutated)" ||
+eventually 20 probe_mutated && ok "the API server calls the webhook (a dry-run create is mutated)" ||
   not_ok "the webhook is not called"
 
 # upgrade DESCRIPTION NEW_REPLICASETS HELM_ARGS...: one `helm upgrade`, checked.
@@ -83,8 +83,8 @@ upgrade() {
   ms=$((($(date +%s%N) - t0) / 1000000))
   ok "$what: helm upgrade succeeded (${ms} ms)"
   expect "$what: stored with the budget" "$(settings "$NS" checkout)" "6 46 0 1"
-  wait_for 10 revision_is checkout "$((before_rev + more))"
-  wait_for 10 replicasets_are checkout "$((before_rs + more))"
+  eventually 10 revision_is checkout "$((before_rev + more))"
+  eventually 10 replicasets_are checkout "$((before_rs + more))"
   sleep 3 # time for another ReplicaSet, or a gracekeeper write, to show
   expect "$what: generation $before_gen -> $((before_gen + more))" "$(generation checkout)" "$((before_gen + more))"
   expect "$what: $more new ReplicaSet(s), $more new revision(s)" \

@@ -67,7 +67,7 @@ while True:
     held.append(s.accept()[0])  # never read, never answered
 PY
   HUNG_PID=$!
-  wait_for 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DEAD_PORT"
+  eventually 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DEAD_PORT"
 fi
 register_webhook "$DEAD_PORT"
 start_operator op
@@ -102,13 +102,13 @@ probe_failed_open() {
   k create --dry-run=server -f "$WORK/probe.yaml" >/dev/null &&
     audit_deployment_writes probe "" | grep -q 'failed-open$'
 }
-wait_for 20 probe_failed_open && ok "the API server calls the dead webhook and fails open" ||
+eventually 20 probe_failed_open && ok "the API server calls the dead webhook and fails open" ||
   not_ok "no failed-open admission in the audit log"
 
 # ------------------------------------------ created by the GitOps tool, tuned
 start=$(now_rfc3339)
 k apply -f "$WORK/checkout.yaml" >/dev/null && ok "kubectl apply -f creates checkout" || not_ok "kubectl apply -f"
-wait_for 20 settings_are "$NS" checkout "6 46 0 1" &&
+eventually 20 settings_are "$NS" checkout "6 46 0 1" &&
   ok "the reconciler tuned it (preStop 6, grace 46, 0/1)" || not_ok "not tuned: '$(settings "$NS" checkout)'"
 expect "created, then tuned: generation 2" "$(generation checkout)" 2
 

@@ -29,18 +29,7 @@ for tool in containerd ctr runc jq; do
   command -v "$tool" >/dev/null || { echo "image_test: '$tool' not found (Debian packages containerd, runc, jq)"; exit 1; }
 done
 
-passed=0
-failed=0
-ok() { echo "ok   - $*"; passed=$((passed + 1)); }
-bad() { echo "FAIL - $*"; failed=$((failed + 1)); }
-check() { # check DESCRIPTION WANT GOT
-  if [[ $2 == "$3" ]]; then ok "$1"; else bad "$1: want '$2', got '$3'"; fi
-}
-finish() {
-  echo "$passed passed, $failed failed"
-  ((failed == 0))
-  exit
-}
+. "$ROOT/test/integration/checks.sh"   # ok, not_ok, expect, finish
 
 TMP=$(mktemp -d /tmp/gk-image-test.XXXXXX)
 readonly TMP
@@ -91,7 +80,7 @@ start=$SECONDS
 if "$ROOT/hack/image" >"$TMP/hack-image.out" 2>"$TMP/hack-image.err"; then
   ok "hack/image succeeded in $((SECONDS - start)) s"
 else
-  bad "hack/image failed (exit $?); last lines of its stderr:"
+  not_ok "hack/image failed (exit $?); last lines of its stderr:"
   tail -n 30 "$TMP/hack-image.err" | sed 's/^/    /'
   finish
 fi
@@ -100,7 +89,7 @@ ARCHIVE=$(tail -n 1 "$TMP/hack-image.out")
 if [[ -s $ARCHIVE ]]; then
   ok "archive exists: $ARCHIVE ($(stat -c %s "$ARCHIVE") bytes)"
 else
-  bad "archive '$ARCHIVE' (last line of hack/image's stdout) does not exist or is empty"
+  not_ok "archive '$ARCHIVE' (last line of hack/image's stdout) does not exist or is empty"
   finish
 fi
 
@@ -142,7 +131,7 @@ done
 if "${CTR[@]}" version >/dev/null 2>&1; then
   ok "throw-away containerd $(containerd --version | awk '{ print $3 }') up (pid $CONTAINERD_PID)"
 else
-  bad "containerd did not start; last lines of its log:"
+  not_ok "containerd did not start; last lines of its log:"
   tail -n 20 "$TMP/containerd.log" | sed 's/^/    /'
   finish
 fi
@@ -150,12 +139,12 @@ fi
 if "${CTR[@]}" images import "$ARCHIVE" >"$TMP/import.log" 2>&1; then
   ok "ctr images import"
 else
-  bad "ctr images import failed: $(tr '\n' ' ' <"$TMP/import.log")"
+  not_ok "ctr images import failed: $(tr '\n' ' ' <"$TMP/import.log")"
   finish
 fi
 names=$("${CTR[@]}" images ls -q | sort | tr '\n' ' ')
 for name in "$IMAGE" gracekeeper.test/gracekeeper:dev; do
-  if grep -qw -- "$name" <<<"$names"; then ok "image named $name"; else bad "no image named $name (have: $names)"; fi
+  if grep -qw -- "$name" <<<"$names"; then ok "image named $name"; else not_ok "no image named $name (have: $names)"; fi
 done
 
 # The config, from containerd's content store: manifest -> config blob.
@@ -164,11 +153,11 @@ manifest=$("${CTR[@]}" content get "$manifest_digest" 2>/dev/null)
 config_digest=$(jq -r '.config.digest // empty' <<<"$manifest" 2>/dev/null)
 config=$("${CTR[@]}" content get "$config_digest" 2>/dev/null)
 if [[ -n $config ]]; then
-  check "config User" "65532:65532" "$(jq -r '.config.User' <<<"$config")"
-  check "config Entrypoint" '["/gracekeeper","run"]' "$(jq -c '.config.Entrypoint' <<<"$config")"
-  check "config os/architecture" "linux/$(dpkg --print-architecture)" "$(jq -r '"\(.os)/\(.architecture)"' <<<"$config")"
+  expect "config User" "$(jq -r '.config.User' <<<"$config")" "65532:65532"
+  expect "config Entrypoint" "$(jq -c '.config.Entrypoint' <<<"$config")" '["/gracekeeper","run"]'
+  expect "config os/architecture" "$(jq -r '"\(.os)/\(.architecture)"' <<<"$config")" "linux/$(dpkg --print-architecture)"
 else
-  bad "could not read the image config (manifest '$manifest_digest', config '$config_digest')"
+  not_ok "could not read the image config (manifest '$manifest_digest', config '$config_digest')"
 fi
 
 # hack/image --load DIR: the same archive into "a lab's" containerd, the one
@@ -177,12 +166,12 @@ fi
 printf 'CONTAINERD_ADDRESS=%s\n' "$SOCK" >"$TMP/env"
 if "$ROOT/hack/image" --load "$TMP" >"$TMP/load.out" 2>"$TMP/load.err"; then
   names=$("${CTR[@]}" images ls -q | tr '\n' ' ')
-  if grep -qw -- "$IMAGE" <<<"$names"; then ok "hack/image --load imported $IMAGE"; else bad "after hack/image --load: no $IMAGE (have: $names)"; fi
+  if grep -qw -- "$IMAGE" <<<"$names"; then ok "hack/image --load imported $IMAGE"; else not_ok "after hack/image --load: no $IMAGE (have: $names)"; fi
 else
-  bad "hack/image --load failed; last lines: $(tail -n 5 "$TMP/load.err" | tr '\n' ' ')"
+  not_ok "hack/image --load failed; last lines: $(tail -n 5 "$TMP/load.err" | tr '\n' ' ')"
 fi
 if "$ROOT/hack/image" --no-such-option >/dev/null 2>&1; then rc=0; else rc=$?; fi
-check "hack/image with an unknown option exits" 2 "$rc"
+expect "hack/image with an unknown option exits" "$rc" 2
 
 # `gracekeeper version` in the image, as its user, under runc (its own network
 # namespace, nothing else of the host's).
@@ -190,15 +179,15 @@ if out=$(timeout 120 "${RUN[@]}" "$IMAGE" "gk-image-test-$$" /gracekeeper versio
   if grep -q "$VERSION" <<<"$out"; then
     ok "gracekeeper version in the image: $(head -n 1 <<<"$out")"
   else
-    bad "gracekeeper version in the image printed no '$VERSION': $out"
+    not_ok "gracekeeper version in the image printed no '$VERSION': $out"
   fi
 else
-  bad "ctr run $IMAGE /gracekeeper version failed: $out"
+  not_ok "ctr run $IMAGE /gracekeeper version failed: $out"
 fi
 if out=$(timeout 120 "${RUN[@]}" "$IMAGE" "gk-image-test-id-$$" /bin/sh -c 'id -u; id -g' 2>&1); then
-  check "runs as uid/gid" "65532 65532" "$(tr '\n' ' ' <<<"$out" | sed 's/ $//')"
+  expect "runs as uid/gid" "$(tr '\n' ' ' <<<"$out" | sed 's/ $//')" "65532 65532"
 else
-  bad "ctr run $IMAGE id failed: $out"
+  not_ok "ctr run $IMAGE id failed: $out"
 fi
 
 finish

@@ -61,27 +61,8 @@ if [ "${GK_INGRESS_IN_NETNS:-}" != 1 ]; then
   exec unshare --net -- bash "${BASH_SOURCE[0]}" "$@"
 fi
 
-PASSED=0
-FAILED=0
-ok() { PASSED=$((PASSED + 1)); echo "ok - $*"; }
-not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $*"; }
-note() { sed 's/^/#   /'; }
-expect() {  # expect DESCRIPTION ACTUAL WANTED
-  if [ "$2" = "$3" ]; then ok "$1 ($2)"; else not_ok "$1: got '$2', want '$3'"; fi
-}
-finish() {
-  echo "$PASSED passed, $FAILED failed"
-  [ "$FAILED" -eq 0 ]
-}
-bail() { echo "Bail out! $*"; not_ok "$*"; finish || true; exit 1; }
-# eventually SECONDS CMD...: retries CMD every 0.2 s until it succeeds.
-eventually() {
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.2
-  done
-}
+. "$ROOT/test/integration/checks.sh"   # ok, not_ok, note, expect, eventually, summary
+bail() { echo "Bail out! $*"; not_ok "$*"; summary || true; exit 1; }
 # calc EXPR: awk arithmetic, one decimal.
 calc() { awk "BEGIN { printf \"%.1f\", $1 }"; }
 
@@ -401,4 +382,4 @@ eventually 30 serves a || true
 expect "GET through the second Traefik" "$(req /articles/7)" "200 backend a GET /articles/7 0"
 measure 8
 
-finish
+summary

@@ -36,27 +36,26 @@ SMOKE=0
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-install-test.XXXXXX")"
 LAB="$TMP/lab"
-finish() {
+teardown() {  # on exit: clean up, then the count line
   if [ -f "$LAB/pids" ]; then
-    "$C/down" "$LAB" >"$TMP/down.log" 2>&1 || { fail "down"; cat "$TMP/down.log"; }
+    "$C/down" "$LAB" >"$TMP/down.log" 2>&1 || { not_ok "down"; cat "$TMP/down.log"; }
   fi
   if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
-  echo "$PASSED passed, $FAILED failed"
-  [ "$FAILED" -eq 0 ]
+  summary
 }
-trap 'finish; exit $?' EXIT
+trap 'teardown; exit $?' EXIT
 trap 'exit 130' INT TERM
 
-HELM=$("$REPO/test/tools/build-helm") || { fail "test/tools/build-helm"; exit 1; }
+HELM=$("$REPO/test/tools/build-helm") || { not_ok "test/tools/build-helm"; exit 1; }
 t0=$(now)
-ARCHIVE=$("$REPO/hack/image" | tail -n 1) || { fail "hack/image"; exit 1; }
+ARCHIVE=$("$REPO/hack/image" | tail -n 1) || { not_ok "hack/image"; exit 1; }
 figure "hack-image-seconds $(sub "$(now)" "$t0")"
-[ -f "$ARCHIVE" ] || { fail "hack/image printed no archive ($ARCHIVE)"; exit 1; }
+[ -f "$ARCHIVE" ] || { not_ok "hack/image printed no archive ($ARCHIVE)"; exit 1; }
 VERSION=$(sed -n 's/^project(gracekeeper VERSION \([0-9.]*\).*/\1/p' "$REPO/CMakeLists.txt")
 IMAGE_REPO=gracekeeper.test/gracekeeper
 
 if ! GK_LAB_APP="$APP_BIN" "$C/up" "$LAB" --with-node --image "$ARCHIVE" --owner-pid $$ >"$TMP/up.log" 2>&1; then
-  fail "up --with-node --image"; tail -n 30 "$TMP/up.log"; exit 1
+  not_ok "up --with-node --image"; tail -n 30 "$TMP/up.log"; exit 1
 fi
 . "$LAB/env"
 E="$LAB/exec"
@@ -69,9 +68,9 @@ SA="system:serviceaccount:$NS:gracekeeper"
 t0=$(now)
 if ! h install gracekeeper "$REPO/charts/gracekeeper" -n "$NS" --create-namespace \
   --set image.repository="$IMAGE_REPO" >"$TMP/install.out" 2>&1; then
-  fail "helm install"; cat "$TMP/install.out"; exit 1
+  not_ok "helm install"; cat "$TMP/install.out"; exit 1
 fi
-pass "helm install with only the image overridden"
+ok "helm install with only the image overridden"
 check "NOTES say what uninstall leaves behind" grep -q 'leaves behind, on purpose' "$TMP/install.out"
 ready=0
 eventually 60 bash -c "[ \"\$('$E' kubectl get deploy gracekeeper -n $NS -o jsonpath='{.status.readyReplicas}')\" = 2 ]" && ready=1
@@ -104,7 +103,7 @@ if [ -n "$pid" ]; then
     bash -c "awk '\$5 == \"/\" {print \$6}' /proc/$pid/mountinfo | grep -q '^ro'"
   check "and no privilege escalation (NoNewPrivs)" test "$(awk '/^NoNewPrivs:/ {print $2}' "/proc/$pid/status")" = 1
 else
-  fail "could not find the operator's process"
+  not_ok "could not find the operator's process"
 fi
 
 # ------------------------------------------------------------------ a tune
@@ -162,9 +161,9 @@ t0=$(now)
 deployment checkout | k apply -f - >/dev/null
 if eventually 30 tuned checkout; then
   figure "tune-seconds $(sub "$(now)" "$t0")"
-  pass "the operator in its pod tuned checkout: preStop sleep 6, grace 26, maxUnavailable 0, maxSurge 1"
+  ok "the operator in its pod tuned checkout: preStop sleep 6, grace 26, maxUnavailable 0, maxSurge 1"
 else
-  fail "checkout was not tuned"
+  not_ok "checkout was not tuned"
   k get deploy checkout -n shop -o json | jq -c '.spec.template.spec.containers[0].lifecycle, .spec.template.spec.terminationGracePeriodSeconds, .spec.strategy'
   k logs -n "$NS" "$LEADER" --tail=20
 fi
@@ -256,7 +255,7 @@ PY
     figure "leader-handover-seconds $took"
     check "deleting the leader: another pod leads within lease 15 s + retry 2 s (${took}s)" within "$took" 0 17
   else
-    fail "no new leader within 40 s"
+    not_ok "no new leader within 40 s"
   fi
   sleep 10
   w=$(writes_by_sa "$t_del")
@@ -268,7 +267,7 @@ PY
   for i in $(seq 1 10); do deployment "queued-$i"; echo ---; done | k apply -f - >/dev/null
   sleep 0.3
   pid=$(op_pid "$LEADER")
-  kill -KILL "$pid" 2>/dev/null && pass "SIGKILL to the leader with 10 new Deployments queued" || fail "SIGKILL the leader (pid ${pid:-none})"
+  kill -KILL "$pid" 2>/dev/null && ok "SIGKILL to the leader with 10 new Deployments queued" || not_ok "SIGKILL the leader (pid ${pid:-none})"
   all_tuned() { local i; for i in $(seq 1 10); do tuned "queued-$i" || return 1; done; }
   check "all 10 are tuned after the restart or hand-over" eventually 90 all_tuned
   sleep 5
@@ -283,7 +282,7 @@ PY
     args=$(k get deploy gracekeeper -n "$NS" -o jsonpath='{.spec.template.spec.containers[0].args}')
     check "helm upgrade to logLevel=debug rolled out with --log-level=debug" grep -q 'log-level=debug' <<<"$args"
   else
-    fail "helm upgrade"; cat "$TMP/upgrade.out"
+    not_ok "helm upgrade"; cat "$TMP/upgrade.out"
   fi
   out=$(h upgrade gracekeeper "$REPO/charts/gracekeeper" -n "$NS" --set image.repository="$IMAGE_REPO" \
     --set-string replicas=two 2>&1); rc=$?
@@ -294,9 +293,9 @@ fi
 # ------------------------------------------------------------------ uninstall
 gen_before=$(k get deploy checkout -n shop -o jsonpath='{.metadata.generation}')
 if h uninstall gracekeeper -n "$NS" --wait --timeout 60s >"$TMP/uninstall.out" 2>&1; then
-  pass "helm uninstall"
+  ok "helm uninstall"
 else
-  fail "helm uninstall"; cat "$TMP/uninstall.out"
+  not_ok "helm uninstall"; cat "$TMP/uninstall.out"
 fi
 check "the operator is gone" eventually 30 bash -c "[ -z \"\$('$E' kubectl get pods -n $NS -l app.kubernetes.io/name=gracekeeper -o name)\" ]"
 check "the tuned Deployment keeps running, untouched (generation $gen_before)" \
@@ -318,9 +317,9 @@ images:
     newTag: "$VERSION"
 EOF
   if k apply -k "$TMP/overlay" >"$TMP/kustomize.out" 2>&1; then
-    pass "kubectl apply -k config/default (image set in an overlay)"
+    ok "kubectl apply -k config/default (image set in an overlay)"
   else
-    fail "kubectl apply -k"; cat "$TMP/kustomize.out"
+    not_ok "kubectl apply -k"; cat "$TMP/kustomize.out"
   fi
   dep=$(k get deploy -n "$NS" -o jsonpath='{.items[0].metadata.name}')
   check "config/'s operator ($dep) becomes Available" k wait --for=condition=Available "deploy/$dep" -n "$NS" --timeout=60s

@@ -54,7 +54,7 @@ stop() {  # stop PID: SIGTERM, SIGKILL after 5 s
   kill -KILL "$1" 2>/dev/null
   wait "$1" 2>/dev/null
 }
-finish() {
+teardown() {  # on exit: clean up, then the count line
   stop "$OP_PID"
   stop "$TRAEFIK_PID"
   if [ -f "$LAB/pids" ]; then
@@ -65,17 +65,16 @@ finish() {
     [ -f "$TMP/traefik.log" ] && { echo "# Traefik log (last 20 lines)"; tail -20 "$TMP/traefik.log"; }
   fi
   if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
-  echo "$PASSED passed, $FAILED failed"
-  [ "$FAILED" -eq 0 ]
+  summary
 }
-trap 'finish; exit $?' EXIT
+trap 'teardown; exit $?' EXIT
 trap 'exit 130' INT TERM
 
 t0=$(now)
 if ! GK_LAB_APP="$APP_BIN" "$C/up" "$LAB" --with-node --owner-pid $$ >"$TMP/up.log" 2>&1; then
-  fail "up --with-node"; tail -n 40 "$TMP/up.log"; exit 1
+  not_ok "up --with-node"; tail -n 40 "$TMP/up.log"; exit 1
 fi
-pass "up --with-node in $(sub "$(now)" "$t0")s"
+ok "up --with-node in $(sub "$(now)" "$t0")s"
 . "$LAB/env"
 E="$LAB/exec"
 k() { "$E" kubectl "$@"; }
@@ -258,7 +257,7 @@ for _ in 1 2 3; do
   pod=$(k get pods -n lab -l app=app -o json |
     jq -r '[.items[] | select(.metadata.deletionTimestamp == null)] | sort_by(.metadata.creationTimestamp) | .[0] | "\(.metadata.name) \(.status.podIP)"')
   read -r name ip <<<"$pod"
-  servers | grep -q "//$ip:" || { fail "pod $name ($ip) is not among Traefik's servers before its deletion"; continue; }
+  servers | grep -q "//$ip:" || { not_ok "pod $name ($ip) is not among Traefik's servers before its deletion"; continue; }
   t_del=$(now)
   k delete pod "$name" -n lab --wait=false >/dev/null
   gone=""
@@ -266,7 +265,7 @@ for _ in 1 2 3; do
     if ! servers | grep -q "//$ip:"; then gone=$(now); break; fi
     sleep 0.05
   done
-  [ -n "$gone" ] && lags+=("$(sub "$gone" "$t_del")") || fail "Traefik still routed to $name ($ip) 15 s after its deletion"
+  [ -n "$gone" ] && lags+=("$(sub "$gone" "$t_del")") || not_ok "Traefik still routed to $name ($ip) 15 s after its deletion"
   eventually 60 ready3
   sleep 3   # Traefik quiet again: the next deletion starts from the same state
 done
@@ -281,5 +280,5 @@ check "gracekeeper: the client's summary (${g_total:-none} requests)" test "${g_
 figure "ingress-gracekeeper-lost $(( ${g_total:-0} - ${g_ok:-0} )) of ${g_total:-0} POSTs through Traefik (wait ${WAIT}s)"
 sed -n '/Status code distribution/,$p' "$TMP/gracekeeper.load" | sed 's/^/#   /'
 check "... every POST through Traefik answered 201 during the rollout" test "${g_ok:-0}" = "${g_total:-x}"
-kill -0 "$OP_PID" 2>/dev/null && pass "the operator ran throughout" || fail "the operator died"
-kill -0 "$TRAEFIK_PID" 2>/dev/null && pass "Traefik ran throughout" || fail "Traefik died"
+kill -0 "$OP_PID" 2>/dev/null && ok "the operator ran throughout" || not_ok "the operator died"
+kill -0 "$TRAEFIK_PID" 2>/dev/null && ok "Traefik ran throughout" || not_ok "Traefik died"

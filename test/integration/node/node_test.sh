@@ -41,17 +41,16 @@ in_range() { [[ $1 == "$2"* ]]; }
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-node-test.XXXXXX")"
 LAB="$TMP/lab"
 BG=()   # pids of background helpers (kubectl logs -f, curl), killed on exit
-finish() {
+teardown() {  # on exit: clean up, then the count line
   local p
   for p in ${BG[@]+"${BG[@]}"}; do kill "$p" 2>/dev/null; done
   if [ -f "$LAB/pids" ]; then
     "$C/down" "$LAB" >"$TMP/down-at-exit.log" 2>&1 || cat "$TMP/down-at-exit.log"
   fi
   if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
-  echo "$PASSED passed, $FAILED failed"
-  [ "$FAILED" -eq 0 ]
+  summary
 }
-trap 'finish; exit $?' EXIT
+trap 'teardown; exit $?' EXIT
 trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ bad input
@@ -80,10 +79,10 @@ MIN_SYNC=1
 [ "$SMOKE" = 1 ] || MIN_SYNC=5
 t0=$(now)
 if ! GK_LAB_APP="$APP_BIN" "$C/up" "$LAB" --with-node --proxy-min-sync "$MIN_SYNC" --owner-pid $$ >"$TMP/up.log" 2>&1; then
-  fail "up --with-node"; tail -n 40 "$TMP/up.log"; exit 1
+  not_ok "up --with-node"; tail -n 40 "$TMP/up.log"; exit 1
 fi
 T_UP=$(sub "$(now)" "$t0")
-pass "up --with-node in ${T_UP}s"
+ok "up --with-node in ${T_UP}s"
 figure "up-with-node-seconds $T_UP"
 . "$LAB/env"
 E="$LAB/exec"
@@ -273,17 +272,17 @@ if start_pod prestop 30 5 'args: ["--drain-seconds", "2"]'; then
     check "preStop sleep 5 s: SIGTERM 5 s (+ the kubelet's pickup, at most 2.5 s) after the deletion (${d}s)" within "$d" 4.9 7.5
     check "... and the app exited by itself after it" test -n "$t_exit"
   else
-    fail "preStop: the app's log has no sigterm line"; cat "$TMP/prestop.log"
+    not_ok "preStop: the app's log has no sigterm line"; cat "$TMP/prestop.log"
   fi
   if [ -n "$t_term" ]; then
     d=$(sub "$t_term" "$t_client")
     figure "endpoint-terminating-after-seconds $d"
     check "the EndpointSlice marks the endpoint ready=false terminating=true within a second (${d}s)" within "$d" 0 1.2
   else
-    fail "the EndpointSlice never showed the endpoint as terminating"
+    not_ok "the EndpointSlice never showed the endpoint as terminating"
   fi
 else
-  fail "the preStop pod did not become Ready"
+  not_ok "the preStop pod did not become Ready"
 fi
 
 if [ "$SMOKE" = 0 ]; then
@@ -302,7 +301,7 @@ if [ "$SMOKE" = 0 ]; then
     check "... killed at 8 s after the pickup (+-1 s; pod gone ${d}s after the DELETE)" within "$(sub "$d" "$pickup")" 7 9
     check "... the app never logged an exit (it was killed)" test -z "$(log_event "$TMP/slowdrain.log" exit)"
   else
-    fail "the slow-drain pod did not become Ready"
+    not_ok "the slow-drain pod did not become Ready"
   fi
 
   # Shell form: sh -c with a command after the app, so sh does not exec it.
@@ -315,7 +314,7 @@ if [ "$SMOKE" = 0 ]; then
     check "shell form: SIGTERM never reaches the app" test -z "$(log_event "$TMP/shellform.log" sigterm)"
     check "... it is killed at the grace period, 6 s (+ the pickup, at most 2.5 s: ${d}s)" within "$d" 5.5 8.5
   else
-    fail "the shell-form pod did not become Ready"
+    not_ok "the shell-form pod did not become Ready"
   fi
 
   # kube-proxy's network programming latency, with --proxy-min-sync 5: a
@@ -350,9 +349,9 @@ fi
 # ------------------------------------------------------------------ down
 t0=$(now)
 if "$C/down" "$LAB" >"$TMP/down.log" 2>&1; then
-  pass "down in $(sub "$(now)" "$t0")s"
+  ok "down in $(sub "$(now)" "$t0")s"
 else
-  fail "down"; cat "$TMP/down.log"
+  not_ok "down"; cat "$TMP/down.log"
 fi
 figure "down-seconds $(sub "$(now)" "$t0")"
 check "no node process is left" test -z "$(gk_node_processes "$LAB")"
@@ -389,10 +388,10 @@ if [ "$SMOKE" = 0 ]; then
     check "the owner gone, the watchdog stops the node: no process left" test -z "$(gk_node_processes "$LAB")"
     check "... no namespace, cgroup or mount left" \
       test ! -e "/run/netns/$LAB_NETNS" -a -z "$(gk_node_cgroup_dirs)" -a -z "$(gk_node_mounts "$LAB")"
-    grep -q 'down exited 0' "$LAB/logs/watchdog.log" && pass "the watchdog's down succeeded" ||
-      { fail "the watchdog's down"; cat "$LAB/logs/watchdog.log"; }
+    grep -q 'down exited 0' "$LAB/logs/watchdog.log" && ok "the watchdog's down succeeded" ||
+      { not_ok "the watchdog's down"; cat "$LAB/logs/watchdog.log"; }
     rm -f "$LAB/pids"
   else
-    fail "the second up (watchdog test)"; tail -n 20 "$TMP/up2.log"
+    not_ok "the second up (watchdog test)"; tail -n 20 "$TMP/up2.log"
   fi
 fi

@@ -34,24 +34,23 @@ APP_BIN="${2:?usage: observed_node_test.sh GRACEKEEPER_BINARY LAB_APP_BINARY}"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-observed-node.XXXXXX")"
 LAB="$TMP/lab"
 OP_PID=""
-finish() {
+teardown() {  # on exit: clean up, then the count line
   if [ -n "$OP_PID" ]; then kill -TERM "$OP_PID" 2>/dev/null; wait "$OP_PID" 2>/dev/null; fi
   if [ -f "$LAB/pids" ]; then
     "$C/down" "$LAB" >"$TMP/down-at-exit.log" 2>&1 || cat "$TMP/down-at-exit.log"
   fi
   if [ "$FAILED" -gt 0 ] && [ -f "$TMP/op.log" ]; then echo "# operator log (last 30 lines)"; tail -30 "$TMP/op.log"; fi
   if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
-  echo "$PASSED passed, $FAILED failed"
-  [ "$FAILED" -eq 0 ]
+  summary
 }
-trap 'finish; exit $?' EXIT
+trap 'teardown; exit $?' EXIT
 trap 'exit 130' INT TERM
 
 t0=$(now)
 if ! GK_LAB_APP="$APP_BIN" "$C/up" "$LAB" --with-node --proxy-min-sync 5 --owner-pid $$ >"$TMP/up.log" 2>&1; then
-  fail "up --with-node --proxy-min-sync 5"; tail -n 40 "$TMP/up.log"; exit 1
+  not_ok "up --with-node --proxy-min-sync 5"; tail -n 40 "$TMP/up.log"; exit 1
 fi
-pass "up --with-node --proxy-min-sync 5 in $(sub "$(now)" "$t0")s"
+ok "up --with-node --proxy-min-sync 5 in $(sub "$(now)" "$t0")s"
 . "$LAB/env"
 E="$LAB/exec"
 k() { "$E" kubectl "$@"; }
@@ -196,4 +195,4 @@ p99=$(awk -v total="${total:-0}" '/^kubeproxy_network_programming_duration_secon
         match($0, /le="[^"]+"/); le = substr($0, RSTART + 4, RLENGTH - 5)
         if ($2 >= 0.99 * total && found == "") found = le } END { print found }' <<<"$pm")
 figure "kube-proxy-network-programming-p99-bucket ${p99:-none} (${total:-0} samples) vs Observed ${FIG0}s + consumerSyncSeconds"
-kill -0 "$OP_PID" 2>/dev/null && pass "the operator ran throughout" || fail "the operator died"
+kill -0 "$OP_PID" 2>/dev/null && ok "the operator ran throughout" || not_ok "the operator died"

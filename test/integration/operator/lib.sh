@@ -1,33 +1,13 @@
-# Shared by the operator's integration tests: TAP-ish checks, starting and
-# stopping `gracekeeper run` against a cluster, and reading the audit log.
-# Sourced; expects ROOT, GK (the binary), CLUSTER (test/cluster dir), WORK.
+# Shared by the operator's integration tests: the checks (../checks.sh),
+# starting and stopping `gracekeeper run` against a cluster, and reading the
+# audit log. Sourced; expects ROOT, GK (the binary), CLUSTER (test/cluster
+# dir), WORK.
 
-PASSED=0
-FAILED=0
-ok() { PASSED=$((PASSED + 1)); echo "ok - $*"; }
-not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $*"; }
-note() { sed 's/^/#   /'; }
-expect() {  # expect DESCRIPTION ACTUAL WANTED
-  if [ "$2" = "$3" ]; then ok "$1 ($2)"; else not_ok "$1: got '$2', want '$3'"; fi
-}
-finish() {
-  echo "$PASSED passed, $FAILED failed"
-  [ "$FAILED" -eq 0 ]
-  exit $?
-}
+# shellcheck source=SCRIPTDIR/../checks.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../checks.sh"
 
 export KUBECONFIG="$CLUSTER/kubeconfig"
 k() { kubectl --request-timeout=20s "$@"; }
-
-# wait_for SECONDS COMMAND...: polls every 0.1 s until COMMAND succeeds.
-wait_for() {
-  local deadline=$(($(date +%s%N) + $1 * 1000000000))
-  shift
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s%N)" -ge "$deadline" ] && return 1
-    sleep 0.1
-  done
-}
 
 # start_operator NAME [FLAGS...]: runs `gracekeeper run` in the background,
 # logs to $WORK/NAME.log (JSON lines); sets OP_PID and OP_PORT (metrics and
@@ -46,7 +26,7 @@ start_operator() {
     [ -n "$OP_PORT" ] && break
     sleep 0.1
   done
-  wait_for 20 curl -sf "http://127.0.0.1:$OP_PORT/readyz"
+  eventually 20 curl -sf "http://127.0.0.1:$OP_PORT/readyz"
 }
 
 stop_operator() {  # SIGTERM; sets OP_EXIT and STOP_MS (how long it took to exit)

@@ -106,11 +106,11 @@ policy 1
 deployment "$NS" web "$OPTED"
 start_operator op --propagation-refresh 1 || { not_ok "the operator did not become ready"; finish; }
 
-wait_for 20 settings_are "$NS" web "6 46 0 1" \
+eventually 20 settings_are "$NS" web "6 46 0 1" \
   && ok "web tuned with the fallback staticSeconds 4: $(settings "$NS" web)" \
   || not_ok "web tuned with the fallback: $(settings "$NS" web)"
 reason_is() { [ "$(condition MetricsAvailable reason)" = "$1" ]; }
-wait_for 10 reason_is TooFewSamples \
+eventually 10 reason_is TooFewSamples \
   && ok "too few samples: MetricsAvailable=$(condition MetricsAvailable status), $(condition MetricsAvailable message)" \
   || not_ok "too few samples: MetricsAvailable $(condition MetricsAvailable status) $(condition MetricsAvailable reason)"
 expect "... source Static while falling back" "$(status '{.status.propagation.source}')" Static
@@ -119,16 +119,16 @@ expect "... source Static while falling back" "$(status '{.status.propagation.so
 slice "" r r r r
 sleep 1  # cached before the first change
 slice "$(ago 1)" t r r r
-wait_for 10 observed_is 1 && ok "a terminating endpoint, 1 s after its trigger time: audited" \
+eventually 10 observed_is 1 && ok "a terminating endpoint, 1 s after its trigger time: audited" \
   || not_ok "first termination audited: terminations $(status '{.status.terminations}')"
 slice "$(ago 7)" t t r r
 slice "$(ago 9)" t t t r
-wait_for 10 observed_is 3 && ok "three terminations audited: $(status '{.status.terminations}')" \
+eventually 10 observed_is 3 && ok "three terminations audited: $(status '{.status.terminations}')" \
   || not_ok "three terminations: $(status '{.status.terminations}')"
 expect "... two late (lags 7 and 9 s + 1 s > preStop 6 s)" "$(status '{.status.terminations.late}')" 2
 [ -n "$(status '{.status.terminations.lastLateAt}')" ] && ok "... lastLateAt $(status '{.status.terminations.lastLateAt}')" \
   || not_ok "lastLateAt missing"
-wait_for 10 prop_near 8 \
+eventually 10 prop_near 8 \
   && ok "the Observed figure: p99 of 1, 7, 9 s is the second largest (3 samples < 100), + consumerSyncSeconds 1 = $(status '{.status.propagation.seconds}')" \
   || not_ok "the Observed figure: $(status '{.status.propagation}')"
 status '{.status.propagation.message}' | grep -qF "the second largest" \
@@ -144,34 +144,34 @@ if [ "$(column SOURCE)" = Observed ] && near "$(column PROPAGATION)" 8 && [ "$(c
    [ "$(column LATE)" = 2 ]; then
   ok "kubectl get sdp -o wide: SOURCE Observed, PROPAGATION $(column PROPAGATION), CONSUMER kube-proxy, LATE 2"
 else not_ok "kubectl get sdp -o wide"; note <<<"$out"; fi
-wait_for 20 settings_are "$NS" web "13 53 0 1" && ok "web follows the Observed figure: $(settings "$NS" web)" \
+eventually 20 settings_are "$NS" web "13 53 0 1" && ok "web follows the Observed figure: $(settings "$NS" web)" \
   || not_ok "web follows the figure: $(settings "$NS" web)"
-wait_for 70 late_events_are 1 && ok "one Warning PropagationOutlastedPreStop on web" \
+eventually 70 late_events_are 1 && ok "one Warning PropagationOutlastedPreStop on web" \
   || not_ok "PropagationOutlastedPreStop events: $(late_events)"
 note <<<"$(k get events.events.k8s.io -n "$NS" -o json | jq -r '.items[] | select(.reason == "PropagationOutlastedPreStop") | .note')"
-wait_for 5 metric_is 'gracekeeper_terminations_total{namespace="'"$NS"'",outcome="late",policy="default"}' 2 \
+eventually 5 metric_is 'gracekeeper_terminations_total{namespace="'"$NS"'",outcome="late",policy="default"}' 2 \
   && ok "gracekeeper_terminations_total late 2" || not_ok "terminations_total late: $(metric 'outcome="late"')"
 expect "gracekeeper_terminations_total covered" "$(metric 'gracekeeper_terminations_total{namespace="'"$NS"'",outcome="covered"')" 1
 expect "gracekeeper_endpoint_propagation_seconds_count" "$(metric 'gracekeeper_endpoint_propagation_seconds_count{namespace="'"$NS"'"}')" 3
 
 # ------------------------------------------------------------- bad input
 slice "" t t t t
-wait_for 5 log_has "without a trigger time" && ok "no trigger time: a log line" || not_ok "no log line for a missing trigger time"
-wait_for 5 metric_is 'gracekeeper_endpoint_propagation_anomalies_total{reason="missing"}' 1 \
+eventually 5 log_has "without a trigger time" && ok "no trigger time: a log line" || not_ok "no log line for a missing trigger time"
+eventually 5 metric_is 'gracekeeper_endpoint_propagation_anomalies_total{reason="missing"}' 1 \
   && ok "... counted as a missing drop" || not_ok "missing drop: $(metric 'reason="missing"')"
 slice "" r r r r
 sleep 0.5
 slice "last tuesday" t r r r
-wait_for 5 metric_is 'gracekeeper_endpoint_propagation_anomalies_total{reason="garbage"}' 1 \
+eventually 5 metric_is 'gracekeeper_endpoint_propagation_anomalies_total{reason="garbage"}' 1 \
   && ok "a garbage trigger time: counted as a garbage drop" || not_ok "garbage drop: $(metric 'reason="garbage"')"
 grep -F "last tuesday" "$OP_LOG" | grep -qF "RFC 3339" && ok "... the log line names the value" || not_ok "log line for garbage"
 slice "$(ago -5)" t t r r  # the controller manager's clock 5 s ahead
-wait_for 5 metric_is 'gracekeeper_endpoint_propagation_anomalies_total{reason="clamped"}' 1 \
+eventually 5 metric_is 'gracekeeper_endpoint_propagation_anomalies_total{reason="clamped"}' 1 \
   && ok "a trigger time in the future (skew): clamped to 0 and counted" || not_ok "clamped: $(metric 'reason="clamped"')"
 slice "" r r r r
 sleep 0.5
 slice "$(ago 400)" t r r r  # a stuck controller, or a clock 400 s ahead
-wait_for 5 metric_is 'gracekeeper_endpoint_propagation_anomalies_total{reason="implausible"}' 1 \
+eventually 5 metric_is 'gracekeeper_endpoint_propagation_anomalies_total{reason="implausible"}' 1 \
   && ok "a lag of 400 s (above maxSeconds / safetyFactor = 40 s): counted as implausible" \
   || not_ok "implausible: $(metric 'reason="implausible"')"
 sleep 2  # measured again (--propagation-refresh 1)
@@ -183,17 +183,17 @@ kill -0 "$OP_PID" 2>/dev/null && ok "the operator is still running" || not_ok "t
 
 # ------------------------------------------------------------- consumerSyncSeconds
 policy 5
-wait_for 10 prop_near 12 \
+eventually 10 prop_near 12 \
   && ok "consumerSyncSeconds 5: figure $(status '{.status.propagation.seconds}') (p99 7 + 5)" \
   || not_ok "consumerSyncSeconds 5: $(status '{.status.propagation}')"
-wait_for 20 settings_are "$NS" web "19 59 0 1" && ok "web follows: $(settings "$NS" web)" \
+eventually 20 settings_are "$NS" web "19 59 0 1" && ok "web follows: $(settings "$NS" web)" \
   || not_ok "web follows consumerSyncSeconds 5: $(settings "$NS" web)"
 
 # ------------------------------------------------------------- a declared consumer
 # An ingress controller that reads the slices itself, declared at 9 s: the
 # slowest consumer, so the figure is p99 7 + 9 and CONSUMER says traefik.
 policy 5 4 '{name: traefik, syncSeconds: 9}'
-wait_for 10 prop_near 16 \
+eventually 10 prop_near 16 \
   && ok "a consumer traefik at 9 s: figure $(status '{.status.propagation.seconds}') (p99 7 + 9)" \
   || not_ok "a consumer traefik at 9 s: $(status '{.status.propagation}')"
 expect "... status.propagation.consumer" "$(status '{.status.propagation.consumer}')" traefik
@@ -202,10 +202,10 @@ status '{.status.propagation.message}' | grep -qF "traefik 9s, the slowest consu
   || not_ok "... message: $(status '{.status.propagation.message}')"
 out=$(k get sdp -n "$NS" 2>&1)
 expect "... kubectl get sdp: CONSUMER" "$(column CONSUMER)" traefik
-wait_for 20 settings_are "$NS" web "25 65 0 1" && ok "web follows: $(settings "$NS" web)" \
+eventually 20 settings_are "$NS" web "25 65 0 1" && ok "web follows: $(settings "$NS" web)" \
   || not_ok "web follows the consumer: $(settings "$NS" web)"
 policy 5
-wait_for 20 settings_are "$NS" web "19 59 0 1" && ok "the consumer removed: web back to $(settings "$NS" web)" \
+eventually 20 settings_are "$NS" web "19 59 0 1" && ok "the consumer removed: web back to $(settings "$NS" web)" \
   || not_ok "the consumer removed: $(settings "$NS" web)"
 
 # ------------------------------------------------------------- a restart keeps the figure
@@ -221,7 +221,7 @@ stop_operator
 expect "SIGTERM: exit status" "$OP_EXIT" 0
 start_operator op2 --propagation-refresh 1 || { not_ok "the operator did not restart"; finish; }
 restarted() { log_has "last good value from the status" && status '{.status.propagation.message}' | grep -qF "last good value"; }
-wait_for 10 restarted && ok "restarted with no samples: $(status '{.status.propagation.message}')" \
+eventually 10 restarted && ok "restarted with no samples: $(status '{.status.propagation.message}')" \
   || not_ok "after the restart: $(status '{.status.propagation}')"
 sleep 3  # time for a re-tune, were there one
 expect "... the figure is the one the status held" "$(status '{.status.propagation.seconds}')" "$figure"

@@ -64,7 +64,7 @@ start_operator op1 || not_ok "operator became ready"
 start=$(date +%s%N)
 since_web=$(now_rfc3339)
 deployment op-basic web "$OPTED"
-if wait_for 10 settings_are op-basic web "6 46 0 1"; then
+if eventually 10 settings_are op-basic web "6 46 0 1"; then
   ms=$((($(date +%s%N) - start) / 1000000))
   if [ "$ms" -le 2000 ]; then ok "opted-in Deployment tuned within 2 s of creation (${ms} ms)"
   else not_ok "opted-in Deployment tuned in ${ms} ms, more than 2 s"; fi
@@ -80,9 +80,9 @@ managed_by_gk op-basic web && ok "gracekeeper owns fields of the tuned Deploymen
 # applier writes web: one forced apply takes them, no 409 and no GET first.
 web_requests() { gk_requests_since "$since_web" | grep ' deployments/ web ' | tr '\n' ';'; }
 one_apply() { [ "$(web_requests)" = "patch deployments/ web 200;" ]; }
-wait_for 5 one_apply && ok "the first tune is one apply request, no 409 or GET (audit log)" \
+eventually 5 one_apply && ok "the first tune is one apply request, no 409 or GET (audit log)" \
   || not_ok "gracekeeper's requests for web: $(web_requests)"
-wait_for 5 has_event op-basic web Tuned && ok "Tuned event on the Deployment" || not_ok "no Tuned event"
+eventually 5 has_event op-basic web Tuned && ok "Tuned event on the Deployment" || not_ok "no Tuned event"
 note_tuned=$(event_note op-basic web Tuned)
 case "$note_tuned" in
   *"terminationGracePeriodSeconds: 30s -> 46s"*"maxUnavailable=0"*) ok "Tuned event names old -> new values";;
@@ -99,21 +99,21 @@ deployment op-basic bad-containers '{"gracekeeper.dev/enabled":"true","gracekeep
 
 # A first tune is one Event: the findings of the tuned Deployment are in its note.
 tuned_mentions() { event_note "$1" "$2" Tuned | grep -q "$3"; }
-wait_for 10 tuned_mentions op-basic batch RecreateStrategy && ok "Recreate is reported in the Tuned event" || not_ok "no RecreateStrategy in the Tuned note: $(event_note op-basic batch Tuned)"
+eventually 10 tuned_mentions op-basic batch RecreateStrategy && ok "Recreate is reported in the Tuned event" || not_ok "no RecreateStrategy in the Tuned note: $(event_note op-basic batch Tuned)"
 expect "the first tune of batch is one Event" "$(event_reasons op-basic batch)" "Tuned"
 expect "Recreate is not converted" "$(jp deployment op-basic batch '{.spec.strategy.type}')" "Recreate"
-wait_for 10 tuned_mentions op-basic legacy ExistingPreStopKept && ok "user preStop kept, ExistingPreStopKept in the Tuned event" || not_ok "no ExistingPreStopKept in the Tuned note: $(event_note op-basic legacy Tuned)"
+eventually 10 tuned_mentions op-basic legacy ExistingPreStopKept && ok "user preStop kept, ExistingPreStopKept in the Tuned event" || not_ok "no ExistingPreStopKept in the Tuned note: $(event_note op-basic legacy Tuned)"
 expect "user preStop hook unchanged" "$(jp deployment op-basic legacy '{.spec.template.spec.containers[0].lifecycle.preStop.httpGet.path}')" "/drain"
 tuned_mentions op-basic legacy PreStopUnknownLength && ok "... and never counted as the wait: PreStopUnknownLength in the Tuned event" ||
   not_ok "no PreStopUnknownLength in the Tuned note: $(event_note op-basic legacy Tuned)"
 expect "grace raised around the kept hook (counted as 6 s)" "$(jp deployment op-basic legacy '{.spec.template.spec.terminationGracePeriodSeconds}')" "46"
-wait_for 10 has_event op-basic bad-drain InvalidAnnotation && ok "bad drain-seconds gives an InvalidAnnotation event" || not_ok "no InvalidAnnotation event for bad-drain"
+eventually 10 has_event op-basic bad-drain InvalidAnnotation && ok "bad drain-seconds gives an InvalidAnnotation event" || not_ok "no InvalidAnnotation event for bad-drain"
 case "$(event_note op-basic bad-drain InvalidAnnotation)" in
   *drain-seconds*abc*) ok "the event names the annotation and the value";;
   *) not_ok "InvalidAnnotation note: $(event_note op-basic bad-drain InvalidAnnotation)";;
 esac
 expect "a Deployment with a bad annotation is left as it was" "$(settings op-basic bad-drain)" "none 30 25% 25%"
-wait_for 10 has_event op-basic bad-containers InvalidAnnotation && ok "unknown container in gracekeeper.dev/containers gives an event" || not_ok "no event for bad-containers"
+eventually 10 has_event op-basic bad-containers InvalidAnnotation && ok "unknown container in gracekeeper.dev/containers gives an event" || not_ok "no event for bad-containers"
 sleep 1
 if managed_by_gk op-basic plain; then not_ok "a Deployment without the annotation has a gracekeeper managedFields entry"
 else ok "a Deployment without the annotation is untouched (no gracekeeper managedFields entry)"; fi
@@ -123,7 +123,7 @@ expect "no events about the Deployment without the annotation" "$(event_reasons 
 deployment op-basic late '{}'
 sleep 1
 k annotate deployment -n op-basic late gracekeeper.dev/enabled=true >/dev/null
-wait_for 10 settings_are op-basic late "6 46 0 1" && ok "a Deployment opted in after its creation is tuned" \
+eventually 10 settings_are op-basic late "6 46 0 1" && ok "a Deployment opted in after its creation is tuned" \
   || not_ok "late opt-in: '$(settings op-basic late)'"
 k delete deployment -n op-basic late --wait >/dev/null
 
@@ -142,7 +142,7 @@ cat >"$WORK/old.json" <<'JSON'
 JSON
 SOURCE_DATE_EPOCH=1790000000 "$GK" plan -f "$WORK/old.json" --kubernetes-version 1.29 \
   --propagation-seconds 4 2>/dev/null | k create -f - >/dev/null
-wait_for 10 bash -c "kubectl get deployment -n op-basic old-exec -o jsonpath='{.spec.template.spec.containers[0].lifecycle.preStop}' | grep -q '\"sleep\"'" \
+eventually 10 bash -c "kubectl get deployment -n op-basic old-exec -o jsonpath='{.spec.template.spec.containers[0].lifecycle.preStop}' | grep -q '\"sleep\"'" \
   && ok "an exec sleep hook is switched to the native sleep action" \
   || not_ok "old-exec preStop: $(jp deployment op-basic old-exec '{.spec.template.spec.containers[0].lifecycle.preStop}')"
 expect "... with the exec handler gone" "$(jp deployment op-basic old-exec '{.spec.template.spec.containers[0].lifecycle.preStop}')" '{"sleep":{"seconds":6}}'
@@ -152,7 +152,7 @@ expect "... with the exec handler gone" "$(jp deployment op-basic old-exec '{.sp
 # its budget is not known to hold (PreStopUnknownLength); the bad-* ones are
 # left unchanged.
 columns() { k get shutdownpolicies -n op-basic default --no-headers | awk '{print $2, $3, $4, $5, $6, $7, $8, $9}'; }
-wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.deployments.managed}')\" = 6 ]"
+eventually 10 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.deployments.managed}')\" = 6 ]"
 expect "kubectl get shutdownpolicies columns (MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT READY)" \
   "$(columns)" "Enforce Static 4 6 46 6 3 True"
 # Captured first: with pipefail, `head` closing the pipe early fails kubectl.
@@ -166,10 +166,10 @@ expect "status.observedGeneration" "$(jp sdp op-basic default '{.status.observed
 # A new propagation figure re-tunes: 20 s * 1.5 = 30 s wait; the old wait is
 # too short, so churn control does not hold the repair back.
 k patch sdp -n op-basic default --type merge -p '{"spec":{"propagation":{"staticSeconds":20}}}' >/dev/null
-wait_for 10 settings_are op-basic web "30 70 0 1" && ok "a new propagation figure re-tunes the Deployment (30 s wait, grace 70)" \
+eventually 10 settings_are op-basic web "30 70 0 1" && ok "a new propagation figure re-tunes the Deployment (30 s wait, grace 70)" \
   || not_ok "after staticSeconds 20: '$(settings op-basic web)'"
 columns_are() { [ "$(columns)" = "$1" ]; }
-wait_for 10 columns_are "Enforce Static 20 30 70 6 4 True"
+eventually 10 columns_are "Enforce Static 20 30 70 6 4 True"
 expect "status follows" "$(columns)" "Enforce Static 20 30 70 6 3 True"
 
 # What the schema can catch, it refuses at the API server.
@@ -184,21 +184,21 @@ fi
 ready_reason() { kubectl get sdp -n op-basic default -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}'; }
 k patch sdp -n op-basic default --type merge -p '{"spec":{"selector":{"matchLabels":{"":"x"}}}}' >/dev/null 2>"$WORK/patch.err"
 expect "an empty label key passes the schema" "$(cat "$WORK/patch.err")" ""
-wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].reason}')\" = InvalidSpec ]" \
+eventually 10 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].reason}')\" = InvalidSpec ]" \
   && ok "invalid spec: Ready=False, InvalidSpec" || not_ok "no InvalidSpec condition: $(ready_reason)"
 case "$(kubectl get sdp -n op-basic default -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}')" in
   *matchLabels*"label keys must not be empty"*) ok "the InvalidSpec message names the field";;
   *) not_ok "InvalidSpec message: $(kubectl get sdp -n op-basic default -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}')";;
 esac
 k patch sdp -n op-basic default --type merge -p '{"spec":{"selector":{"matchLabels":{"":null}}}}' >/dev/null
-wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" = True ]" \
+eventually 10 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" = True ]" \
   && ok "fixed: Ready again" || not_ok "still not Ready: $(ready_reason)"
 
 # ------------------------------------------------------------- DryRun and ambiguity
 policy op-dry default "  mode: DryRun"
 deployment op-dry web "$OPTED"
-wait_for 10 has_event op-dry web DryRun && ok "DryRun reports the change as an event" || not_ok "no DryRun event: $(event_reasons op-dry web)"
-wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-dry default -o jsonpath='{.status.deployments.pending}')\" = 1 ]" \
+eventually 10 has_event op-dry web DryRun && ok "DryRun reports the change as an event" || not_ok "no DryRun event: $(event_reasons op-dry web)"
+eventually 10 bash -c "[ \"\$(kubectl get sdp -n op-dry default -o jsonpath='{.status.deployments.pending}')\" = 1 ]" \
   && ok "DryRun writes status (1 pending)" || not_ok "DryRun status: $(jp sdp op-dry default '{.status.deployments}')"
 expect "DryRun does not change the Deployment" "$(settings op-dry web)" "none 30 25% 25%"
 managed_by_gk op-dry web && not_ok "DryRun wrote the Deployment (managedFields)" || ok "DryRun wrote no Deployment (no managedFields entry)"
@@ -206,31 +206,31 @@ managed_by_gk op-dry web && not_ok "DryRun wrote the Deployment (managedFields)"
 policy op-amb one
 policy op-amb two
 deployment op-amb web "$OPTED"
-wait_for 10 has_event op-amb web AmbiguousPolicy && ok "two matching policies give an AmbiguousPolicy event" || not_ok "no AmbiguousPolicy event: $(event_reasons op-amb web)"
+eventually 10 has_event op-amb web AmbiguousPolicy && ok "two matching policies give an AmbiguousPolicy event" || not_ok "no AmbiguousPolicy event: $(event_reasons op-amb web)"
 expect "... and no change" "$(settings op-amb web)" "none 30 25% 25%"
 ready_of() { jp sdp op-amb "$1" '{.status.conditions[?(@.type=="Ready")].status}/{.status.conditions[?(@.type=="Ready")].reason}'; }
 both_conflict() { [ "$(ready_of one)" = False/Conflict ] && [ "$(ready_of two)" = False/Conflict ]; }
-wait_for 10 both_conflict && ok "both policies show Ready=False, Conflict" \
+eventually 10 both_conflict && ok "both policies show Ready=False, Conflict" \
   || not_ok "Ready of the two policies: one $(ready_of one), two $(ready_of two)"
 expect "... naming the other and the Deployment" \
   "$(jp sdp op-amb one '{.status.conditions[?(@.type=="Ready")].message}' | grep -o 'ShutdownPolicy two also selects 1 Deployment (web)')" \
   "ShutdownPolicy two also selects 1 Deployment (web)"
 k annotate deployment -n op-amb web gracekeeper.dev/policy=two >/dev/null
 both_ready() { [ "$(ready_of one)" = True/Reconciled ] && [ "$(ready_of two)" = True/Reconciled ]; }
-wait_for 10 both_ready && ok "naming one clears the conflict on both" \
+eventually 10 both_ready && ok "naming one clears the conflict on both" \
   || not_ok "after naming one: one $(ready_of one), two $(ready_of two)"
 
 # ------------------------------------------------------------- Services decide whether a wait is needed
 policy op-svc default
 UNSERVED=1 deployment op-svc batch "$OPTED"
-wait_for 10 settings_are op-svc batch "none 40 0 1" \
+eventually 10 settings_are op-svc batch "none 40 0 1" \
   && ok "pods no Service selects: grace and strategy tuned, no preStop wait" \
   || not_ok "unserved Deployment: settings '$(settings op-svc batch)', want 'none 40 0 1'"
 event_note op-svc batch Tuned | grep -q NotBehindService && ok "... and its Tuned event says NotBehindService" \
   || not_ok "Tuned note of batch: $(event_note op-svc batch Tuned)"
 k create service clusterip batch -n op-svc --tcp=80:8080 -o json --dry-run=client |
   jq '.spec.selector = {"app": "batch"}' | k create -f - >/dev/null
-wait_for 10 settings_are op-svc batch "6 46 0 1" && ok "a Service that selects the pods arrives: the wait follows" \
+eventually 10 settings_are op-svc batch "6 46 0 1" && ok "a Service that selects the pods arrives: the wait follows" \
   || not_ok "after the Service: settings '$(settings op-svc batch)', want '6 46 0 1'"
 
 # An opted-in StatefulSet behind a Service is governed like a Deployment:
@@ -252,7 +252,7 @@ sts_settings() {
     jq -r '[(.spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds // "none"),
             .spec.template.spec.terminationGracePeriodSeconds] | map(tostring) | join(" ")'
 }
-wait_for 10 bash -c "$(declare -f k sts_settings); [ \"\$(sts_settings)\" = '6 46' ]" \
+eventually 10 bash -c "$(declare -f k sts_settings); [ \"\$(sts_settings)\" = '6 46' ]" \
   && ok "an opted-in StatefulSet is tuned: preStop 6 s, grace 46 s" \
   || not_ok "StatefulSet db: settings '$(sts_settings)', want '6 46'"
 sts=$(k get statefulset -n op-svc db -o json --show-managed-fields)
@@ -266,13 +266,13 @@ grep -q '^Tuned: .*CapacityDropOnRollout.*maxUnavailable 2 takes 2 of 3 pods dow
   && ok "... its Tuned Event reports maxUnavailable 2 (reported, not changed)" \
   || { not_ok "StatefulSet events"; note <<<"$sts_tuned"; }
 grep -q 'UnsupportedKind' <<<"$sts_tuned" && not_ok "... an UnsupportedKind Event" || ok "... and no UnsupportedKind Event"
-wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-svc default -o jsonpath='{.status.statefulSets.managed} {.status.deployments.managed}')\" = '1 1' ]" \
+eventually 10 bash -c "[ \"\$(kubectl get sdp -n op-svc default -o jsonpath='{.status.statefulSets.managed} {.status.deployments.managed}')\" = '1 1' ]" \
   && ok "the policy's status counts it: statefulSets.managed 1 beside deployments.managed 1" \
   || not_ok "status: $(jp sdp op-svc default '{.status.statefulSets} {.status.deployments}')"
 expect "kubectl get sdp -o wide shows it in the STATEFULSETS column" \
   "$(k get sdp -n op-svc default -o wide | awk 'NR == 1 { c = index($0, "STATEFULSETS") } NR == 2 && c { split(substr($0, c), a, " "); print a[1] }')" 1
 k annotate statefulset -n op-svc db gracekeeper.dev/enabled- >/dev/null
-wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-svc default -o jsonpath='{.status.statefulSets.managed}')\" = 0 ]" \
+eventually 10 bash -c "[ \"\$(kubectl get sdp -n op-svc default -o jsonpath='{.status.statefulSets.managed}')\" = 0 ]" \
   && ok "opted out: no longer counted (statefulSets.managed 0)" \
   || not_ok "after opting out: $(jp sdp op-svc default '{.status.statefulSets}')"
 # (With the operator's credentials: the ServiceAccount run counts every gracekeeper request as its own.)
@@ -292,7 +292,7 @@ expect "... the user's StatefulSet is back: no hook, grace 30, no applied annota
 policy op-roll default '  changes: {maxConcurrentRollouts: 1}'
 for d in r1 r2 r3; do deployment op-roll "$d" "$OPTED"; done
 all_tuned() { local d; for d in r1 r2 r3; do settings_are op-roll "$d" "6 46 0 1" || return 1; done; }
-wait_for 10 all_tuned && ok "op-roll: three first tunes, not held back" || not_ok "op-roll first tunes: $(for d in r1 r2 r3; do settings op-roll $d; echo -n '; '; done)"
+eventually 10 all_tuned && ok "op-roll: three first tunes, not held back" || not_ok "op-roll first tunes: $(for d in r1 r2 r3; do settings op-roll $d; echo -n '; '; done)"
 # rolled_out NAME [CONDITION-JSON]: the controller observed the generation and every replica is new and available.
 rolled_out() {
   local gen conditions=${2:-[]}
@@ -304,21 +304,21 @@ for d in r1 r2 r3; do rolled_out "$d"; done
 retuned_list() { local d; for d in r1 r2 r3; do settings_are op-roll "$d" "12 52 0 1" && echo "$d"; done; }
 retuned() { retuned_list | grep -c . || true; }
 k patch sdp -n op-roll default --type merge -p '{"spec":{"propagation":{"staticSeconds":8}}}' >/dev/null
-wait_for 10 bash -c "$(declare -f k settings settings_are retuned_list retuned); [ \"\$(retuned)\" -ge 1 ]"
+eventually 10 bash -c "$(declare -f k settings settings_are retuned_list retuned); [ \"\$(retuned)\" -ge 1 ]"
 sleep 6  # a poll of the held-back ones (every 5 s)
 expect "the figure rose: one re-tune at a time" "$(retuned)" 1
 queued=0; for d in r1 r2 r3; do has_event op-roll "$d" RolloutQueued && queued=$((queued + 1)); done
 expect "... the other two report RolloutQueued" "$queued" 2
 first=$(retuned_list)
 rolled_out "$first"
-wait_for 10 bash -c "$(declare -f k settings settings_are retuned_list retuned); [ \"\$(retuned)\" -ge 2 ]" \
+eventually 10 bash -c "$(declare -f k settings settings_are retuned_list retuned); [ \"\$(retuned)\" -ge 2 ]" \
   && ok "$first rolled out: the next re-tune started" || not_ok "after $first rolled out: $(retuned) re-tuned"
 sleep 6
 expect "... and only that one" "$(retuned)" 2
 second=$(retuned_list | grep -vx "$first")
 rolled_out "$second" '[{"type":"Progressing","status":"False","reason":"ProgressDeadlineExceeded"}]'
 k patch deployment -n op-roll "$second" --subresource=status --type merge -p '{"status":{"updatedReplicas":1,"availableReplicas":2}}' >/dev/null
-wait_for 10 bash -c "$(declare -f k settings settings_are retuned_list retuned); [ \"\$(retuned)\" -ge 3 ]" \
+eventually 10 bash -c "$(declare -f k settings settings_are retuned_list retuned); [ \"\$(retuned)\" -ge 3 ]" \
   && ok "a rollout past its progress deadline frees its slot too: all three re-tuned" || not_ok "after $second gave up: $(retuned) re-tuned"
 
 # ------------------------------------------------------------- a deploy that sets the fields back: FieldFight
@@ -327,12 +327,12 @@ wait_for 10 bash -c "$(declare -f k settings settings_are retuned_list retuned);
 # within minIntervalSeconds is a FieldFight, and further syncs start nothing.
 policy op-fight default
 CREATE=apply deployment op-fight web "$OPTED"
-wait_for 10 settings_are op-fight web "6 46 0 1" && ok "op-fight: tuned" || not_ok "op-fight: '$(settings op-fight web)'"
+eventually 10 settings_are op-fight web "6 46 0 1" && ok "op-fight: tuned" || not_ok "op-fight: '$(settings op-fight web)'"
 CREATE=apply deployment op-fight web "$OPTED"   # the deploy sets the fields back
-wait_for 10 settings_are op-fight web "6 46 0 1" && ok "op-fight: the first set-back is repaired" \
+eventually 10 settings_are op-fight web "6 46 0 1" && ok "op-fight: the first set-back is repaired" \
   || not_ok "op-fight after one set-back: '$(settings op-fight web)'"
 CREATE=apply deployment op-fight web "$OPTED"   # and again
-wait_for 10 has_event op-fight web FieldFight && ok "the second set-back is a FieldFight Warning" \
+eventually 10 has_event op-fight web FieldFight && ok "the second set-back is a FieldFight Warning" \
   || not_ok "no FieldFight: $(event_reasons op-fight web)"
 event_note op-fight web FieldFight | grep -q '"kubectl-client-side-apply" set gracekeeper.s fields back twice' \
   && ok "... naming the manager (kubectl-client-side-apply)" || not_ok "FieldFight note: $(event_note op-fight web FieldFight)"
@@ -348,14 +348,14 @@ expect "... and the manifest's values stay (the hook it does not name stays too)
 # the interval's end, not a watch event or a resync).
 policy op-fightend default '  changes: {minIntervalSeconds: 15}'
 CREATE=apply deployment op-fightend web "$OPTED"
-wait_for 10 settings_are op-fightend web "6 46 0 1" || not_ok "op-fightend: not tuned: '$(settings op-fightend web)'"
+eventually 10 settings_are op-fightend web "6 46 0 1" || not_ok "op-fightend: not tuned: '$(settings op-fightend web)'"
 CREATE=apply deployment op-fightend web "$OPTED"
-wait_for 10 settings_are op-fightend web "6 46 0 1" || not_ok "op-fightend: first set-back not repaired"
+eventually 10 settings_are op-fightend web "6 46 0 1" || not_ok "op-fightend: first set-back not repaired"
 CREATE=apply deployment op-fightend web "$OPTED"
-wait_for 10 has_event op-fightend web FieldFight && fight_at=$(date +%s) ||
+eventually 10 has_event op-fightend web FieldFight && fight_at=$(date +%s) ||
   not_ok "op-fightend: no FieldFight: $(event_reasons op-fightend web)"
 expect "op-fightend: in the fight, the manifest's values stay" "$(settings op-fightend web)" "6 30 25% 25%"
-if wait_for 30 settings_are op-fightend web "6 46 0 1"; then
+if eventually 30 settings_are op-fightend web "6 46 0 1"; then
   ok "the fight ended by itself: repaired $(($(date +%s) - fight_at)) s after the FieldFight (interval 15 s)"
 else
   not_ok "the fight never ended: '$(settings op-fightend web)'"
@@ -374,17 +374,17 @@ status_of() {
     "{\"status\":{\"observedGeneration\":$gen,\"replicas\":3,\"updatedReplicas\":$2,\"readyReplicas\":3,\"availableReplicas\":3}}" >/dev/null
 }
 deployment op-paused p1 "$OPTED"
-wait_for 10 settings_are op-paused p1 "6 46 0 1" || not_ok "op-paused p1 first tune: '$(settings op-paused p1)'"
+eventually 10 settings_are op-paused p1 "6 46 0 1" || not_ok "op-paused p1 first tune: '$(settings op-paused p1)'"
 k patch deployment -n op-paused p1 --type merge -p '{"spec":{"paused":true}}' >/dev/null
 status_of p1 3
 k patch sdp default -n op-paused --type merge -p '{"spec":{"propagation":{"staticSeconds":8}}}' >/dev/null
-wait_for 10 settings_are op-paused p1 "12 52 0 1" || not_ok "op-paused: paused p1 not re-tuned: '$(settings op-paused p1)'"
+eventually 10 settings_are op-paused p1 "12 52 0 1" || not_ok "op-paused: paused p1 not re-tuned: '$(settings op-paused p1)'"
 status_of p1 0  # observed, but paused: not one pod of the new template
 deployment op-paused p2 "$OPTED"
-wait_for 10 settings_are op-paused p2 "12 52 0 1" || not_ok "op-paused p2 first tune: '$(settings op-paused p2)'"
+eventually 10 settings_are op-paused p2 "12 52 0 1" || not_ok "op-paused p2 first tune: '$(settings op-paused p2)'"
 status_of p2 3
 k patch sdp default -n op-paused --type merge -p '{"spec":{"propagation":{"staticSeconds":12}}}' >/dev/null
-wait_for 15 settings_are op-paused p2 "18 58 0 1" &&
+eventually 15 settings_are op-paused p2 "18 58 0 1" &&
   ok "a paused Deployment's rollout holds no slot: p2 re-tuned" ||
   not_ok "p2 waits behind paused p1: '$(settings op-paused p2)'"
 
@@ -394,9 +394,9 @@ wait_for 15 settings_are op-paused p2 "18 58 0 1" &&
 # would otherwise drop gracekeeper's maxUnavailable, back to its 25% default).
 policy op-manage default '  changes: {maxConcurrentRollouts: "100%"}'
 deployment op-manage web "$OPTED"
-wait_for 10 settings_are op-manage web "6 46 0 1" || not_ok "op-manage: not tuned: '$(settings op-manage web)'"
+eventually 10 settings_are op-manage web "6 46 0 1" || not_ok "op-manage: not tuned: '$(settings op-manage web)'"
 k patch sdp default -n op-manage --type merge -p '{"spec":{"rollout":{"manage":false},"propagation":{"staticSeconds":8}}}' >/dev/null
-wait_for 10 settings_are op-manage web "12 52 0 1" &&
+eventually 10 settings_are op-manage web "12 52 0 1" &&
   ok "rollout.manage: false: the re-tune leaves the strategy (maxUnavailable 0, maxSurge 1)" ||
   not_ok "op-manage after manage: false: '$(settings op-manage web)'"
 # Scaled to 0 with a percentage surge: it stays a percentage.
@@ -405,7 +405,7 @@ k create deployment zero -n op-manage --image=app:1 --replicas=0 -o json --dry-r
   jq --argjson a "$OPTED" '.metadata.annotations = $a | .spec.template.metadata.labels.served = "yes" |
     .spec.strategy = {"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"25%","maxSurge":"25%"}}' |
   k create -f - >/dev/null
-wait_for 10 bash -c "[ \"\$(kubectl get deployment -n op-manage zero -o jsonpath='{.spec.strategy.rollingUpdate.maxUnavailable}')\" = 0 ]" ||
+eventually 10 bash -c "[ \"\$(kubectl get deployment -n op-manage zero -o jsonpath='{.spec.strategy.rollingUpdate.maxUnavailable}')\" = 0 ]" ||
   not_ok "op-manage zero: strategy not tuned"
 expect "scaled to 0: maxSurge stays 25% (not 1), maxUnavailable 0" \
   "$(jp deployment op-manage zero '{.spec.replicas} {.spec.strategy.rollingUpdate.maxSurge} {.spec.strategy.rollingUpdate.maxUnavailable}')" "0 25% 0"
@@ -415,23 +415,23 @@ expect "scaled to 0: maxSurge stays 25% (not 1), maxUnavailable 0" \
 # using server-side apply) is not fought over: FieldConflict, pending.
 policy op-conflict default
 CREATE="apply --server-side --field-manager=flux" deployment op-conflict gitops "$OPTED"
-wait_for 10 has_event op-conflict gitops FieldConflict && ok "another applier's fields give a FieldConflict event" \
+eventually 10 has_event op-conflict gitops FieldConflict && ok "another applier's fields give a FieldConflict event" \
   || not_ok "no FieldConflict event: $(event_reasons op-conflict gitops)"
 case "$(event_note op-conflict gitops FieldConflict)" in
   *'"flux"'*) ok "the event names the manager (flux)";;
   *) not_ok "FieldConflict note: $(event_note op-conflict gitops FieldConflict)";;
 esac
 expect "... and the Deployment is left as it was" "$(settings op-conflict gitops)" "none 30 25% 25%"
-wait_for 10 bash -c "[ \"\$(kubectl get sdp -n op-conflict default -o jsonpath='{.status.deployments.pending}')\" = 1 ]" \
+eventually 10 bash -c "[ \"\$(kubectl get sdp -n op-conflict default -o jsonpath='{.status.deployments.pending}')\" = 1 ]" \
   && ok "the conflict counts as pending in the policy's status" || not_ok "op-conflict status: $(jp sdp op-conflict default '{.status.deployments}')"
 
 # existing: Replace replaces a user's hook and takes fields over from appliers.
 policy op-replace default "  preStop: {existing: Replace}"
 deployment op-replace legacy "$OPTED" "" '{"preStop":{"httpGet":{"path":"/drain","port":8080}}}'
 CREATE="apply --server-side --field-manager=flux" deployment op-replace gitops "$OPTED"
-wait_for 10 settings_are op-replace legacy "6 46 0 1" && ok "existing: Replace replaces a user-written hook with the sleep" \
+eventually 10 settings_are op-replace legacy "6 46 0 1" && ok "existing: Replace replaces a user-written hook with the sleep" \
   || not_ok "op-replace legacy: '$(settings op-replace legacy)'"
-wait_for 10 settings_are op-replace gitops "6 46 0 1" && ok "existing: Replace takes fields over from another applier" \
+eventually 10 settings_are op-replace gitops "6 46 0 1" && ok "existing: Replace takes fields over from another applier" \
   || not_ok "op-replace gitops: '$(settings op-replace gitops)'"
 
 # A change churn control holds back lands once it is due, with no other
@@ -440,13 +440,13 @@ policy op-defer default "  changes: {minIntervalSeconds: 20}"
 k patch sdp -n op-defer default --type merge -p '{"spec":{"propagation":{"staticSeconds":12}}}' >/dev/null
 sleep 1
 deployment op-defer web "$OPTED"
-wait_for 10 settings_are op-defer web "18 58 0 1" && ok "op-defer: tuned to an 18 s wait" \
+eventually 10 settings_are op-defer web "18 58 0 1" && ok "op-defer: tuned to an 18 s wait" \
   || not_ok "op-defer web: '$(settings op-defer web)'"
 tuned_at=$(date +%s)
 k patch sdp -n op-defer default --type merge -p '{"spec":{"propagation":{"staticSeconds":4}}}' >/dev/null
 sleep 5
 expect "a shorter wait is held back by minIntervalSeconds" "$(settings op-defer web)" "18 58 0 1"
-if wait_for 40 settings_are op-defer web "6 46 0 1"; then
+if eventually 40 settings_are op-defer web "6 46 0 1"; then
   ok "the held-back change lands once due, with no other event ($(($(date +%s) - tuned_at)) s after the tune, interval 20 s)"
 else
   not_ok "the held-back change never landed: '$(settings op-defer web)'"
@@ -477,17 +477,17 @@ done
 for pid in $RACER_PID; do kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done; RACER_PID=""
 conflicts=$(gk_requests_since "$since" | grep -c '^update shutdownpolicies/status .* 409$')
 [ "$conflicts" -ge 1 ] && ok "status updates hit 409 under a racing writer ($conflicts)" || not_ok "no 409 provoked"
-wait_for 15 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.propagation.seconds}')\" = \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.spec.propagation.staticSeconds}')\" ]" \
+eventually 15 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.propagation.seconds}')\" = \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.spec.propagation.staticSeconds}')\" ]" \
   && ok "... and the status converges to the latest spec ($(jp sdp op-basic default '{.status.propagation.seconds}') s)" \
   || not_ok "status after the race: $(jp sdp op-basic default '{.status.propagation}')"
 
 # ------------------------------------------------------------- deleting a policy
 # Its Deployments stay as they are and are no longer managed.
 k delete sdp -n op-basic default >/dev/null
-wait_for 10 has_event op-basic web NoMatchingPolicy && ok "deleting the policy: NoMatchingPolicy event" \
+eventually 10 has_event op-basic web NoMatchingPolicy && ok "deleting the policy: NoMatchingPolicy event" \
   || not_ok "no NoMatchingPolicy event after deleting the policy: $(event_reasons op-basic web)"
 expect "deleting the policy leaves the Deployment as it was" "$(settings op-basic web | cut -d' ' -f3,4)" "0 1"
-wait_for 5 bash -c "! curl -sf http://127.0.0.1:$OP_PORT/metrics | grep -q 'gracekeeper_deployments_managed{namespace=\"op-basic\"'" \
+eventually 5 bash -c "! curl -sf http://127.0.0.1:$OP_PORT/metrics | grep -q 'gracekeeper_deployments_managed{namespace=\"op-basic\"'" \
   && ok "its metrics series are removed" || not_ok "op-basic series still exported"
 
 # ------------------------------------------------------------- steady state
@@ -495,7 +495,7 @@ policy op-steady default
 pids=()
 for i in $(seq 1 50); do deployment op-steady "svc-$i" "$OPTED" & pids+=($!); done
 wait "${pids[@]}"
-wait_for 60 bash -c "[ \"\$(kubectl get sdp -n op-steady default -o jsonpath='{.status.deployments.compliant}')\" = 50 ]" \
+eventually 60 bash -c "[ \"\$(kubectl get sdp -n op-steady default -o jsonpath='{.status.deployments.compliant}')\" = 50 ]" \
   && ok "50 opted-in Deployments converge" || not_ok "op-steady: $(jp sdp op-steady default '{.status.deployments}')"
 sleep 3
 since=$(now_rfc3339)
@@ -533,7 +533,7 @@ converged() {
   n=$(kubectl get deployments -n op-restart -o json | jq '[.items[] | select(.spec.template.spec.terminationGracePeriodSeconds == 46)] | length')
   [ "$n" = 21 ]
 }
-wait_for 90 converged && ok "the operator recovers and converges (21 Deployments tuned)" \
+eventually 90 converged && ok "the operator recovers and converges (21 Deployments tuned)" \
   || not_ok "after the restart: $(kubectl get deployments -n op-restart -o json | jq '[.items[] | select(.spec.template.spec.terminationGracePeriodSeconds == 46)] | length') of 21 tuned"
 kill -0 "$OP_PID" 2>/dev/null && ok "the operator is still running" || not_ok "the operator died"
 stop_operator
@@ -549,7 +549,7 @@ for i in $(seq 1 12); do deployment op-cold "c-$i" "$OPTED" & pids+=($!); done
 wait "${pids[@]}"
 since=$(now_rfc3339)
 start_operator op-cold || not_ok "operator started on op-cold"
-wait_for 30 bash -c "[ \"\$(kubectl get sdp -n op-cold default -o jsonpath='{.status.deployments.compliant}')\" = 12 ]" \
+eventually 30 bash -c "[ \"\$(kubectl get sdp -n op-cold default -o jsonpath='{.status.deployments.compliant}')\" = 12 ]" \
   && ok "cold start: 12 Deployments tuned and counted" || not_ok "op-cold: $(jp sdp op-cold default '{.status.deployments}')"
 sleep 2
 cold_status_writes=$(jq -r --arg since "$since" 'select(.stage == "ResponseComplete" and
@@ -561,7 +561,7 @@ stop_operator
 
 # ------------------------------------------------------------- leader election + SIGTERM
 start_operator op3 --leader-elect --leader-election-namespace default --leader-election-id gk-test-leader || not_ok "leader-elected operator ready"
-wait_for 20 bash -c "kubectl get lease -n default gk-test-leader -o jsonpath='{.spec.holderIdentity}' | grep -q ." \
+eventually 20 bash -c "kubectl get lease -n default gk-test-leader -o jsonpath='{.spec.holderIdentity}' | grep -q ." \
   && ok "the operator holds the Lease ($(jp lease default gk-test-leader '{.spec.holderIdentity}'))" || not_ok "no Lease holder"
 grep -q '^gracekeeper_leader 1' <(curl -sf "http://127.0.0.1:$OP_PORT/metrics") && ok "gracekeeper_leader is 1" || not_ok "gracekeeper_leader is not 1"
 stop_operator
@@ -588,14 +588,14 @@ gitops_manifest() {  # gitops_manifest WITH_BUDGET_FIELDS(true|false)
 policy op-release default
 start_operator op-release || not_ok "operator ready (op-release)"
 gitops_manifest true | k apply --server-side --field-manager=flux -f - >/dev/null
-wait_for 10 has_event op-release gitops FieldConflict && ok "op-release: flux's fields give a FieldConflict" \
+eventually 10 has_event op-release gitops FieldConflict && ok "op-release: flux's fields give a FieldConflict" \
   || not_ok "op-release: no FieldConflict: $(event_reasons op-release gitops)"
 generation=$(jp deployment op-release gitops '{.metadata.generation}')
 since=$(now_rfc3339)
 # (The generation flux's own write left: gracekeeper can write within milliseconds.)
 released=$(gitops_manifest false | k apply --server-side --field-manager=flux -f - -o jsonpath='{.metadata.generation}')
 expect "flux releases grace and strategy: the generation is unchanged" "$released" "$generation"
-wait_for 10 settings_are op-release gitops "6 46 0 1" \
+eventually 10 settings_are op-release gitops "6 46 0 1" \
   && ok "the released fields are tuned with no generation change of the user's" \
   || not_ok "op-release gitops after the release: '$(settings op-release gitops)'"
 reads=$(gk_requests_since "$since" | grep -c '^get deployments/ gitops 200$' || true)
@@ -652,9 +652,9 @@ policy op-events default
 GK_OPERATOR_KUBECONFIG="$WORK/events.kubeconfig" start_operator op-events || not_ok "operator ready (op-events)"
 since=$(now_rfc3339)
 deployment op-events web "$OPTED"
-wait_for 10 settings_are op-events web "6 46 0 1" && ok "op-events: tuned" || not_ok "op-events web: '$(settings op-events web)'"
+eventually 10 settings_are op-events web "6 46 0 1" && ok "op-events: tuned" || not_ok "op-events web: '$(settings op-events web)'"
 refused_creates() { gk_requests_since "$since" | grep -c '^create events/ - 403$' || true; }
-wait_for 20 bash -c "[ \$(jq -r --arg since '$since' 'select(.stage == \"ResponseComplete\" and .verb == \"create\" and
+eventually 20 bash -c "[ \$(jq -r --arg since '$since' 'select(.stage == \"ResponseComplete\" and .verb == \"create\" and
     .objectRef.resource == \"events\" and .objectRef.namespace == \"op-events\" and .stageTimestamp > \$since and
     .responseStatus.code == 403) | .verb' '$CLUSTER/audit.log' | grep -c .) -ge 3 ]" \
   && ok "a refused Event is recorded again ($(refused_creates) refused creates)" \
@@ -663,7 +663,7 @@ grep -q '"msg":"event not written, will record it again"' "$OP_LOG" && ok "... a
   || not_ok "no 'event not written' log line"
 generation=$(jp deployment op-events web '{.metadata.generation}')
 k create clusterrolebinding gk-test-events-writer --clusterrole=gk-test-events-writer --serviceaccount=op-events:gk-events >/dev/null
-wait_for 30 has_event op-events web Tuned && ok "once Events may be created, the Tuned Event is written" \
+eventually 30 has_event op-events web Tuned && ok "once Events may be created, the Tuned Event is written" \
   || not_ok "no Tuned Event after the grant: $(event_reasons op-events web)"
 sleep 3
 expect "... once" "$(k get events.events.k8s.io -n op-events -o json | jq '[.items[] | select(.regarding.name == "web" and .reason == "Tuned")] | length')" "1"
@@ -685,7 +685,7 @@ since=$(now_rfc3339)
 start_operator op-exec --min-kubelet-version 1.29 || not_ok "operator ready (op-exec)"
 expect "the operator logs native sleep off" "$(jq -r 'select(.msg == "connected") | .nativeSleep' "$OP_LOG")" "false"
 deployment op-exec web "$OPTED"
-wait_for 10 bash -c "[ \"\$(kubectl get deployment -n op-exec web -o jsonpath='{.spec.template.spec.terminationGracePeriodSeconds}')\" = 46 ]" \
+eventually 10 bash -c "[ \"\$(kubectl get deployment -n op-exec web -o jsonpath='{.spec.template.spec.terminationGracePeriodSeconds}')\" = 46 ]" \
   && ok "op-exec: tuned" || not_ok "op-exec web: $(settings op-exec web)"
 expect "the hook written is exec sleep" "$(jp deployment op-exec web '{.spec.template.spec.containers[0].lifecycle.preStop}')" '{"exec":{"command":["sleep","6"]}}'
 sleep 3

@@ -121,7 +121,7 @@ for ns in $NAMESPACES; do k create namespace "$ns" >/dev/null && serve "$ns"; do
 python3 "$FIXTURES/fixture_exporter.py" --port-file "$WORK/exporter.port" --p99 5 --owner-pid $$ \
   >"$WORK/exporter.log" 2>&1 &
 EXPORTER_PID=$!
-wait_for 10 test -s "$WORK/exporter.port" || { not_ok "the exporter did not start"; finish; }
+eventually 10 test -s "$WORK/exporter.port" || { not_ok "the exporter did not start"; finish; }
 EXPORTER_PORT=$(cat "$WORK/exporter.port")
 if "$FIXTURES/start-prometheus" --owner-pid $$ "$PROM_DIR" "127.0.0.1:$EXPORTER_PORT" >"$WORK/start-prometheus.log" 2>&1; then
   PROM_URL=$(cat "$PROM_DIR/url")
@@ -130,7 +130,7 @@ else
   not_ok "start-prometheus failed"; finish
 fi
 start=$(date +%s%N)
-wait_for 40 prom_near 5 && ok "Prometheus answers the policy's query: p99 $(prom_value) s ($(secs "$(since_ms "$start")"))" \
+eventually 40 prom_near 5 && ok "Prometheus answers the policy's query: p99 $(prom_value) s ($(secs "$(since_ms "$start")"))" \
   || { not_ok "Prometheus's answer to the query: '$(prom_value)', want 5"; finish; }
 
 # ------------------------------------------------------------- first measurement
@@ -143,19 +143,19 @@ start=$(date +%s%N)
 start_operator op --prometheus-url "$PROM_URL" --propagation-refresh "$REFRESH" \
   || { not_ok "operator became ready"; finish; }
 
-if wait_for 20 settings_are ${NS} web "8 48 0 1"; then
+if eventually 20 settings_are ${NS} web "8 48 0 1"; then
   ok "opted-in Deployment tuned to the measured p99 5 s: preStop 8, grace 48 ($(secs "$(since_ms "$start")") after start)"
 else
   not_ok "${NS}/web: settings '$(settings ${NS} web)', want '8 48 0 1'"
 fi
-wait_for 10 settings_are ${HOLD} steady "8 48 0 1" && ok "... and the one in ${HOLD} too" \
+eventually 10 settings_are ${HOLD} steady "8 48 0 1" && ok "... and the one in ${HOLD} too" \
   || not_ok "${HOLD}/steady: settings '$(settings ${HOLD} steady)', want '8 48 0 1'"
 expect "preStop is the native sleep action" \
   "$(jp deployment ${NS} web '{.spec.template.spec.containers[0].lifecycle.preStop}')" '{"sleep":{"seconds":8}}'
 applied=$(jp deployment ${NS} web '{.metadata.annotations.gracekeeper\.dev/applied}')
 near "$(jq -r .propagation <<<"$applied" 2>/dev/null)" 5 && ok "applied annotation records propagation 5 ($applied)" \
   || not_ok "applied annotation: $applied"
-wait_for 10 bash -c "[ \"\$(kubectl get sdp -n ${NS} default -o jsonpath='{.status.deployments.compliant}')\" = 1 ]" || true
+eventually 10 bash -c "[ \"\$(kubectl get sdp -n ${NS} default -o jsonpath='{.status.deployments.compliant}')\" = 1 ]" || true
 expect "status.propagation.source" "$(jp sdp ${NS} default '{.status.propagation.source}')" "Prometheus"
 prop_near ${NS} 5 && ok "status.propagation.seconds is the exporter's p99 ($(prop ${NS}))" \
   || not_ok "status.propagation.seconds: '$(prop ${NS})', want 5"
@@ -186,17 +186,17 @@ near "$gauge" 5 \
 since=$(now_rfc3339)
 start=$(date +%s%N)
 exporter_set p99=12 || not_ok "exporter /set?p99=12"
-if wait_for 25 settings_are ${NS} web "18 58 0 1"; then
+if eventually 25 settings_are ${NS} web "18 58 0 1"; then
   ok "p99 5 -> 12: the Deployment follows to preStop 18, grace 58 in $(secs "$(since_ms "$start")")"
 else
   not_ok "p99 5 -> 12: settings '$(settings ${NS} web)' after 25 s, want '18 58 0 1'"
 fi
-if wait_for 25 prop_near ${NS} 12; then
+if eventually 25 prop_near ${NS} 12; then
   ok "p99 5 -> 12: status.propagation.seconds follows to $(prop ${NS}) in $(secs "$(since_ms "$start")")"
 else
   not_ok "p99 5 -> 12: status.propagation.seconds '$(prop ${NS})' after 25 s, want 12"
 fi
-wait_for 10 settings_are ${HOLD} steady "18 58 0 1" \
+eventually 10 settings_are ${HOLD} steady "18 58 0 1" \
   && ok "a rise is a broken budget, repaired despite minIntervalSeconds 3600 (${HOLD}: 18 58)" \
   || not_ok "${HOLD}/steady after the rise: '$(settings ${HOLD} steady)', want '18 58 0 1'"
 # The figure climbs through the rate() range, so the rise may take several
@@ -221,7 +221,7 @@ sleep 1
 since=$(now_rfc3339)
 start=$(date +%s%N)
 exporter_set p99=11 || not_ok "exporter /set?p99=11"
-if wait_for 25 prop_near ${NS} 11; then
+if eventually 25 prop_near ${NS} 11; then
   ok "p99 12 -> 11: status.propagation.seconds follows to $(prop ${NS}) in $(secs "$(since_ms "$start")")"
 else
   not_ok "p99 12 -> 11: status.propagation.seconds '$(prop ${NS})' after 25 s, want 11"
@@ -246,14 +246,14 @@ lowered() { local s; s=$(settings "$1" "$2"); [ "$s" = "11 51 0 1" ] || [ "$s" =
 since=$(now_rfc3339)
 start=$(date +%s%N)
 exporter_set p99=7 || not_ok "exporter /set?p99=7"
-if wait_for 30 lowered ${NS} web; then
+if eventually 30 lowered ${NS} web; then
   ok "p99 11 -> 7 with minIntervalSeconds 0: lowered to '$(settings ${NS} web)' (preStop 11 or 12) in $(secs "$(since_ms "$start")")"
 else
   not_ok "p99 11 -> 7 with minIntervalSeconds 0: settings '$(settings ${NS} web)', want '11 51 0 1' or '12 52 0 1'"
 fi
-wait_for 25 prop_near ${HOLD} 7 && ok "${HOLD}: status.propagation.seconds follows to $(prop ${HOLD})" \
+eventually 25 prop_near ${HOLD} 7 && ok "${HOLD}: status.propagation.seconds follows to $(prop ${HOLD})" \
   || not_ok "${HOLD}: status.propagation.seconds '$(prop ${HOLD})', want 7"
-wait_for 10 bash -c "[ \"\$(kubectl get sdp -n ${HOLD} default -o jsonpath='{.status.deployments.pending}')\" = 1 ]" \
+eventually 10 bash -c "[ \"\$(kubectl get sdp -n ${HOLD} default -o jsonpath='{.status.deployments.pending}')\" = 1 ]" \
   && ok "${HOLD}: the decrease is reported pending (status.deployments.pending 1)" \
   || not_ok "${HOLD}: status.deployments '$(jp sdp ${HOLD} default '{.status.deployments}')', want pending 1"
 sleep $((2 * REFRESH + 1))
@@ -266,7 +266,7 @@ expect "audit log: gracekeeper's writes of ${HOLD} Deployments after p99 11 -> 7
 writes=$(gk_deployment_writes_since "$since" ${NS})
 [ "$(count_lines "$writes")" -ge 1 ] && ok "audit log: ${NS}/web patched by gracekeeper ($(count_lines "$writes") patches: $(printf '%s' "$writes" | tr '\n' ';'))" \
   || not_ok "audit log: no patch of ${NS}/web after p99 11 -> 7"
-wait_for 10 prop_near ${NS} 7 || true
+eventually 10 prop_near ${NS} 7 || true
 
 # ------------------------------------------------------------- a status write conflict
 # A racing writer bumps op-prom-race/default's resourceVersion (label
@@ -286,7 +286,7 @@ racer "$RACE" &
 RACER_PID=$!
 for p in 9 10 9 10 9 10 9 10; do
   exporter_set "p99=$p"
-  wait_for 4 conflicted && break
+  eventually 4 conflicted && break
 done
 kill "$RACER_PID" 2>/dev/null; wait "$RACER_PID" 2>/dev/null; RACER_PID=""
 conflicts=$(status_conflicts_since "$since" ${RACE})
@@ -294,14 +294,14 @@ conflicts=$(status_conflicts_since "$since" ${RACE})
   || not_ok "no 409 provoked on ${RACE}/default's status"
 start=$(date +%s%N)
 exporter_set p99=7 || not_ok "exporter /set?p99=7"
-if wait_for 25 prop_near ${RACE} 7; then
+if eventually 25 prop_near ${RACE} 7; then
   ok "after the conflicts the policy is still re-measured: status follows p99 -> 7 in $(secs "$(since_ms "$start")")"
 else
   not_ok "after the conflicts ${RACE}'s status.propagation.seconds is stuck at '$(prop ${RACE})' (want 7); last measured $(jq -rR --arg p "$RACE/default" 'fromjson? | select(.msg == "propagation measured" and .policy == $p) | .ts' "$OP_LOG" | tail -1)"
 fi
-wait_for 30 lowered ${NS} web && ok "${NS}/web lowered again: '$(settings ${NS} web)'" \
+eventually 30 lowered ${NS} web && ok "${NS}/web lowered again: '$(settings ${NS} web)'" \
   || not_ok "${NS}/web: '$(settings ${NS} web)', want '11 51 0 1' or '12 52 0 1'"
-wait_for 25 prop_near ${NS} 7 && wait_for 25 prop_near ${HOLD} 7 \
+eventually 25 prop_near ${NS} 7 && eventually 25 prop_near ${HOLD} 7 \
   || not_ok "after p99 -> 7: status.propagation.seconds ${NS} '$(prop ${NS})', ${HOLD} '$(prop ${HOLD})'"
 sleep 1
 
@@ -311,12 +311,12 @@ since=$(now_rfc3339)
 start=$(date +%s%N)
 "$FIXTURES/stop-prometheus" "$PROM_DIR" >"$WORK/stop-prometheus.log" 2>&1 && ok "Prometheus stopped" || not_ok "stop-prometheus failed"
 stopped_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-if wait_for $((4 * REFRESH + 10)) metrics_unavailable ${NS}; then
+if eventually $((4 * REFRESH + 10)) metrics_unavailable ${NS}; then
   ok "MetricsAvailable=False $(secs "$(since_ms "$start")") after Prometheus stopped"
 else
   not_ok "MetricsAvailable after Prometheus stopped: '$(condition ${NS} MetricsAvailable status)'"
 fi
-wait_for 10 metrics_unavailable ${HOLD} && ok "... in ${HOLD} too" || not_ok "${HOLD}: MetricsAvailable '$(condition ${HOLD} MetricsAvailable status)'"
+eventually 10 metrics_unavailable ${HOLD} && ok "... in ${HOLD} too" || not_ok "${HOLD}: MetricsAvailable '$(condition ${HOLD} MetricsAvailable status)'"
 expect "MetricsAvailable reason" "$(condition ${NS} MetricsAvailable reason)" "Unreachable"
 message=$(condition ${NS} MetricsAvailable message)
 case "$message" in

@@ -13,12 +13,11 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 
 . "$REPO/test/integration/checks.sh"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-proof-test.XXXXXX")"
-finish() {
+teardown() {  # on exit: clean up, then the count line
   if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
-  echo "$PASSED passed, $FAILED failed"
-  [ "$FAILED" -eq 0 ]
+  summary
 }
-trap 'finish; exit $?' EXIT
+trap 'teardown; exit $?' EXIT
 
 # ------------------------------------------------------------------ the analysis, without a lab
 check "analyze.py --self-test: Clopper-Pearson against known values" \
@@ -53,9 +52,9 @@ done
 # to 30 s after it (hack/proof fails a rollout below 1,000 requests).
 if "$REPO/hack/proof" --rollouts 1 --window 30 --scenarios baseline,gracekeeper,observed --json "$TMP/result.json" \
   --out "$TMP/run" >"$TMP/proof.log" 2>&1; then
-  pass "hack/proof --rollouts 1 --window 30 --scenarios baseline,gracekeeper,observed completed"
+  ok "hack/proof --rollouts 1 --window 30 --scenarios baseline,gracekeeper,observed completed"
 else
-  fail "hack/proof (exit $?)"; tail -n 40 "$TMP/proof.log"
+  not_ok "hack/proof (exit $?)"; tail -n 40 "$TMP/proof.log"
 fi
 cat "$TMP/run/results.md" 2>/dev/null
 failed() { jq -r --arg s "$1" --arg m "$2" '.scenarios[$s].modes[$m].summary.failed // "missing"' "$TMP/result.json" 2>/dev/null || echo missing; }

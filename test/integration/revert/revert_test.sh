@@ -83,8 +83,8 @@ rv_plain=$(jp deployment "$NS" plain '{.metadata.resourceVersion}')
 
 # 1. The operator tunes, and records the user's values.
 start_operator op
-wait_for 20 settings_are "$NS" checkout "6 46 0 2" &&
-  wait_for 20 settings_are "$NS" payments "6 46 0 1" &&
+eventually 20 settings_are "$NS" checkout "6 46 0 2" &&
+  eventually 20 settings_are "$NS" payments "6 46 0 1" &&
   ok "the operator tuned both Deployments" ||
   not_ok "tuned: checkout '$(settings "$NS" checkout)', payments '$(settings "$NS" payments)'"
 applied=$(jp deployment "$NS" checkout '{.metadata.annotations.gracekeeper\.dev/applied}')

@@ -1,20 +1,9 @@
 # shellcheck shell=bash
-# Shared by the ship tests (sourced): TAP-ish checks and reading YAML.
-# Expects ROOT (the repository).
+# Shared by the ship tests (sourced): the checks (../checks.sh) and reading
+# YAML. Expects ROOT (the repository).
 
-PASSED=0
-FAILED=0
-ok() { PASSED=$((PASSED + 1)); echo "ok - $*"; }
-not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $*"; }
-note() { sed 's/^/#   /'; }
-expect() {  # expect DESCRIPTION ACTUAL WANTED
-  if [ "$2" = "$3" ]; then ok "$1 ($2)"; else not_ok "$1: got '$2', want '$3'"; fi
-}
-finish() {
-  echo "$PASSED passed, $FAILED failed"
-  [ "$FAILED" -eq 0 ]
-  exit $?
-}
+# shellcheck source=SCRIPTDIR/../checks.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../checks.sh"
 
 # The pinned Helm, built once and cached (test/tools/build-helm).
 helm_binary() {

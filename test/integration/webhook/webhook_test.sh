@@ -56,7 +56,7 @@ hook_curl() { curl -s --max-time 20 --cacert "$CERTS/ca.crt" "$@"; }
 
 start_webhook() {  # the operator with the webhook on
   start_operator "$1" --webhook-port "$PORT" --webhook-cert-dir "$CERTS"
-  wait_for 10 hook_curl -o /dev/null -X POST -d '{}' "$URL"
+  eventually 10 hook_curl -o /dev/null -X POST -d '{}' "$URL"
 }
 metric() {  # metric NAME_WITH_LABELS: its value on the running operator, 0 when absent
   curl -s "http://127.0.0.1:$OP_PORT/metrics" | awk -v m="$1" '$1 == m { print $2; f=1 } END { if (!f) print 0 }'
@@ -120,11 +120,11 @@ mutations_of() {  # audit: "verb mutated" of requests on Deployment $1 since $2 
 # ------------------------------------------------- 1. the reconciler tunes first
 start_webhook op
 k apply -f "$WORK/checkout-v1.yaml" >/dev/null
-wait_for 20 settings_are "$NS" checkout "6 46 0 1" &&
+eventually 20 settings_are "$NS" checkout "6 46 0 1" &&
   ok "without a webhook configuration, the reconciler tuned checkout" ||
   not_ok "checkout not tuned: '$(settings "$NS" checkout)'"
 expect "created, then tuned: generation 2" "$(generation checkout)" 2
-wait_for 10 replicasets_are checkout 1 || wait_for 10 replicasets_are checkout 2
+eventually 10 replicasets_are checkout 1 || eventually 10 replicasets_are checkout 2
 
 # ------------------------------------------------------ register the webhook
 register_test_webhook "$HOOK" "$URL" "$CERTS/ca.crt"
@@ -135,7 +135,7 @@ probe_mutated() {
   k create --dry-run=server -f "$WORK/probe.yaml" -o json |
     jq -e '.spec.template.spec.terminationGracePeriodSeconds == 46' >/dev/null
 }
-wait_for 20 probe_mutated && ok "a dry-run create is mutated (the API server calls the webhook)" ||
+eventually 20 probe_mutated && ok "a dry-run create is mutated (the API server calls the webhook)" ||
   not_ok "the webhook is not called"
 
 # ------------------------------------------ 2. created opted in: tuned at creation
@@ -143,7 +143,7 @@ since=$(now_rfc3339)
 manifest created app:1 | k create -f - >/dev/null
 expect "created opted in: stored tuned at generation 1" \
   "$(generation created) $(settings "$NS" created)" "1 6 46 0 1"
-wait_for 10 replicasets_are created 1
+eventually 10 replicasets_are created 1
 expect "created opted in: one ReplicaSet" "$(replicasets created)" 1
 expect "the audit log shows the create mutated by the webhook" "$(mutations_of created "$since")" "create kubectl"
 
@@ -160,7 +160,7 @@ deploy() {  # deploy NAME DESCRIPTION GENERATIONS COMMAND...: one deploy of NAME
   fi
   expect "$what: stored with the budget" "$(settings "$NS" "$name")" "6 46 0 1"
   expect "$what: the generation moved by $generations" "$(generation "$name")" "$((before_gen + generations))"
-  wait_for 10 replicasets_are "$name" "$((before_rs + 1))"
+  eventually 10 replicasets_are "$name" "$((before_rs + 1))"
   sleep 2  # time for a second ReplicaSet, or a gracekeeper write, to show
   expect "$what: exactly one new ReplicaSet" "$(replicasets "$name")" "$((before_rs + 1))"
   mutations_of "$name" "$since" | head -1 | grep -q . &&
@@ -179,7 +179,7 @@ deploy checkout "kubectl apply --server-side --field-manager=other (over client-
 manifest gitops app:1 | k apply --server-side --field-manager=other -f - >/dev/null
 expect "server-side applied opted in: stored tuned at generation 1" \
   "$(generation gitops) $(settings "$NS" gitops)" "1 6 46 0 1"
-wait_for 10 replicasets_are gitops 1
+eventually 10 replicasets_are gitops 1
 manifest gitops app:2 >"$WORK/gitops-v2.yaml"
 deploy gitops "kubectl apply --server-side --field-manager=other" 1 \
   k apply --server-side --field-manager=other -f "$WORK/gitops-v2.yaml"
@@ -232,13 +232,13 @@ since=$(now_rfc3339)
 sts_manifest ledger app:1 >"$WORK/ledger-v1.yaml"
 k apply -f "$WORK/ledger-v1.yaml" >/dev/null
 expect "a StatefulSet created opted in: stored tuned at generation 1" "$(sts_settings ledger)" "6 46 1"
-wait_for 10 bash -c "[ \$(k get controllerrevisions -n '$NS' -l app=ledger --no-headers 2>/dev/null | wc -l) = 1 ]"
+eventually 10 bash -c "[ \$(k get controllerrevisions -n '$NS' -l app=ledger --no-headers 2>/dev/null | wc -l) = 1 ]"
 expect "... one ControllerRevision" "$(revisions ledger)" 1
 sts_manifest ledger app:2 >"$WORK/ledger-v2.yaml"
 k apply -f "$WORK/ledger-v2.yaml" >/dev/null
 expect "a deploy (kubectl apply -f, the grace named 30) keeps the budget: generation 2" \
   "$(sts_settings ledger)" "6 46 2"
-wait_for 10 bash -c "[ \$(k get controllerrevisions -n '$NS' -l app=ledger --no-headers 2>/dev/null | wc -l) = 2 ]"
+eventually 10 bash -c "[ \$(k get controllerrevisions -n '$NS' -l app=ledger --no-headers 2>/dev/null | wc -l) = 2 ]"
 sleep 2  # time for a third revision, or a gracekeeper write, to show
 expect "... exactly one new ControllerRevision: one rollout" "$(revisions ledger)" 2
 expect "... no gracekeeper write of the StatefulSet (audit log)" \
@@ -337,7 +337,7 @@ expect "webhook stopped: the deploy is admitted (failurePolicy Ignore)" "$rc" 0
 # applied manifest had.)
 expect "...unchanged: the manifest's grace and strategy" "$(settings "$NS" checkout)" "6 30 25% 25%"
 kill -CONT "$OP_PID"
-wait_for 20 settings_are "$NS" checkout "6 46 0 1" &&
+eventually 20 settings_are "$NS" checkout "6 46 0 1" &&
   ok "the reconciler repairs it once the process runs again" ||
   not_ok "not repaired: '$(settings "$NS" checkout)'"
 
@@ -359,11 +359,11 @@ sdp_deployments() { jp sdp "$FNS" default '{.status.deployments.managed} {.statu
 budget_holds() { jp sdp "$FNS" default '{.status.conditions[?(@.type=="BudgetHolds")].reason}'; }
 flux_apply app:1 && expect "flux's server-side apply: stored tuned" "$(settings "$FNS" flux)" "6 46 0 1" ||
   not_ok "flux apply: $(cat "$WORK/flux.out")"
-wait_for 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.compliant}')\" = 1 ]" &&
+eventually 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.compliant}')\" = 1 ]" &&
   ok "created tuned, every pod of one template: compliant ($(sdp_deployments))" ||
   not_ok "not compliant after creation: $(sdp_deployments) $(budget_holds)"
 flux_apply app:2  # a new image: new pods never get ready without a node, old ones stay
-wait_for 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.rolling}')\" = 1 ]" &&
+eventually 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.rolling}')\" = 1 ]" &&
   ok "a rollout with old pods left: Rolling ($(sdp_deployments))" ||
   not_ok "not counted rolling: $(sdp_deployments)"
 expect "... not compliant, BudgetHolds reason Rolling" "$(sdp_deployments) $(budget_holds)" "1 0 1 Rolling"
@@ -373,14 +373,14 @@ awk 'NR == 1 { c = index($0, "COMPLIANT"); r = index($0, "ROLLING") }
      NR == 2 { split(substr($0, c), a, " "); split(substr($0, r), b, " "); exit !(c && r && a[1] == 0 && b[1] == 1) }' "$WORK/sdp.out" &&
   ok "kubectl get sdp -o wide shows it: COMPLIANT 0, ROLLING 1" || not_ok "kubectl get sdp -o wide: $(cat "$WORK/sdp.out")"
 flux_apply app:2 0  # scaled to 0 by the next deploy: the old pods go
-wait_for 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.compliant}')\" = 1 ]" &&
+eventually 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.compliant}')\" = 1 ]" &&
   ok "once no old pod is left: compliant again ($(sdp_deployments) $(budget_holds))" ||
   not_ok "still not compliant: $(sdp_deployments) $(budget_holds)"
 
 since=$(now_rfc3339)
 k patch sdp default -n "$FNS" --type merge -p '{"spec":{"propagation":{"staticSeconds":8}}}' >/dev/null
 # The reconciler's write conflicts with flux's fields: reported with its fix.
-wait_for 20 bash -c "kubectl get events.events.k8s.io -n $FNS -o json | jq -e '.items[] | select(.reason == \"FieldConflict\")' >/dev/null" &&
+eventually 20 bash -c "kubectl get events.events.k8s.io -n $FNS -o json | jq -e '.items[] | select(.reason == \"FieldConflict\")' >/dev/null" &&
   ok "the figure rose: a FieldConflict with flux" || not_ok "no FieldConflict: $(k get events.events.k8s.io -n "$FNS" -o json | jq -r '[.items[].reason] | join(",")')"
 note_text=$(k get events.events.k8s.io -n "$FNS" -o json | jq -r '[.items[] | select(.reason == "FieldConflict") | .note][0] // ""')
 case "$note_text" in
@@ -393,7 +393,7 @@ expect "flux's next apply (same manifest) carries the new budget" "$(settings "$
 sleep 2
 expect "... with no gracekeeper write of the Deployment since the rise (audit log)" \
   "$(gk_writes_since "$since" | grep -cE ' deployments/ .* 20[01]$')" 0
-wait_for 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.pending}')\" = 0 ]" &&
+eventually 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.pending}')\" = 0 ]" &&
   ok "... and nothing is pending any more" || not_ok "pending: $(jp sdp "$FNS" default '{.status.deployments}')"
 
 stop_operator
