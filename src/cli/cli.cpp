@@ -180,6 +180,19 @@ class BlockBuffer : public std::streambuf {
   std::vector<std::string> blocks_;
 };
 
+// Each input's changes in document order. They come so; sorting costs a
+// buffer of half of them.
+void in_document_order(std::vector<Planned>& by_source) {
+  auto by_document = [](const PlannedChange& a, const PlannedChange& b) {
+    return a.address.document < b.address.document;
+  };
+  for (auto& list : by_source) {
+    if (!std::is_sorted(list.begin(), list.end(), by_document)) {
+      std::stable_sort(list.begin(), list.end(), by_document);
+    }
+  }
+}
+
 int run_plan(const OfflineOptions& options, Streams io) {
   std::vector<Planned> by_source;  // by input
   BlockBuffer summary_text;
@@ -212,16 +225,8 @@ int run_plan(const OfflineOptions& options, Streams io) {
   if (!loaded) return report_input_errors("plan", loaded.error(), io.err);
   print_notes("plan", *loaded, io.err);
 
-  // In document order. They come so; sorting costs a buffer of half of them.
   by_source.resize(loaded->sources.size());
-  auto by_document = [](const PlannedChange& a, const PlannedChange& b) {
-    return a.address.document < b.address.document;
-  };
-  for (auto& list : by_source) {
-    if (!std::is_sorted(list.begin(), list.end(), by_document)) {
-      std::stable_sort(list.begin(), list.end(), by_document);
-    }
-  }
+  in_document_order(by_source);
   const auto now = applied_time();
   if (options.output == "json") {
     offline::write_json(*loaded, by_source, now, io.out);
