@@ -84,11 +84,11 @@ template <typename ReadChunk>
 std::expected<std::string, Error> read_bounded(const std::string& name, std::size_t limit,
                                                ReadChunk read_chunk) {
   std::string text;
-  constexpr std::size_t kChunk = 1u << 16;
+  constexpr std::size_t chunk = 1u << 16;
   while (true) {
     std::size_t before = text.size();
-    text.resize(before + kChunk);
-    auto got = read_chunk(text.data() + before, kChunk);
+    text.resize(before + chunk);
+    auto got = read_chunk(text.data() + before, chunk);
     if (!got) return std::unexpected(error_for(name, std::move(got).error()));
     text.resize(before + *got);
     if (text.size() > limit) {

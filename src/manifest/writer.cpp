@@ -31,8 +31,8 @@ std::size_t decode_utf8(std::string_view s, std::size_t i, std::uint32_t& cp) {
     if ((next & 0xC0) != 0x80) return 0;
     cp = (cp << 6) | (next & 0x3Fu);
   }
-  static constexpr std::uint32_t kMinimum[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMinimum[length] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  static constexpr std::uint32_t minimum[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < minimum[length] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
   return length;
 }
 
@@ -384,16 +384,16 @@ std::string to_yaml_stream(const std::vector<Json>& documents) {
 std::string to_json_stream(const std::vector<Json>& documents, int indent) {
   // `replace` rather than the default `strict`: a string that is not UTF-8
   // must not turn into an exception here.
-  constexpr auto kOnBadText = Json::error_handler_t::replace;
+  constexpr auto on_bad_text = Json::error_handler_t::replace;
   std::string out;
   if (documents.size() == 1) {
-    out = documents.front().dump(indent, ' ', false, kOnBadText);
+    out = documents.front().dump(indent, ' ', false, on_bad_text);
   } else {
     Json list = Json::object();
     list["apiVersion"] = "v1";
     list["kind"] = "List";
     list["items"] = Json(documents);
-    out = list.dump(indent, ' ', false, kOnBadText);
+    out = list.dump(indent, ' ', false, on_bad_text);
   }
   out.push_back('\n');
   return out;

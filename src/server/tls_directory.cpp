@@ -12,7 +12,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // A PEM file is a few KiB; more is not a certificate.
-constexpr std::uintmax_t kMaxFileBytes = 1024 * 1024;
+constexpr std::uintmax_t kMaxFileBytes = std::uintmax_t{1024} * 1024;
 
 std::string stamp(const fs::path& file) {
   std::error_code ec;
