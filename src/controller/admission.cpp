@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deployment_decision.h"
+#include "gracekeeper/core/json.h"
 #include "gracekeeper/kube/watch_decoder.h"
 #include "takeover.h"
 
@@ -45,11 +46,7 @@ std::string base64(std::string_view in) {
   return out;
 }
 
-std::string text_member(const json& object, const char* key) {
-  if (!object.is_object()) return {};
-  const auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
+using core::string_member;
 
 AdmissionAnswer bad_request(int status, std::string why) {
   AdmissionAnswer a;
@@ -78,13 +75,13 @@ std::string review(const std::string& uid, const json* patch, const std::string*
 // apps/v1 being created or updated; "" otherwise.
 std::string workload_write(const json& request) {
   const auto kind = request.find("kind");
-  if (kind == request.end() || text_member(*kind, "group") != "apps" ||
-      text_member(*kind, "version") != "v1") {
+  if (kind == request.end() || string_member(*kind, "group") != "apps" ||
+      string_member(*kind, "version") != "v1") {
     return {};
   }
-  std::string name = text_member(*kind, "kind");
+  std::string name = string_member(*kind, "kind");
   if (name != "Deployment" && name != "StatefulSet") return {};
-  const std::string operation = text_member(request, "operation");
+  const std::string operation = string_member(request, "operation");
   if (operation != "CREATE" && operation != "UPDATE") return {};
   const auto object = request.find("object");
   if (object == request.end() || !object->is_object()) return {};
@@ -96,7 +93,7 @@ std::string workload_write(const json& request) {
 bool own_write(const json& request) {
   const auto options = request.find("options");
   return options != request.end() && options->is_object() &&
-         text_member(*options, "fieldManager") == kFieldManager;
+         string_member(*options, "fieldManager") == kFieldManager;
 }
 
 // The namespace's figures, as the reconciler would plan with them.
@@ -127,7 +124,7 @@ PropagationBook figures(const AdmissionInputs& in,
 // time of the last real change.
 std::optional<std::string> unchanged_record(const json& object, const std::string& wanted) {
   const auto& annotations = object["metadata"].value("annotations", json::object());
-  const std::string current = text_member(annotations, budget::kAnnotationApplied);
+  const std::string current = string_member(annotations, budget::kAnnotationApplied);
   if (current.empty()) return std::nullopt;
   json a = json::parse(current, nullptr, /*allow_exceptions=*/false);
   json b = json::parse(wanted, nullptr, /*allow_exceptions=*/false);
@@ -157,8 +154,8 @@ std::expected<budget::Deployment, budget::FieldErrors> admitted_deployment(const
   json fields = budget_fields(object);
   fields["kind"] = kind;
   fields["metadata"]["namespace"] = ns;
-  if (text_member(fields["metadata"], "name").empty()) {
-    fields["metadata"]["name"] = text_member(object["metadata"], "generateName");
+  if (string_member(fields["metadata"], "name").empty()) {
+    fields["metadata"]["name"] = string_member(object["metadata"], "generateName");
   }
   const budget::Json view = budget::Json::from_msgpack(json::to_msgpack(fields));
   return CachedDeployment::project(view);
@@ -168,14 +165,14 @@ std::optional<json> plan_patch(const json& object, const std::string& kind,
                                const std::string& request_namespace, std::string_view body,
                                const AdmissionInputs& in, AdmissionAnswer& answer) {
   // On CREATE the namespace, and with generateName the name, are not set yet.
-  const std::string ns = text_member(object["metadata"], "namespace").empty()
+  const std::string ns = string_member(object["metadata"], "namespace").empty()
                              ? request_namespace
-                             : text_member(object["metadata"], "namespace");
+                             : string_member(object["metadata"], "namespace");
   const auto deployment = admitted_deployment(object, kind, ns);
 
   DeploymentFacts facts;
   facts.deployment = &deployment;
-  facts.uid = text_member(object["metadata"], "uid");
+  facts.uid = string_member(object["metadata"], "uid");
   in.policies.in_namespace(
       ns, [&](const std::string&, const CachedPolicy& p) { facts.policies.push_back(&p); });
   if (deployment) {
@@ -243,19 +240,20 @@ std::expected<json, AdmissionAnswer> read_request(std::string_view body) {
   }
   if (!document.is_object())
     return std::unexpected(bad_request(400, "the body is not a JSON object"));
-  const std::string api_version = text_member(document, "apiVersion");
-  if (api_version != "admission.k8s.io/v1" || text_member(document, "kind") != "AdmissionReview") {
+  const std::string api_version = string_member(document, "apiVersion");
+  if (api_version != "admission.k8s.io/v1" ||
+      string_member(document, "kind") != "AdmissionReview") {
     return std::unexpected(bad_request(
         400, fmt::format("expected an AdmissionReview of admission.k8s.io/v1, got kind \"{}\" of "
                          "apiVersion \"{}\" (register the webhook with admissionReviewVersions: "
                          "[v1])",
-                         text_member(document, "kind"), api_version)));
+                         string_member(document, "kind"), api_version)));
   }
   const auto request = document.find("request");
   if (request == document.end() || !request->is_object()) {
     return std::unexpected(bad_request(400, "the AdmissionReview has no request"));
   }
-  if (text_member(*request, "uid").empty()) {
+  if (string_member(*request, "uid").empty()) {
     return std::unexpected(bad_request(400, "the AdmissionReview's request has no uid"));
   }
   return std::move(*request);
@@ -299,12 +297,12 @@ std::optional<PropagationState> status_propagation(const CachedPolicy& p) {
   if (seconds == propagation->end() || !seconds->is_number()) return std::nullopt;
   PropagationState s;
   s.seconds = seconds->get<double>();
-  s.source = text_member(*propagation, "source");
+  s.source = string_member(*propagation, "source");
   if (const auto conditions = status.find("conditions");
       conditions != status.end() && conditions->is_array()) {
     for (const auto& c : *conditions) {
-      if (text_member(c, "type") == "MetricsAvailable") {
-        s.available = text_member(c, "status") == "True";
+      if (string_member(c, "type") == "MetricsAvailable") {
+        s.available = string_member(c, "status") == "True";
       }
     }
   }
@@ -315,7 +313,7 @@ AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {
   auto read = read_request(body);
   if (!read) return std::move(read.error());
   json& request = *read;
-  const std::string uid = text_member(request, "uid");
+  const std::string uid = string_member(request, "uid");
 
   AdmissionAnswer answer;
   const std::string kind = workload_write(request);
@@ -347,7 +345,7 @@ AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {
   }
   try {
     const auto patch =
-        plan_patch(object, kind, text_member(request, "namespace"), body, in, answer);
+        plan_patch(object, kind, string_member(request, "namespace"), body, in, answer);
     if (patch) answer.outcome = AdmissionAnswer::Outcome::Patched;
     answer.body = review(uid, patch ? &*patch : nullptr, nullptr);
   } catch (const std::exception& e) {

@@ -7,26 +7,15 @@
 #include <new>
 #include <stdexcept>
 
+#include "gracekeeper/core/json.h"
 #include "gracekeeper/kube/fields.h"
 
 namespace gracekeeper::controller {
 namespace {
 
-const nlohmann::json* member(const nlohmann::json& object, const char* key) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(key);
-  return it == object.end() ? nullptr : &*it;
-}
-
-std::string string_member(const nlohmann::json& object, const char* key) {
-  const auto* v = member(object, key);
-  return v && v->is_string() ? v->get<std::string>() : std::string();
-}
-
-std::int64_t int_member(const nlohmann::json& object, const char* key) {
-  const auto* v = member(object, key);
-  return v && v->is_number_integer() ? v->get<std::int64_t>() : 0;
-}
+using core::int_member;
+using core::member;
+using core::string_member;
 
 // The cached source is deflated with a preset dictionary: a Deployment's
 // budget fields written as MessagePack like the source, holding the field

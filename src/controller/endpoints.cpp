@@ -2,16 +2,13 @@
 
 #include <algorithm>
 
+#include "gracekeeper/core/json.h"
 #include "gracekeeper/propagation/observed.h"
 
 namespace gracekeeper::controller {
 namespace {
 
-const nlohmann::json* member(const nlohmann::json& object, const char* key) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(key);
-  return it == object.end() ? nullptr : &*it;
-}
+using core::member;
 
 bool flag(const nlohmann::json* conditions, const char* key, bool absent) {
   const nlohmann::json* v = conditions ? member(*conditions, key) : nullptr;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "gracekeeper/budget/engine.h"  // annotated_containers
+#include "gracekeeper/core/json.h"
 #include "gracekeeper/core/time.h"
 #include "gracekeeper/kube/informer.h"  // object_key
 #include "gracekeeper/log/log.h"
@@ -15,10 +16,7 @@ namespace gracekeeper::controller {
 namespace {
 
 std::int64_t count_member(const nlohmann::json& object, const char* key) {
-  auto it = object.find(key);
-  return it != object.end() && it->is_number_integer()
-             ? std::max<std::int64_t>(it->get<std::int64_t>(), 0)
-             : 0;
+  return std::max<std::int64_t>(core::int_member(object, key), 0);
 }
 
 TerminationCounts add(const TerminationCounts& a, const TerminationCounts& b) {

@@ -2,6 +2,7 @@
 // and which of them are worth a retry.
 #include "gracekeeper/kube/client.h"
 
+#include "gracekeeper/core/json.h"
 #include "gracekeeper/http/client.h"
 #include "gracekeeper/http/encoding.h"
 
@@ -112,10 +113,7 @@ ApiError::Reason classify(int status, std::string_view status_reason) {
   return status >= 500 && status <= 599 ? R::ServerError : R::Other;
 }
 
-std::string str(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string{};
-}
+using core::string_member;
 
 }  // namespace
 
@@ -125,14 +123,15 @@ ApiError decode_api_error(int http_status, std::string_view body,
   e.http_status = http_status;
   e.retry_after = retry_after;
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && str(j, "kind") == "Status") {
-    e.message = str(j, "message");
-    e.status_reason = str(j, "reason");
+  if (j.is_object() && string_member(j, "kind") == "Status") {
+    e.message = string_member(j, "message");
+    e.status_reason = string_member(j, "reason");
     if (auto d = j.find("details"); d != j.end() && d->is_object()) {
       if (auto cs = d->find("causes"); cs != d->end() && cs->is_array()) {
         for (const auto& c : *cs) {
           if (c.is_object())
-            e.causes.push_back({str(c, "field"), str(c, "reason"), str(c, "message")});
+            e.causes.push_back({string_member(c, "field"), string_member(c, "reason"),
+                                string_member(c, "message")});
         }
       }
       if (auto ra = d->find("retryAfterSeconds");
@@ -378,7 +377,7 @@ asio::awaitable<Result> Client::list_all(Resource r, std::string ns, ListOptions
                      : json::array();
     std::string next;
     if (auto m = page->find("metadata"); m != page->end() && m->is_object()) {
-      next = str(*m, "continue");
+      next = string_member(*m, "continue");
     }
     if (all.is_null()) {
       all = std::move(*page);
@@ -481,7 +480,8 @@ asio::awaitable<std::expected<ServerVersion, ApiError>> Client::server_version()
   Call call{.target = "/version"};
   auto j = co_await send_json(std::move(call));
   if (!j) co_return std::unexpected(std::move(j.error()));
-  ServerVersion v{str(*j, "major"), str(*j, "minor"), str(*j, "gitVersion")};
+  ServerVersion v{string_member(*j, "major"), string_member(*j, "minor"),
+                  string_member(*j, "gitVersion")};
   co_return v;
 }
 
@@ -496,7 +496,8 @@ asio::awaitable<std::expected<std::vector<DiscoveredResource>, ApiError>> Client
   std::vector<DiscoveredResource> out;
   if (auto rs = j->find("resources"); rs != j->end() && rs->is_array()) {
     for (const auto& r : *rs) {
-      DiscoveredResource d{str(r, "name"), str(r, "kind"), r.value("namespaced", false), {}};
+      DiscoveredResource d{
+          string_member(r, "name"), string_member(r, "kind"), r.value("namespaced", false), {}};
       if (auto v = r.find("verbs"); v != r.end() && v->is_array()) {
         for (const auto& verb : *v) {
           if (verb.is_string()) d.verbs.push_back(verb.get<std::string>());

@@ -6,6 +6,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <variant>
 
+#include "gracekeeper/core/json.h"
 #include "gracekeeper/core/time.h"
 
 namespace gracekeeper::kube {
@@ -18,14 +19,8 @@ LeaseRecord lease_record_from_json(const json& lease) {
   LeaseRecord r;
   auto spec = lease.find("spec");
   if (spec == lease.end() || !spec->is_object()) return r;
-  auto string_of = [&](const char* key) -> std::string {
-    auto it = spec->find(key);
-    return it != spec->end() && it->is_string() ? it->get<std::string>() : std::string{};
-  };
-  auto int_of = [&](const char* key) -> std::int64_t {
-    auto it = spec->find(key);
-    return it != spec->end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
-  };
+  auto string_of = [&](const char* key) { return core::string_member(*spec, key); };
+  auto int_of = [&](const char* key) { return core::int_member(*spec, key); };
   r.holder_identity = string_of("holderIdentity");
   r.lease_duration_seconds = int_of("leaseDurationSeconds");
   r.lease_transitions = int_of("leaseTransitions");

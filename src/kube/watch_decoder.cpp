@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "gracekeeper/core/json.h"
 #include "json_reader.h"
 
 namespace gracekeeper::kube {
@@ -29,16 +30,13 @@ std::optional<WatchEventType> parse_type(std::string_view type) {
   return std::nullopt;
 }
 
-std::string string_field(const Json& object, const char* name) {
-  const auto it = object.find(name);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
+using core::string_member;
 
 WatchStatus decode_status(const Json& object) {
   WatchStatus status;
-  status.status = string_field(object, "status");
-  status.reason = string_field(object, "reason");
-  status.message = string_field(object, "message");
+  status.status = string_member(object, "status");
+  status.reason = string_member(object, "reason");
+  status.message = string_member(object, "message");
   const auto code = object.find("code");
   if (code != object.end() && code->is_number_integer()) {
     // Clamp rather than wrap: a nonsense code must not turn into 410.
@@ -100,7 +98,7 @@ std::expected<WatchEvent, LineError> decode_event(std::string_view line,
   }
   if (const auto meta = event.object.find("metadata");
       meta != event.object.end() && meta->is_object()) {
-    event.resource_version = string_field(*meta, "resourceVersion");
+    event.resource_version = string_member(*meta, "resourceVersion");
   }
   if (event.type == WatchEventType::Error) event.status = decode_status(event.object);
   return event;

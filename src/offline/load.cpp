@@ -10,6 +10,7 @@
 
 #include "gracekeeper/budget/deployment.h"
 #include "gracekeeper/budget/policy.h"
+#include "gracekeeper/core/json.h"
 #include "gracekeeper/offline/offline.h"
 
 namespace gracekeeper::offline {
@@ -39,10 +40,8 @@ std::string field_error(const manifest::Document& document, const budget::FieldE
 }
 
 std::string string_at(const Json& object, const char* parent, const char* key) {
-  auto p = object.find(parent);
-  if (p == object.end() || !p->is_object()) return "";
-  auto v = p->find(key);
-  return v != p->end() && v->is_string() ? v->get<std::string>() : "";
+  const Json* p = core::member(object, parent);
+  return p != nullptr ? core::string_member(*p, key) : std::string();
 }
 
 bool namespaces_compatible(const std::string& a, const std::string& b) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fallback.h"
+#include "gracekeeper/core/json.h"
 #include "gracekeeper/core/time.h"
 #include "gracekeeper/propagation/observed.h"
 
@@ -72,10 +73,7 @@ std::expected<double, QueryError> pair_value(const json& pair) {
   return sample_value(pair[1]);
 }
 
-std::string str(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string{};
-}
+using core::string_member;
 
 }  // namespace
 
@@ -158,10 +156,10 @@ std::expected<double, QueryError> parse_query_response(std::string_view body) {
     return std::unexpected(error(
         "BadResponse", "not a Prometheus API response: " + (start.empty() ? "empty body" : start)));
   }
-  const std::string status = str(j, "status");
+  const std::string status = string_member(j, "status");
   if (status == "error") {
-    std::string type = str(j, "errorType");
-    std::string text = str(j, "error");
+    std::string type = string_member(j, "errorType");
+    std::string text = string_member(j, "error");
     if (text.empty()) text = "no error text";
     return std::unexpected(error("QueryFailed", type.empty() ? text : type + ": " + text));
   }
@@ -173,7 +171,7 @@ std::expected<double, QueryError> parse_query_response(std::string_view body) {
   if (data == j.end() || !data->is_object()) {
     return std::unexpected(error("BadResponse", "response has no data object"));
   }
-  const std::string type = str(*data, "resultType");
+  const std::string type = string_member(*data, "resultType");
   auto result = data->find("result");
   if (result == data->end()) return std::unexpected(error("BadResponse", "response has no result"));
   if (type == "scalar") return pair_value(*result);
