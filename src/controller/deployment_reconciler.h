@@ -26,7 +26,7 @@
 #include "deployment_decision.h"
 #include "event_ledger.h"
 #include "gracekeeper/kube/store.h"
-#include "gracekeeper/server/metrics.h"
+#include "gracekeeper/metrics/metrics.h"
 #include "ports.h"
 #include "result.h"
 #include "services.h"
@@ -43,7 +43,7 @@ class DeploymentReconciler {
     DeploymentWriter& writer;
     EventSink& events;
     const Clock& clock;
-    server::Metrics& metrics;
+    metrics::Metrics& metrics;
     // A policy's counts changed without any object changing (a write was
     // refused, or is no longer): its status must follow.
     std::function<void(const std::string& policy_key)> policy_changed;

@@ -678,7 +678,7 @@ class Operator {
   kube::AsyncWorkQueue policy_queue_;
   kube::AsyncWorkQueue statefulset_queue_;
   kube::EventRecorder events_;
-  server::Metrics metrics_;
+  metrics::Metrics metrics_;
   std::unique_ptr<propagation::Prometheus> prometheus_;
   PropagationBook propagation_;
   propagation::SampleBook samples_;

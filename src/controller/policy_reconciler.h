@@ -17,7 +17,7 @@
 #include "cache.h"
 #include "deployment_reconciler.h"
 #include "gracekeeper/kube/store.h"
-#include "gracekeeper/server/metrics.h"
+#include "gracekeeper/metrics/metrics.h"
 #include "ports.h"
 #include "propagation_book.h"
 #include "result.h"
@@ -45,7 +45,7 @@ class PolicyReconciler {
     PropagationMeter& meter;
     StatusWriter& writer;
     const Clock& clock;
-    server::Metrics& metrics;
+    metrics::Metrics& metrics;
     const DeploymentReconciler& deployment_controller;  // its counted(), for the counts
     // The figure of a policy moved: its namespace's Deployments must follow.
     std::function<void(const std::string& ns)> namespace_changed;

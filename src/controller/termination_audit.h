@@ -31,8 +31,8 @@
 #include "deployment_reconciler.h"
 #include "endpoints.h"
 #include "gracekeeper/kube/store.h"
+#include "gracekeeper/metrics/metrics.h"
 #include "gracekeeper/propagation/observed.h"
-#include "gracekeeper/server/metrics.h"
 #include "ports.h"
 #include "propagation_book.h"
 
@@ -79,7 +79,7 @@ class TerminationAudit {
     propagation::SampleBook& samples;
     TerminationBook& terminations;
     EventSink& events;
-    server::Metrics& metrics;
+    metrics::Metrics& metrics;
     // A policy's termination counts changed: its status must follow.
     std::function<void(const std::string& policy_key)> policy_changed;
     // Whether this replica does the work (leads): a standby takes samples

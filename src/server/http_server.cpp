@@ -29,7 +29,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "gracekeeper/server/metrics.h"
+#include "gracekeeper/metrics/metrics.h"
 #include "gracekeeper/webhook/tls_source.h"
 
 namespace gracekeeper::server {
@@ -540,11 +540,11 @@ std::size_t HttpServer::open_connections() const {
   return impl_->active;
 }
 
-Routes metrics_routes(const Metrics& metrics) {
+Routes metrics_routes(const metrics::Metrics& metrics) {
   Routes routes;
   routes.emplace("/metrics", [&metrics] {
     Response r;
-    r.content_type = std::string{Metrics::content_type};
+    r.content_type = std::string{metrics::Metrics::content_type};
     r.body = metrics.serialize();
     return r;
   });

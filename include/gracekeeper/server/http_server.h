@@ -28,9 +28,11 @@ namespace gracekeeper::webhook {
 class TlsSource;
 }
 
-namespace gracekeeper::server {
-
+namespace gracekeeper::metrics {
 class Metrics;
+}
+
+namespace gracekeeper::server {
 
 struct Response {
   int status = 200;
@@ -116,7 +118,7 @@ class HttpServer {
 
 // GET /metrics -> 200, the registry in the text format 0.0.4. `metrics` must
 // outlive the server.
-Routes metrics_routes(const Metrics& metrics);
+Routes metrics_routes(const metrics::Metrics& metrics);
 
 // GET /healthz -> 200 "ok", or 500 with the text `unhealthy` returns when it is
 // not empty. GET /readyz -> 200 "ok", or 503 with the text `not_ready`

@@ -4,7 +4,7 @@
 # (dashboard.enabled). Off by default, nothing of them renders; on, the rules
 # pass `promtool check rules` and `promtool test rules` (alerts/rules_test.yaml:
 # each alert fired by some series and not by others), and every metric an
-# alert or a panel names is one src/server/metrics.cpp exports
+# alert or a panel names is one src/metrics/metrics.cpp exports
 # (alerts/check.py reads the names from there).
 #
 # usage: test/integration/ship/alerts_test.sh   (no cluster)
@@ -13,7 +13,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 . "$ROOT/test/integration/ship/lib.sh"
 helm_binary
 HERE="$ROOT/test/integration/ship/alerts"
-METRICS_CPP="$ROOT/src/server/metrics.cpp"
+METRICS_CPP="$ROOT/src/metrics/metrics.cpp"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 command -v promtool >/dev/null || { echo "Bail out! promtool not found (Debian's prometheus package: hack/install-deps)"; exit 1; }

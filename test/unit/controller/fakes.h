@@ -18,7 +18,7 @@
 #include "../../../src/controller/policy_reconciler.h"
 #include "../../../src/controller/ports.h"
 #include "gracekeeper/kube/store.h"
-#include "gracekeeper/server/metrics.h"
+#include "gracekeeper/metrics/metrics.h"
 
 namespace gracekeeper::controller::testing {
 
@@ -241,7 +241,7 @@ class World {
   FakeStatusWriter status_writer{*this};
   FakeEvents events;
   FakeMeter meter;
-  server::Metrics metrics;
+  metrics::Metrics metrics;
   bool settled = true;
   std::vector<std::string> policies_changed;
   std::vector<std::string> namespaces_changed;

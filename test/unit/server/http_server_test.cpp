@@ -26,7 +26,7 @@
 #include <string>
 #include <string_view>
 
-#include "gracekeeper/server/metrics.h"
+#include "gracekeeper/metrics/metrics.h"
 
 namespace gracekeeper::server {
 namespace {
@@ -147,7 +147,7 @@ Response hello() {
 }
 
 TEST(HttpServer, ServesMetrics) {
-  Metrics metrics{"9.9.9"};
+  metrics::Metrics metrics{"9.9.9"};
   metrics.set_leader(true);
   with_server(metrics_routes(metrics), {}, [](HttpServer& server) -> asio::awaitable<void> {
     auto answer = co_await fetch(server, http::verb::get, "/metrics");
@@ -232,7 +232,7 @@ TEST(HttpServer, HeadSendsHeadersOnly) {
 }
 
 TEST(HttpServer, KeepAliveServesTwoRequestsOnOneConnection) {
-  Metrics metrics;
+  metrics::Metrics metrics;
   auto routes = routes_with(metrics_routes(metrics), health_routes({}, {}));
   with_server(std::move(routes), {}, [](HttpServer& server) -> asio::awaitable<void> {
     auto stream = co_await connect(server.port());

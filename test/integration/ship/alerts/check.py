@@ -1,7 +1,7 @@
 """Checks of the chart's monitoring objects, printed as TAP lines ("ok - ..."
 or "not ok - ...") for alerts_test.sh.
 
-The metric names come from src/server/metrics.cpp, the one list of every
+The metric names come from src/metrics/metrics.cpp, the one list of every
 family the operator exports, and so do their label names (each family's
 .Add(labels({...})) calls there): a renamed or removed metric or label fails
 here, in the alerts, the panels and the promtool tests' input series.

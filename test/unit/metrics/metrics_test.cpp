@@ -1,4 +1,4 @@
-#include "gracekeeper/server/metrics.h"
+#include "gracekeeper/metrics/metrics.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -14,7 +14,7 @@
 
 #include "gracekeeper/kube/informer.h"
 
-namespace gracekeeper::server {
+namespace gracekeeper::metrics {
 namespace {
 
 // The value of the sample whose name and labels are exactly `series`
@@ -301,4 +301,4 @@ TEST(Metrics, PromtoolCheckCatchesProblems) {
 }
 
 }  // namespace
-}  // namespace gracekeeper::server
+}  // namespace gracekeeper::metrics

@@ -20,7 +20,7 @@ namespace gracekeeper::kube {
 struct InformerCounters;
 }
 
-namespace gracekeeper::server {
+namespace gracekeeper::metrics {
 
 class Metrics {
  public:
@@ -115,4 +115,4 @@ class Metrics {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace gracekeeper::server
+}  // namespace gracekeeper::metrics

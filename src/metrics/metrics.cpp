@@ -1,4 +1,4 @@
-#include "gracekeeper/server/metrics.h"
+#include "gracekeeper/metrics/metrics.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -13,7 +13,7 @@
 
 #include "gracekeeper/kube/informer.h"
 
-namespace gracekeeper::server {
+namespace gracekeeper::metrics {
 
 namespace {
 
@@ -353,4 +353,4 @@ std::string Metrics::serialize() const {
   return prometheus::TextSerializer{}.Serialize(impl_->registry.Collect());
 }
 
-}  // namespace gracekeeper::server
+}  // namespace gracekeeper::metrics
