@@ -30,12 +30,12 @@
 #include "gracekeeper/propagation/observed.h"
 #include "gracekeeper/server/http_server.h"
 #include "gracekeeper/server/tls_directory.h"
+#include "gracekeeper/webhook/certs.h"
 #include "handlers.h"
 #include "policy_reconciler.h"
 #include "ports.h"
 #include "services.h"
 #include "termination_audit.h"
-#include "webhook/certs.h"
 
 namespace gracekeeper::controller {
 namespace {

@@ -22,7 +22,7 @@
 #include <deque>
 #include <utility>
 
-#include "http/exchange.h"
+#include "exchange.h"
 
 namespace gracekeeper::http {
 namespace {

@@ -1,7 +1,7 @@
 // Self-managed webhook certificates (certs.h): the PKI with OpenSSL's C API,
 // the decision as a pure function of the Secret and the time, and the loop
 // that keeps the Secret, the caBundle and TlsSource::current() in step.
-#include "webhook/certs.h"
+#include "gracekeeper/webhook/certs.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>

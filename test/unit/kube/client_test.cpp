@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "../../../src/kube/transport.h"  // private: the seam under test
+#include "../../support/kube_transport.h"  // the seam between the client and sockets
 #include "../../support/run_on.h"
 
 namespace gracekeeper::kube {

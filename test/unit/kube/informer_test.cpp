@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "../../../src/kube/transport.h"  // private: the seam the tests use
+#include "../../support/kube_transport.h"  // the seam between the client and sockets
 
 namespace gracekeeper::kube {
 namespace {

@@ -11,7 +11,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "../../../src/kube/transport.h"  // private: the seam for a fake API server
+#include "../../support/kube_transport.h"  // the seam between the client and sockets
 
 namespace gracekeeper::kube {
 namespace {

@@ -1,9 +1,9 @@
 // The seam between kube::Client and sockets, under the names the kube tests
 // use: the transport itself is http:: (include/gracekeeper/http/transport.h,
-// src/http/exchange.h). Private to gk_kube and its tests.
+// and the exchange private to gk_http, src/http/exchange.h).
 #pragma once
 
-#include "../http/exchange.h"
+#include "../../src/http/exchange.h"
 #include "gracekeeper/kube/client.h"
 
 namespace gracekeeper::kube::detail {
