@@ -21,6 +21,7 @@
 
 #include "admission.h"
 #include "cache.h"
+#include "controller_loop.h"
 #include "deployment_reconciler.h"
 #include "gracekeeper/core/time.h"
 #include "gracekeeper/kube/config.h"
@@ -86,9 +87,6 @@ std::vector<std::uint64_t> reported_by(const nlohmann::json& event) {
   }
   return EventLedger::reports(annotations, event.value("reason", ""), event.value("note", ""));
 }
-
-// The reconcilers a work queue's worker runs (timed()).
-enum class Controller { Deployment, StatefulSet, Policy };
 
 class Operator {
  public:
@@ -519,15 +517,9 @@ class Operator {
   void start_workers() {
     if (workers_started_ || shutting_down_) return;
     workers_started_ = true;
-    deployment_queue_.run_workers(
-        std::max<std::size_t>(options_.workers, 1),
-        [this](std::string key) { return timed(Controller::Deployment, std::move(key)); });
-    statefulset_queue_.run_workers(
-        std::max<std::size_t>(options_.workers, 1),
-        [this](std::string key) { return timed(Controller::StatefulSet, std::move(key)); });
-    policy_queue_.run_workers(kPolicyWorkers, [this](std::string key) {
-      return timed(Controller::Policy, std::move(key));
-    });
+    deployment_loop_.run(options_.workers);
+    statefulset_loop_.run(options_.workers);
+    policy_loop_.run(kPolicyWorkers);
   }
 
   // Every Deployment and StatefulSet is listed and none is queued or being
@@ -537,41 +529,6 @@ class Operator {
     const kube::WorkQueue& s = statefulset_queue_.core();
     return deployments_.has_synced() && statefulsets_.has_synced() &&
            q.len() + q.processing() + s.len() + s.processing() == 0;
-  }
-
-  // The queue's side of the reconcile contract (result.h): true forgets the
-  // key's backoff, false retries it with backoff.
-  asio::awaitable<bool> timed(Controller which, std::string key) {
-    const auto start = steady_clock::now();
-    const char* controller = which == Controller::Deployment    ? "deployment"
-                             : which == Controller::StatefulSet ? "statefulset"
-                                                                : "shutdownpolicy";
-    kube::AsyncWorkQueue& queue = which == Controller::Deployment    ? deployment_queue_
-                                  : which == Controller::StatefulSet ? statefulset_queue_
-                                                                     : policy_queue_;
-    ReconcileResult result = transient("no result");
-    try {
-      // (no co_await inside ?: : GCC 12 miscompiles it)
-      if (which == Controller::Deployment) {
-        result = co_await deployment_reconciler_.reconcile(key);
-      } else if (which == Controller::StatefulSet) {
-        result = co_await statefulset_reconciler_.reconcile(key);
-      } else {
-        result = co_await policy_reconciler_.reconcile(key);
-      }
-    } catch (const std::exception& e) {
-      result = transient(e.what());
-    }
-    metrics_.observe_reconcile(controller, result ? "success" : "error",
-                               std::chrono::duration<double>(steady_clock::now() - start).count());
-    if (result) {
-      if (result->requeue_after) queue.add_after(key, *result->requeue_after);
-      co_return true;
-    }
-    const bool terminal = result.error().kind == ReconcileError::Kind::Terminal;
-    log::warn(terminal ? "reconcile failed" : "reconcile failed, will retry",
-              {{"controller", controller}, {"key", key}, {"error", result.error().message}});
-    co_return terminal;
   }
 
   asio::awaitable<void> publish_metrics() {
@@ -695,6 +652,16 @@ class Operator {
   DeploymentReconciler statefulset_reconciler_;  // kind StatefulSet
   PolicyReconciler policy_reconciler_;
   TerminationAudit audit_;
+  // The controllers: each reconciler under the same loop (controller_loop.h).
+  ControllerLoop deployment_loop_{
+      "deployment", deployment_queue_, metrics_,
+      [this](std::string key) { return deployment_reconciler_.reconcile(std::move(key)); }};
+  ControllerLoop statefulset_loop_{
+      "statefulset", statefulset_queue_, metrics_,
+      [this](std::string key) { return statefulset_reconciler_.reconcile(std::move(key)); }};
+  ControllerLoop policy_loop_{"shutdownpolicy", policy_queue_, metrics_, [this](std::string key) {
+                                return policy_reconciler_.reconcile(std::move(key));
+                              }};
   std::optional<kube::LeaderElector> elector_;
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;
