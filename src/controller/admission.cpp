@@ -173,15 +173,7 @@ std::optional<json> plan_patch(const json& object, const std::string& kind,
   DeploymentFacts facts;
   facts.deployment = &deployment;
   facts.uid = string_member(object["metadata"], "uid");
-  in.policies.in_namespace(
-      ns, [&](const std::string&, const CachedPolicy& p) { facts.policies.push_back(&p); });
-  if (deployment) {
-    bool found = false;
-    in.services.in_namespace(ns, [&](const std::string&, const CachedService& s) {
-      found = found || selects(s, deployment->pod_labels);
-    });
-    facts.behind_service = found;
-  }
+  read_namespace(facts, in.policies, in.services, ns);
   const PropagationBook book = figures(in, facts.policies);
   facts.propagation = &book;
   facts.capabilities = in.capabilities;

@@ -305,6 +305,19 @@ void decide_changes(const budget::Deployment& d, const CachedPolicy& policy,
 
 }  // namespace
 
+void read_namespace(DeploymentFacts& facts, const kube::Store<CachedPolicy>& policies,
+                    const kube::Store<CachedService>& services, const std::string& ns) {
+  policies.in_namespace(
+      ns, [&](const std::string&, const CachedPolicy& p) { facts.policies.push_back(&p); });
+  if (facts.deployment == nullptr || !*facts.deployment) return;
+  const auto& pod_labels = (*facts.deployment)->pod_labels;
+  bool found = false;
+  services.in_namespace(ns, [&](const std::string&, const CachedService& s) {
+    found = found || selects(s, pod_labels);
+  });
+  facts.behind_service = found;
+}
+
 DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
   DeploymentDecision out;
   if (!*facts.deployment) {

@@ -16,7 +16,9 @@
 #include "cache.h"
 #include "gracekeeper/budget/engine.h"
 #include "gracekeeper/kube/events.h"
+#include "gracekeeper/kube/store.h"
 #include "propagation_book.h"
+#include "services.h"
 #include "status.h"
 
 namespace gracekeeper::controller {
@@ -97,6 +99,13 @@ struct DeploymentDecision {
 };
 
 DeploymentDecision decide_deployment(const DeploymentFacts&);
+
+// The namespace's part of a Deployment's facts, read from the stores the
+// same way by the reconciler and admission: the namespace's policies
+// (pointers into the store: valid while the caller does not wait) and, once
+// `facts.deployment` is read, whether a Service selects its pods.
+void read_namespace(DeploymentFacts& facts, const kube::Store<CachedPolicy>& policies,
+                    const kube::Store<CachedService>& services, const std::string& ns);
 
 // Re-tunes that may roll out at once: changes.maxConcurrentRollouts
 // resolved against the `governed` workloads (rounded up, at least 1).

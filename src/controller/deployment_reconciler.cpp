@@ -145,10 +145,7 @@ DeploymentDecision DeploymentReconciler::decide(const std::string& key,
   facts.generation = cached.generation;
   // The policies are read in place: nothing here waits, so the store cannot
   // change underneath.
-  deps_.policies.in_namespace(split_key(key).first, [&](const std::string&, const CachedPolicy& p) {
-    facts.policies.push_back(&p);
-  });
-  if (deployment) facts.behind_service = behind_service(*deployment);
+  read_namespace(facts, deps_.policies, deps_.services, split_key(key).first);
   facts.propagation = &deps_.propagation;
   facts.capabilities = capabilities_;
   facts.now = deps_.clock.now();
@@ -223,14 +220,6 @@ DeploymentReconciler::Counted DeploymentReconciler::counted(const std::string& k
 
 // Whether a Service of the namespace selects the pods, as the EndpointSlice
 // controller decides it (services.h).
-bool DeploymentReconciler::behind_service(const budget::Deployment& d) const {
-  bool found = false;
-  deps_.services.in_namespace(d.namespace_, [&](const std::string&, const CachedService& s) {
-    found = found || selects(s, d.pod_labels);
-  });
-  return found;
-}
-
 // The other Deployments of the namespace that the policy tuned last and
 // whose rollout is not complete, as the store shows them; and those this
 // process wrote whose new generation the store does not show yet.

@@ -150,7 +150,6 @@ class DeploymentReconciler {
       const std::vector<std::string>& appliers);
   void report(const std::string& key, const kube::ObjectRef&, std::vector<kube::EventRecord>);
   void forget(const std::string& key);
-  bool behind_service(const budget::Deployment&) const;
   bool written_over(const std::string& key, const CachedDeployment&);
   // A fight: its Warning, and how long until it ends by itself (the
   // second-newest set-back leaves the interval), when the reconciler looks
