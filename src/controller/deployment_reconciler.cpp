@@ -218,8 +218,6 @@ DeploymentReconciler::Counted DeploymentReconciler::counted(const std::string& k
   return {std::move(d.policy_key), std::move(d.contenders), d.state};
 }
 
-// Whether a Service of the namespace selects the pods, as the EndpointSlice
-// controller decides it (services.h).
 // The other Deployments of the namespace that the policy tuned last and
 // whose rollout is not complete, as the store shows them; and those this
 // process wrote whose new generation the store does not show yet.
@@ -483,7 +481,8 @@ boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::wri
                 {{log_key(), key}, {"generation", std::to_string(written)}});
       co_return std::nullopt;
     }
-    rolling_.insert_or_assign(key, written);
+    // A re-tune holds its slot until the store shows what it wrote.
+    if (auto slot = rolling_.find(key); slot != rolling_.end()) slot->second = written;
     record_tuned(key, ref, *cached, decision, written);
     co_return Result::done();
   }

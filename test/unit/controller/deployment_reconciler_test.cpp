@@ -296,23 +296,30 @@ TEST_F(DeploymentReconcilerTest, AWriteThatChangedNothingIsNotWaitedFor) {
   EXPECT_EQ(world.writer.calls.size(), 2u);
 }
 
-// A write answered with a generation further on than the next (another
-// writer's change came first): a snapshot before that generation is stale.
+// A re-tune answered with a generation further on than the next (another
+// writer's change came first): a snapshot before that generation is stale,
+// and the re-tune's rollout slot stays taken until the store shows it.
 TEST_F(DeploymentReconcilerTest, TheWrittenGenerationIsTheServersAnswer) {
-  json d = deployment();
-  world.put_deployment(d);
-  world.writer.answers.push_back(DeploymentWriter::WrittenObject{3});
-  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  world.put_deployment(deployment());
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));  // the first tune: generation 2
   ASSERT_EQ(world.writer.calls.size(), 1u);
-  ASSERT_THAT(world.events.reasons(), ::testing::Contains("Tuned"));
-  d["metadata"]["generation"] = 2;  // the other writer's generation, before ours
-  world.put_deployment(d);
+  world.meter.seconds = 8;  // a longer wait: a re-tune
+  world.clock.advance(std::chrono::seconds(61));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  world.writer.answers.push_back(DeploymentWriter::WrittenObject{5});
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
-  EXPECT_EQ(world.writer.calls.size(), 1u) << "wrote again over a snapshot older than its write";
-  // Its rollout slot stays taken until the store shows generation 3.
+  ASSERT_EQ(world.writer.calls.size(), 2u);
   EXPECT_EQ(world.deployment_controller.rollouts_in_flight("shop/default"), 1);
-  d["metadata"]["generation"] = 3;
-  world.put_deployment(d);
+  // Generation 2 again (a status update): older than the write, stale.
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 2u) << "wrote again over a snapshot older than its write";
+  // The store shows generation 5, rolled out: the slot is free.
+  json written = world.objects.at("shop/web");
+  merge(written, world.writer.calls[1].configuration);
+  written["metadata"]["generation"] = 5;
+  written["status"] = {
+      {"observedGeneration", 5}, {"replicas", 3}, {"updatedReplicas", 3}, {"availableReplicas", 3}};
+  world.put_deployment(written);
   EXPECT_EQ(world.deployment_controller.rollouts_in_flight("shop/default"), 0);
 }
 
