@@ -266,6 +266,16 @@ void HeldEvents::push(const EventRecord& e, SystemTime observed, SteadyTime sinc
       sizeof note;  // NOLINT(bugprone-sizeof-expression): the pointer is what is stored
   for (auto text : strings)
     size += sizeof(std::uint16_t) + std::min<std::size_t>(text.size(), 0xffff);
+  // The annotations: their count, then name and value of each.
+  const auto annotations =
+      static_cast<std::uint16_t>(std::min<std::size_t>(e.annotations.size(), 0xffff));
+  size += sizeof annotations;
+  std::uint16_t counted = 0;
+  for (const auto& [name, value] : e.annotations) {
+    if (counted++ == annotations) break;
+    size += 2 * sizeof(std::uint16_t) + std::min<std::size_t>(name.size(), 0xffff) +
+            std::min<std::size_t>(value.size(), 0xffff);
+  }
   if (chunks_.empty() || chunks_.back().capacity - chunks_.back().written < size) {
     const std::size_t capacity = std::max(kChunkSize, (size + kPage - 1) / kPage * kPage);
     void* data =
@@ -285,6 +295,13 @@ void HeldEvents::push(const EventRecord& e, SystemTime observed, SteadyTime sinc
   put_bytes(out, times, sizeof times);
   put_bytes(out, &note, sizeof note);  // NOLINT(bugprone-sizeof-expression)
   for (auto text : strings) put_string(out, text);
+  put_bytes(out, &annotations, sizeof annotations);
+  counted = 0;
+  for (const auto& [name, value] : e.annotations) {
+    if (counted++ == annotations) break;
+    put_string(out, name);
+    put_string(out, value);
+  }
   c.written += size;
   ++size_;
 }
@@ -310,6 +327,10 @@ HeldEvents::Held HeldEvents::pop() {
   h.record.regarding.uid = get_string(in);
   h.record.reason = get_string(in);
   h.record.action = get_string(in);
+  for (auto n = get<std::uint16_t>(in); n > 0; --n) {
+    std::string name = get_string(in);
+    h.record.annotations.insert_or_assign(std::move(name), get_string(in));
+  }
   h.record.note = *note;
   if (auto it = notes_.find(*note); --it->second == 0) notes_.erase(it);
   c.read = static_cast<std::size_t>(in - c.data);

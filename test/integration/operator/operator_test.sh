@@ -103,6 +103,13 @@ eventually 10 tuned_mentions op-basic batch RecreateStrategy && ok "Recreate is 
 expect "the first tune of batch is one Event" "$(event_reasons op-basic batch)" "Tuned"
 expect "Recreate is not converted" "$(jp deployment op-basic batch '{.spec.strategy.type}')" "Recreate"
 eventually 10 tuned_mentions op-basic legacy ExistingPreStopKept && ok "user preStop kept, ExistingPreStopKept in the Tuned event" || not_ok "no ExistingPreStopKept in the Tuned note: $(event_note op-basic legacy Tuned)"
+# What the Tuned Event reports, for a restarted operator: itself and each
+# finding folded into its note, as hashes in an annotation (not read back
+# from the note).
+reports=$(k get events.events.k8s.io -n op-basic -o json | jq -r '[.items[] | select(.regarding.name == "legacy" and .reason == "Tuned") | .metadata.annotations["gracekeeper.dev/reports"]][0] // ""')
+folded=$(event_note op-basic legacy Tuned | grep -oE '(Also|;) [A-Z][A-Za-z]*: ' | wc -l)
+expect "the Tuned Event's gracekeeper.dev/reports lists it and its $folded folded findings" \
+  "$(grep -cE '^[0-9a-f]{16}(,[0-9a-f]{16})*$' <<<"$reports") $(tr ',' '\n' <<<"$reports" | grep -c .)" "1 $((folded + 1))"
 expect "user preStop hook unchanged" "$(jp deployment op-basic legacy '{.spec.template.spec.containers[0].lifecycle.preStop.httpGet.path}')" "/drain"
 tuned_mentions op-basic legacy PreStopUnknownLength && ok "... and never counted as the wait: PreStopUnknownLength in the Tuned event" ||
   not_ok "no PreStopUnknownLength in the Tuned note: $(event_note op-basic legacy Tuned)"

@@ -278,6 +278,7 @@ TEST(HeldEvents, FirstInFirstOutWithEveryField) {
   b.regarding = {"", "Node", "", std::string(300, 'n'), ""};
   b.type = EventType::Normal;
   b.action = "Check";
+  b.annotations = {{"gracekeeper.dev/reports", "00000000000000ff,0000000000000001"}, {"e", ""}};
   held.push(a, t0, since);
   held.push(b, t0 + 1s, since + 1s);
   EXPECT_EQ(held.size(), 2u);
@@ -292,6 +293,8 @@ TEST(HeldEvents, FirstInFirstOutWithEveryField) {
   EXPECT_EQ(second.record.type, EventType::Normal);
   EXPECT_EQ(second.record.note, "note b");
   EXPECT_EQ(second.record.action, "Check");
+  EXPECT_EQ(second.record.annotations, b.annotations);  // what the Event says it reports
+  EXPECT_TRUE(first.record.annotations.empty());
   EXPECT_EQ(second.observed, t0 + 1s);
   EXPECT_TRUE(held.empty());
 }
