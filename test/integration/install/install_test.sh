@@ -37,6 +37,8 @@ SMOKE=0
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-install-test.XXXXXX")"
 LAB="$TMP/lab"
 teardown() {  # on exit: clean up, then the count line
+  # The Events, kept with the rest when a check failed (what was reported, and by whom).
+  [ -f "$LAB/pids" ] && { "$LAB/exec" kubectl get events.events.k8s.io -A -o json >"$TMP/events.json" 2>/dev/null || true; }
   if [ -f "$LAB/pids" ]; then
     "$C/down" "$LAB" >"$TMP/down.log" 2>&1 || { not_ok "down"; cat "$TMP/down.log"; }
   fi
@@ -245,6 +247,16 @@ PY
         and ((.requestReceivedTimestamp | sub("\\.[0-9]+Z$"; "Z") | fromdateiso8601) >= $t))
         | "\(.verb) \(.objectRef.resource)/\(.objectRef.name)"' "$AUDIT_LOG"
   }
+  # The hand-over starts from a settled state: both Deployments rolled out
+  # and the policy's status saying so (its counts follow the pods). Then a
+  # write of the new leader can only be one it should not make.
+  settled() {
+    k rollout status deploy/hooked -n shop --timeout=1s >/dev/null 2>&1 &&
+      k get shutdownpolicy default -n shop -o json |
+      jq -e '.status.deployments | (.rolling // 0) == 0 and .compliant == .managed' >/dev/null
+  }
+  eventually 60 settled || note <<<"not settled before the hand-over: $(k get sdp -n shop 2>&1 | tail -n 1)"
+  sleep 2  # t_del below is in whole seconds: the last writes are before it
   OLD_LEADER=$LEADER
   t_del=$(date +%s)
   t0=$(now)
