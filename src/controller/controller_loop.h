@@ -39,9 +39,6 @@ class ControllerLoop {
   // retries it with backoff.
   boost::asio::awaitable<bool> process(std::string key);
 
-  const std::string& name() const { return name_; }
-  kube::AsyncWorkQueue& queue() { return queue_; }
-
  private:
   std::string name_;
   kube::AsyncWorkQueue& queue_;

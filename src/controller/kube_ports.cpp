@@ -2,6 +2,7 @@
 #include <utility>
 
 #include "cache.h"
+#include "gracekeeper/core/json.h"
 #include "gracekeeper/kube/client.h"
 #include "gracekeeper/kube/events.h"
 #include "gracekeeper/propagation/observed.h"
@@ -20,11 +21,10 @@ class SystemClock final : public Clock {
 
 // The generation of a write's answer read with read_object = false.
 DeploymentWriter::WrittenObject written_object(const nlohmann::json& answer) {
-  const auto metadata = answer.find("metadata");
-  if (metadata == answer.end() || !metadata->is_object()) return {};
-  const auto generation = metadata->find("generation");
-  if (generation == metadata->end() || !generation->is_number_integer()) return {};
-  return {generation->get<std::int64_t>()};
+  const nlohmann::json* metadata = core::member(answer, "metadata");
+  const std::int64_t generation = metadata ? core::int_member(*metadata, "generation") : 0;
+  if (generation <= 0) return {};  // none: a written object's generation is at least 1
+  return {generation};
 }
 
 class KubeDeploymentWriter final : public DeploymentWriter {

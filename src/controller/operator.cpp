@@ -23,6 +23,7 @@
 #include "cache.h"
 #include "controller_loop.h"
 #include "deployment_reconciler.h"
+#include "gracekeeper/core/json.h"
 #include "gracekeeper/core/time.h"
 #include "gracekeeper/kube/config.h"
 #include "gracekeeper/kube/leader_election.h"
@@ -76,13 +77,10 @@ bool at_least(const kube::ServerVersion& v, int wanted_minor) {
 // from the Event object.
 std::vector<std::uint64_t> reported_by(const nlohmann::json& event) {
   std::map<std::string, std::string> annotations;
-  const auto metadata = event.find("metadata");
-  if (metadata != event.end() && metadata->is_object()) {
-    const auto found = metadata->find("annotations");
-    if (found != metadata->end() && found->is_object()) {
-      for (const auto& [name, value] : found->items()) {
-        if (value.is_string()) annotations.emplace(name, value.get<std::string>());
-      }
+  const nlohmann::json* metadata = core::member(event, "metadata");
+  if (const nlohmann::json* found = metadata ? core::member(*metadata, "annotations") : nullptr) {
+    for (const auto& [name, value] : found->items()) {
+      if (value.is_string()) annotations.emplace(name, value.get<std::string>());
     }
   }
   return EventLedger::reports(annotations, event.value("reason", ""), event.value("note", ""));
