@@ -19,6 +19,10 @@ keepalive, and with --stress no-keepalive+stress, keepalive+stress):
                  their SYN-ACKs, every TCP reset there (who reset whom, when),
                  ARP requests; rst.txt in older runs (resets and ARP only)
   logs/POD.log   the test app's lifecycle lines (sigterm, last_request, exit)
+  failures.jsonl, conntrack.events, conntrack.before   each failed request's
+                 start and local port; conntrack's new entries to Service
+                 addresses during the rollout, and its entries before it:
+                 where each failed connection was sent (traced())
   kube-proxy.before.metrics, kube-proxy.after.metrics   its metrics around the rollout
   t_start, t_rolled, t_load_end, t_end, generations (redeploy)
 and OUT/run-1/SCENARIO.*.json (the budget, policy, check, events).
@@ -182,7 +186,26 @@ def self_test_attribution():
               'kubeproxy_network_programming_duration_seconds_count{a="b c"} 4\nkubeproxy_network_programming_duration_seconds_sum 8\n')
         write(d, "kube-proxy.after.metrics", "kubeproxy_sync_proxy_rules_duration_seconds_count 13\n"
               'kubeproxy_network_programming_duration_seconds_count{a="b c"} 6\nkubeproxy_network_programming_duration_seconds_sum 14\n')
+        # Failed requests traced: a refused one with a new entry to the old
+        # pod after SIGTERM; a "no route" whose reused port matched an entry
+        # from before the rollout, untranslated; one with no entry recorded;
+        # an EOF on a kept-alive connection.
+        svc = "198.19.0.10"
+        write(d, "failures.jsonl", "".join(json.dumps(x) + "\n" for x in [
+            {"t": t0 + 11, "port": 40002, "reused": False, "error": "dial tcp: connect: connection refused"},
+            {"t": t0 + 13, "port": 40005, "reused": False, "error": "dial tcp: connect: no route to host"},
+            {"t": t0 + 14, "port": 40006, "reused": False, "error": "dial tcp: connect: no route to host"},
+            {"t": t0 + 15, "port": 40007, "reused": True, "error": "EOF (a kept-alive connection)"}]))
+        write(d, "conntrack.events",
+              f"[{t0 + 11.0005:.6f}]\t    [NEW] tcp      6 120 SYN_SENT src={client} dst={svc} sport=40002 dport=80 "
+              f"[UNREPLIED] src={old} dst={client} sport=8080 dport=40002\n"
+              f"[{t0 + 2:.6f}]\t    [NEW] tcp      6 120 SYN_SENT src={client} dst={svc} sport=40007 dport=80 "
+              f"[UNREPLIED] src={old} dst={client} sport=8080 dport=40007\n")
+        write(d, "conntrack.before",
+              f"tcp      6 95 SYN_SENT src={client} dst={svc} sport=40005 dport=80 [UNREPLIED] src={svc} "
+              f"dst={client} sport=80 dport=40005 mark=0 use=1\n")
         r = rollout(d)
+        tr = [(f["entry"], f.get("where")) for f in r["failures_traced"] or []]
         c = r["connections"] or {}
         failed = [(f["outcome"], f["pod"], f["phase"], f["syns"]) for f in c.get("failed", [])]
         checks = [
@@ -198,6 +221,10 @@ def self_test_attribution():
             ("Events: Unhealthy 2 (the old pod's), Killing 1",
              (r["events"], r["pods"][0]["unhealthy"]) == ({"Killing": 1, "Unhealthy": 2}, 2)),
             ("the new pod ready 5 s after the restart", r["new_pods_ready"] == [{"name": "checkout-b", "ip": new, "seconds": 5.0}]),
+            ("failures traced: new entry to the old pod after SIGTERM; a reused port's entry from before, "
+             "untranslated; none; kept-alive to the old pod after its exit",
+             tr == [("new", "after_sigterm"), ("before the rollout (SYN_SENT)", "untranslated"),
+                    ("none recorded", None), ("kept-alive", "after_exit")]),
             ("kube-proxy: 3 syncs, 2 programming observations of 3 s on average",
              r["kube_proxy"] == {"syncs": 3, "network_programming": 2, "network_programming_mean_seconds": 3.0}),
         ]
@@ -441,6 +468,72 @@ def packets(path, pods, new_pods):
     return resets, gone, conns, per_pod
 
 
+# conntrack -E -o timestamp: "[T]\t [NEW] tcp 6 120 SYN_SENT src=C dst=S sport=P dport=80 [UNREPLIED] src=X ..."
+CT_EVENT = re.compile(r"^\[(\d+\.\d+)\]\s+\[NEW\]\s+tcp\s+\d+\s+\d+\s+(\S+)\s+src=(\S+) dst=(\S+) sport=(\d+) dport=\d+"
+                      r"(?: \[UNREPLIED\])? src=(\S+)")
+# conntrack -L: "tcp 6 117 SYN_SENT src=C dst=S sport=P dport=80 [UNREPLIED] src=X ..."
+CT_ENTRY = re.compile(r"^tcp\s+\d+\s+\d+\s+(\S+)\s+src=(\S+) dst=(\S+) sport=(\d+) dport=\d+(?: \[UNREPLIED\])? src=(\S+)")
+TRACE_SLACK = 2.0  # s: a failed request's connection entry is new from 0.5 s before its start to this after it
+
+
+def traced(dirpath, pods, new_pods, t_start):
+    """Each failed request (failures.jsonl, openload.py --failures) with the
+    conntrack entry its connection used: a new entry made at its connect
+    (conntrack.events), or an older one (earlier in the rollout, or in
+    conntrack.before) that a reused client port matched, and the address
+    that entry sends it to: an old pod (with its phase then), a new pod, the
+    Service address itself (no translation), or another address. None when
+    the rollout has no such records (older runs)."""
+    failures = [json.loads(x) for x in lines(os.path.join(dirpath, "failures.jsonl")) if x.strip()]
+    events_path = os.path.join(dirpath, "conntrack.events")
+    if not os.path.exists(os.path.join(dirpath, "failures.jsonl")) or not os.path.exists(events_path):
+        return None
+    ports = {f["port"] for f in failures if f.get("port")}
+    new = {}
+    for line in lines(events_path):
+        m = CT_EVENT.match(line)
+        if m and int(m.group(5)) in ports:
+            new.setdefault(int(m.group(5)), []).append((float(m.group(1)), m.group(2), m.group(4), m.group(6)))
+    before = {}
+    for line in lines(os.path.join(dirpath, "conntrack.before")):
+        m = CT_ENTRY.match(line.strip())
+        if m and int(m.group(4)) in ports:
+            before[int(m.group(4))] = (m.group(1), m.group(3), m.group(5))
+
+    def where(ip, service, t):
+        if ip == service:
+            return "untranslated"
+        if ip in pods:
+            return phase_of(pods[ip], t)
+        return "new_pod" if ip in new_pods else "other"
+
+    out = []
+    for f in failures:
+        rec = {"t": round(f["t"] - t_start, 3) if t_start else None, "error": f["error"], "port": f.get("port"),
+               "reused": f.get("reused")}
+        evs = new.get(f.get("port"), [])
+        at = [e for e in evs if f["t"] - 0.5 <= e[0] <= f["t"] + TRACE_SLACK]
+        older = [e for e in evs if e[0] < f["t"] - 0.5]
+        if f.get("reused"):
+            rec["entry"] = "kept-alive"
+        elif at:
+            rec["entry"] = "new"
+        elif older:
+            rec["entry"] = f"earlier in the rollout ({older[-1][1]})"
+        elif f.get("port") in before:
+            rec["entry"] = f"before the rollout ({before[f['port']][0]})"
+        else:
+            rec["entry"] = "none recorded"
+        hit = (at or older or [None])[0] if not f.get("reused") else (older[-1] if older else None)
+        if hit:
+            rec["to"], rec["where"] = hit[3], where(hit[3], hit[2], f["t"])
+        elif f.get("port") in before:
+            _, service, to = before[f["port"]]
+            rec["to"], rec["where"] = to, where(to, service, f["t"])
+        out.append(rec)
+    return out
+
+
 def proxy_metrics(path):
     """The kube-proxy counters hack/proof compares before and after a rollout
     (summed over their labels); None without the file."""
@@ -564,6 +657,8 @@ def rollout(dirpath):
         # kube-proxy's syncs during the rollout (None: no metrics before and after).
         "kube_proxy": proxy_delta(dirpath),
         "second_rollout": (gens[0] != gens[1]) if len(gens) == 2 else None,
+        # Each failed request traced through conntrack (None: not recorded).
+        "failures_traced": traced(dirpath, pods, new_pods, t_start),
     }
 
 
@@ -782,6 +877,51 @@ def attribution_md(results):
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
 
 
+def traced_md(results, listed=100):
+    """results.md's failed requests traced through conntrack: counts by the
+    entry used and where it sent the connection, per scenario and client;
+    then each failure of the rollouts with at most 20 (the budget's
+    scenarios), at most LISTED lines. Nothing for older runs."""
+    counts, rows, more = [], [], 0
+    for scenario, sres in results["scenarios"].items():
+        for mode, m in sres["modes"].items():
+            by = {}
+            traced_any = False
+            for r in m["rollouts"]:
+                fs = r.get("failures_traced")
+                if fs is None:
+                    continue
+                traced_any = True
+                for f in fs:
+                    key = f"{f['entry']} -> {f.get('where', 'unknown')}"
+                    by[key] = by.get(key, 0) + 1
+                if len(fs) > 20:
+                    continue
+                for f in fs:
+                    if len(rows) >= listed:
+                        more += 1
+                        continue
+                    rows.append(f"| {scenario} | {mode} | {r['run']} | {os.path.basename(r['dir'])} | {f['t']} | "
+                                f"{f['error']} | {f['port'] or '-'} | {f['entry']} | {f.get('to', '-')} | "
+                                f"{f.get('where', '-')} |")
+            if traced_any:
+                counts.append(f"| {scenario} | {mode} | " + (", ".join(f"{k}: {v}" for k, v in sorted(by.items())) or "none") + " |")
+    if not counts:
+        return []
+    md = ["Failed requests traced through conntrack: the entry each failed connection used (new at its connect; "
+          "an older one its reused client port matched, earlier in the rollout or before it; a kept-alive "
+          "connection's) and where that entry sent it (an old pod in its phase then, a new pod, the Service "
+          "address untranslated, another address).",
+          "", "| scenario | client | failed requests: entry -> where |", "| --- | --- | --- |"] + counts + [""]
+    if rows:
+        md += ["Each of them, in rollouts with at most 20 failures (seconds after the restart; the client's local port):",
+               "", "| scenario | client | run | rollout | s | error | port | conntrack entry | sent to | then |",
+               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
+        if more:
+            md += [f"({more} more not listed.)", ""]
+    return md
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--self-test", action="store_true", help="check the statistics against known values and exit")
@@ -876,6 +1016,7 @@ def main():
     if args.runs > 1:
         md += ["Per run:", ""] + per_run_md + [""]
     md += attribution_md(results)
+    md += traced_md(results)
     rows = [(sc, r["sources"]) for sc, r in results["scenarios"].items() if r.get("sources")]
     if rows:
         md += ["Propagation: what each source said, and what the data plane did (seconds; median / max over the old pods; run 1).",

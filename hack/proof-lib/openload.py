@@ -18,6 +18,12 @@ Go's http.Transport does), and a connection the server closes leaves the pool.
 --host sets the Host header (default: the URL's host), for an ingress that
 routes by host name.
 
+--failures FILE writes one JSON line per failed request: when it started
+(wall clock, seconds since the epoch, as tcpdump -tt and conntrack's
+timestamps), the client's local port (null if the connection never got
+one), whether it ran on a kept-alive connection, and the error. The port
+ties a failure to conntrack's entry for that connection.
+
 Prints a summary in hey's format (Summary / Latency distribution / Status
 code distribution / Error distribution), so hey's parser reads it; error
 messages carry the same words as Go's ("connection refused", "no route to
@@ -27,10 +33,36 @@ host", "EOF", "Timeout", "reset by peer").
 import argparse
 import asyncio
 import errno
+import json
 import re
 import resource
+import socket
 import time
 import urllib.parse
+
+
+async def dial(addr):
+    """A connection to addr (ip, port) whose local port is known even when
+    it fails: the kernel picks the port at the non-blocking connect(), before
+    the SYN leaves. Returns (reader, writer, port); an error carries .gk_port."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    port = None
+    try:
+        try:
+            sock.connect(addr)
+        except BlockingIOError:
+            pass
+        finally:
+            port = sock.getsockname()[1] or None
+        await loop.sock_connect(sock, addr)  # EALREADY/EINPROGRESS: waits for the answer
+        reader, writer = await asyncio.open_connection(sock=sock)
+        return reader, writer, port
+    except BaseException as e:
+        e.gk_port = port
+        sock.close()
+        raise
 
 
 class Pool:
@@ -38,18 +70,28 @@ class Pool:
         self.idle = []
 
 
-async def one(host, port, path, timeout, keepalive, pool, results, host_header=None):
+async def one(addr, host, path, timeout, keepalive, pool, results, failures, host_header=None):
     t0 = time.monotonic()
+    wall = time.time()
     conn = None
     reused = False
+    local = None
+    n = len(results)
     try:
         async def run():
-            nonlocal conn, reused
+            nonlocal conn, reused, local
             if keepalive and pool.idle:
                 conn = pool.idle.pop()
                 reused = True
             else:
-                conn = await asyncio.open_connection(host, port)
+                try:
+                    reader, writer, local = await dial(addr)
+                except BaseException as e:
+                    local = getattr(e, "gk_port", None)
+                    raise
+                conn = (reader, writer)
+            if local is None:
+                local = conn[1].get_extra_info("sockname", (None, None))[1]
             reader, writer = conn
             writer.write((f"POST {path} HTTP/1.1\r\nHost: {host_header or host}\r\nContent-Length: 0\r\n"
                           f"User-Agent: gk-openload\r\n"
@@ -101,6 +143,9 @@ async def one(host, port, path, timeout, keepalive, pool, results, host_header=N
     except (ValueError, IndexError) as e:
         results.append((None, f"malformed answer: {e}", None))
         close_quietly(conn)
+    finally:
+        if failures is not None and len(results) > n and results[-1][0] is None:
+            failures.append({"t": round(wall, 6), "port": local, "reused": reused, "error": results[-1][1]})
 
 
 def close_quietly(conn):
@@ -111,9 +156,10 @@ def close_quietly(conn):
             pass
 
 
-async def main_async(args):
+async def main_async(args, failures):
     u = urllib.parse.urlsplit(args.url)
     host, port, path = u.hostname, u.port or 80, u.path or "/"
+    addr = (socket.gethostbyname(host), port)
     n = int(args.rate * args.duration)
     pool = Pool()
     results = []
@@ -126,8 +172,8 @@ async def main_async(args):
         delay = due - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(host, port, path, args.timeout, args.keepalive, pool, results,
-                                             args.host)))
+        tasks.append(asyncio.create_task(one(addr, host, path, args.timeout, args.keepalive, pool, results,
+                                             failures, args.host)))
     issuing = loop.time() - start
     await asyncio.gather(*tasks)
     total = time.monotonic() - t_wall
@@ -173,6 +219,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=10)
     ap.add_argument("--keepalive", action="store_true")
     ap.add_argument("--host", help="the Host header (default: the URL's host)")
+    ap.add_argument("--failures", help="one JSON line per failed request: its start, local port, error")
     args = ap.parse_args()
     if not (0 < args.rate <= 5000 and 0 < args.duration <= 600 and 0 < args.timeout <= 60):
         ap.error("--rate 0-5000, --duration 0-600, --timeout 0-60")
@@ -181,8 +228,13 @@ def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, int(args.rate * args.timeout) + 256))
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    results, total, issuing = asyncio.run(main_async(args))
+    failures = [] if args.failures else None
+    results, total, issuing = asyncio.run(main_async(args, failures))
     report(results, total, issuing)
+    if args.failures:
+        with open(args.failures, "w") as f:
+            for rec in sorted(failures, key=lambda r: r["t"]):
+                f.write(json.dumps(rec) + "\n")
 
 
 if __name__ == "__main__":
