@@ -119,7 +119,7 @@ defaults = {
 }
 bad = [f"{p}={node(p).get('default', '<none>')!r} (want {d!r})" for p, d in defaults.items()
        if node(p).get("default", "<none>") != d or type(node(p).get("default")) is not type(d)]
-check(not bad, f"schema defaults match API.md ({len(defaults)} fields)", "; ".join(bad))
+check(not bad, f"schema defaults match docs/api.md ({len(defaults)} fields)", "; ".join(bad))
 # kubectl explain does not print defaults: each description says its default
 def show(v): return "true" if v is True else str(v)
 bad = [p for p, d in defaults.items() if not isinstance(d, dict)
@@ -472,7 +472,7 @@ FULL_DEFAULTS='{
   "rollout":{"manage":true,"maxSurge":1},
   "changes":{"minIntervalSeconds":3600,"decreaseThresholdSeconds":2,"maxConcurrentRollouts":"10%"}}'
 if policy crd-test-empty "" | create; then
-  expect_spec crd-test-empty "$FULL_DEFAULTS" "a policy without spec gets every default of API.md"
+  expect_spec crd-test-empty "$FULL_DEFAULTS" "a policy without spec gets every default of docs/api.md"
 else not_ok "a policy without spec is accepted"; fi
 if policy crd-test-partial '{"mode":"DryRun","propagation":{"source":"Observed"},"preStop":{"maxSeconds":30},"rollout":{"maxSurge":"25%"}}' | create; then
   expect_spec crd-test-partial "$(jq -c '.mode="DryRun" | .propagation.source="Observed" | .preStop.maxSeconds=30 | .rollout.maxSurge="25%"' <<<"$FULL_DEFAULTS")" \
