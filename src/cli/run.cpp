@@ -11,8 +11,8 @@
 #include "args.h"
 
 #ifdef GRACEKEEPER_HAVE_OPERATOR
+#include "gracekeeper/admission/certs.h"  // check_san
 #include "gracekeeper/controller/operator.h"
-#include "gracekeeper/webhook/certs.h"  // check_san
 #endif
 
 namespace gracekeeper::cli {

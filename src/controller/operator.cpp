@@ -23,6 +23,8 @@
 #include "cache.h"
 #include "controller_loop.h"
 #include "deployment_reconciler.h"
+#include "gracekeeper/admission/certs.h"
+#include "gracekeeper/admission/tls_directory.h"
 #include "gracekeeper/core/json.h"
 #include "gracekeeper/core/time.h"
 #include "gracekeeper/kube/config.h"
@@ -31,8 +33,6 @@
 #include "gracekeeper/memory.h"
 #include "gracekeeper/propagation/observed.h"
 #include "gracekeeper/server/http_server.h"
-#include "gracekeeper/server/tls_directory.h"
-#include "gracekeeper/webhook/certs.h"
 #include "handlers.h"
 #include "policy_reconciler.h"
 #include "ports.h"
@@ -415,7 +415,7 @@ class Operator {
     if (certs_) {
       o.tls = certs_;  // null until the Secret is read: handshakes fail until then
     } else {
-      auto tls = std::make_shared<server::TlsDirectory>(*options_.webhook_cert_dir);
+      auto tls = std::make_shared<webhook::TlsDirectory>(*options_.webhook_cert_dir);
       if (auto error = tls->reload(); !error.empty()) {
         log::warn("no webhook certificate yet; handshakes fail until there is one",
                   {{"error", error}});

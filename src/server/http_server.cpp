@@ -30,7 +30,7 @@
 #include <utility>
 
 #include "gracekeeper/metrics/metrics.h"
-#include "gracekeeper/webhook/tls_source.h"
+#include "gracekeeper/server/tls_source.h"
 
 namespace gracekeeper::server {
 
@@ -115,7 +115,7 @@ beast::tcp_stream& tcp_of(TlsStream& s) {
 
 // A server context for one certificate: TLS 1.2 and later.
 std::expected<std::shared_ptr<ssl::context>, std::string> make_tls_context(
-    const webhook::ServingCertificate& certificate) {
+    const ServingCertificate& certificate) {
   auto context = std::make_shared<ssl::context>(ssl::context::tls_server);
   context->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |

@@ -24,15 +24,13 @@
 #include <string>
 #include <string_view>
 
-namespace gracekeeper::webhook {
-class TlsSource;
-}
-
 namespace gracekeeper::metrics {
 class Metrics;
 }
 
 namespace gracekeeper::server {
+
+class TlsSource;
 
 struct Response {
   int status = 200;
@@ -62,7 +60,7 @@ struct HttpServerOptions {
   // HTTPS with the certificate this gives when set; each connection asks for
   // current(), and a new TLS context is built only when its generation
   // changes. With no certificate yet, connections are closed unanswered.
-  std::shared_ptr<const webhook::TlsSource> tls{};
+  std::shared_ptr<const TlsSource> tls{};
 };
 
 // Monotonic counters, for tests and logs.

@@ -1,12 +1,9 @@
 // The HTTP server over TLS (the admission webhook's): POST routes, the body
-// limit, certificates that rotate or are missing, a stalled handshake; and
-// the certificate directory source. Real loopback sockets; certificates made
-// here with OpenSSL.
+// limit, certificates that rotate or are missing, a stalled handshake. Real
+// loopback sockets; certificates made with OpenSSL
+// (test/support/self_signed.h).
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <stdlib.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -23,15 +20,13 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "../../support/self_signed.h"
 #include "gracekeeper/server/http_server.h"
-#include "gracekeeper/server/tls_directory.h"
-#include "gracekeeper/webhook/tls_source.h"
+#include "gracekeeper/server/tls_source.h"
 
 namespace gracekeeper::server {
 namespace {
@@ -44,44 +39,12 @@ using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 constexpr auto use_nothrow = asio::as_tuple(asio::use_awaitable);
 
-// A self-signed P-256 certificate with this serial, as PEM.
-webhook::ServingCertificate make_certificate(long serial, std::uint64_t generation) {
-  EVP_PKEY* key = EVP_EC_gen("P-256");
-  X509* x = X509_new();
-  ASN1_INTEGER_set(X509_get_serialNumber(x), serial);
-  X509_gmtime_adj(X509_getm_notBefore(x), -60);
-  X509_gmtime_adj(X509_getm_notAfter(x), 3600);
-  X509_set_pubkey(x, key);
-  X509_NAME* name = X509_get_subject_name(x);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                             reinterpret_cast<const unsigned char*>("127.0.0.1"), -1, -1, 0);
-  X509_set_issuer_name(x, name);
-  X509_sign(x, key, EVP_sha256());
-  auto pem = [](auto write) {
-    BIO* bio = BIO_new(BIO_s_mem());
-    write(bio);
-    char* data = nullptr;
-    const long n = BIO_get_mem_data(bio, &data);
-    std::string out(data, static_cast<std::size_t>(n));
-    BIO_free(bio);
-    return out;
-  };
-  webhook::ServingCertificate c;
-  c.cert_pem = pem([&](BIO* b) { PEM_write_bio_X509(b, x); });
-  c.key_pem =
-      pem([&](BIO* b) { PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr, nullptr); });
-  c.generation = generation;
-  X509_free(x);
-  EVP_PKEY_free(key);
-  return c;
-}
+using test_support::make_certificate;
 
-class FakeSource final : public webhook::TlsSource {
+class FakeSource final : public TlsSource {
  public:
-  std::shared_ptr<const webhook::ServingCertificate> certificate;
-  std::shared_ptr<const webhook::ServingCertificate> current() const override {
-    return certificate;
-  }
+  std::shared_ptr<const ServingCertificate> certificate;
+  std::shared_ptr<const ServingCertificate> current() const override { return certificate; }
 };
 
 using Body = std::function<asio::awaitable<void>(HttpServer&)>;
@@ -153,7 +116,7 @@ asio::awaitable<Reply> post(unsigned short port, http::verb method, std::string 
 
 TEST(HttpsServer, ServesPostRoutesOverTls) {
   auto source = std::make_shared<FakeSource>();
-  source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(11, 1));
+  source->certificate = std::make_shared<ServingCertificate>(make_certificate(11, 1));
   with_https(source, {}, [](HttpServer& server) -> asio::awaitable<void> {
     Reply r = co_await post(server.port(), http::verb::post, "hello");
     EXPECT_FALSE(r.error) << r.error.message();
@@ -167,7 +130,7 @@ TEST(HttpsServer, ServesPostRoutesOverTls) {
 
 TEST(HttpsServer, TheBodyLimitIsItsOwn) {
   auto source = std::make_shared<FakeSource>();
-  source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(1, 1));
+  source->certificate = std::make_shared<ServingCertificate>(make_certificate(1, 1));
   HttpServerOptions options;
   options.max_body_bytes = 1024 * 1024;
   with_https(source, options, [](HttpServer& server) -> asio::awaitable<void> {
@@ -184,14 +147,14 @@ TEST(HttpsServer, TheBodyLimitIsItsOwn) {
 
 TEST(HttpsServer, ANewGenerationBuildsOneNewContextAndServesTheNewCertificate) {
   auto source = std::make_shared<FakeSource>();
-  source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(1, 1));
+  source->certificate = std::make_shared<ServingCertificate>(make_certificate(1, 1));
   with_https(source, {}, [&](HttpServer& server) -> asio::awaitable<void> {
     for (int i = 0; i < 3; ++i) {
       Reply r = co_await post(server.port(), http::verb::post, "a");
       EXPECT_EQ(r.serial, 1);
     }
     EXPECT_EQ(server.stats().tls_contexts, 1u);
-    source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(2, 2));
+    source->certificate = std::make_shared<ServingCertificate>(make_certificate(2, 2));
     Reply r = co_await post(server.port(), http::verb::post, "b");
     EXPECT_EQ(r.status, 200);
     EXPECT_EQ(r.serial, 2);
@@ -199,7 +162,7 @@ TEST(HttpsServer, ANewGenerationBuildsOneNewContextAndServesTheNewCertificate) {
     // A broken next certificate: the current one keeps serving.
     auto broken = make_certificate(3, 3);
     broken.key_pem = make_certificate(4, 3).key_pem;  // not this certificate's key
-    source->certificate = std::make_shared<webhook::ServingCertificate>(broken);
+    source->certificate = std::make_shared<ServingCertificate>(broken);
     r = co_await post(server.port(), http::verb::post, "c");
     EXPECT_EQ(r.status, 200);
     EXPECT_EQ(r.serial, 2);
@@ -213,7 +176,7 @@ TEST(HttpsServer, WithoutACertificateConnectionsAreClosedUntilOneComes) {
     Reply r = co_await post(server.port(), http::verb::post, "a");
     EXPECT_TRUE(r.error);
     EXPECT_EQ(server.stats().tls_failures, 1u);
-    source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(5, 1));
+    source->certificate = std::make_shared<ServingCertificate>(make_certificate(5, 1));
     r = co_await post(server.port(), http::verb::post, "a");
     EXPECT_FALSE(r.error) << r.error.message();
     EXPECT_EQ(r.serial, 5);
@@ -222,7 +185,7 @@ TEST(HttpsServer, WithoutACertificateConnectionsAreClosedUntilOneComes) {
 
 TEST(HttpsServer, AStalledHandshakeIsCutByTheTimeout) {
   auto source = std::make_shared<FakeSource>();
-  source->certificate = std::make_shared<webhook::ServingCertificate>(make_certificate(1, 1));
+  source->certificate = std::make_shared<ServingCertificate>(make_certificate(1, 1));
   HttpServerOptions options;
   options.timeout = 200ms;
   with_https(source, options, [&](HttpServer& server) -> asio::awaitable<void> {
@@ -239,39 +202,6 @@ TEST(HttpsServer, AStalledHandshakeIsCutByTheTimeout) {
     Reply r = co_await post(server.port(), http::verb::post, "still serving");
     EXPECT_EQ(r.status, 200);
   });
-}
-
-TEST(TlsDirectory, ReadsThePairAndMakesANewGenerationOnlyWhenItChanges) {
-  char name[] = "/tmp/gk-tls-XXXXXX";
-  ASSERT_NE(::mkdtemp(name), nullptr);
-  const std::filesystem::path dir = name;
-  auto write = [&](const webhook::ServingCertificate& c) {
-    std::ofstream(dir / "tls.crt") << c.cert_pem;
-    std::ofstream(dir / "tls.key") << c.key_pem;
-  };
-  TlsDirectory source(dir);
-  EXPECT_EQ(source.current(), nullptr);
-  EXPECT_NE(source.reload().find("tls.crt"), std::string::npos);
-
-  const auto first = make_certificate(1, 0);
-  write(first);
-  EXPECT_EQ(source.reload(), "");
-  ASSERT_NE(source.current(), nullptr);
-  EXPECT_EQ(source.current()->generation, 1u);
-  EXPECT_EQ(source.current()->cert_pem, first.cert_pem);
-  EXPECT_EQ(source.reload(), "");
-  EXPECT_EQ(source.current()->generation, 1u);  // the same files: the same generation
-
-  const auto second = make_certificate(2, 0);
-  write(second);
-  EXPECT_EQ(source.reload(), "");
-  EXPECT_EQ(source.current()->generation, 2u);
-  EXPECT_EQ(source.current()->key_pem, second.key_pem);
-
-  std::ofstream(dir / "tls.key") << "garbage";
-  EXPECT_NE(source.reload().find("PEM"), std::string::npos);
-  EXPECT_EQ(source.current()->generation, 2u);  // the last good pair keeps serving
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "gracekeeper/server/tls_directory.h"
+#include "gracekeeper/admission/tls_directory.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <sstream>
 #include <system_error>
 
-namespace gracekeeper::server {
+namespace gracekeeper::webhook {
 namespace {
 
 namespace fs = std::filesystem;
@@ -62,7 +62,7 @@ std::string TlsDirectory::reload() const {
   if (!error.empty()) return error;
   seen_ = seen;
   if (current_ && current_->cert_pem == cert_pem && current_->key_pem == key_pem) return {};
-  auto next = std::make_shared<webhook::ServingCertificate>();
+  auto next = std::make_shared<server::ServingCertificate>();
   next->cert_pem = std::move(cert_pem);
   next->key_pem = std::move(key_pem);
   next->generation = current_ ? current_->generation + 1 : 1;
@@ -70,7 +70,7 @@ std::string TlsDirectory::reload() const {
   return {};
 }
 
-std::shared_ptr<const webhook::ServingCertificate> TlsDirectory::current() const {
+std::shared_ptr<const server::ServingCertificate> TlsDirectory::current() const {
   const auto now = std::chrono::steady_clock::now();
   if (!current_ || now - checked_ >= std::chrono::seconds(1)) {
     checked_ = now;
@@ -80,4 +80,4 @@ std::shared_ptr<const webhook::ServingCertificate> TlsDirectory::current() const
   return current_;
 }
 
-}  // namespace gracekeeper::server
+}  // namespace gracekeeper::webhook

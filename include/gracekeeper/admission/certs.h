@@ -35,7 +35,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gracekeeper/webhook/tls_source.h"
+#include "gracekeeper/server/tls_source.h"
 
 namespace gracekeeper::kube {
 class Client;
@@ -128,13 +128,13 @@ std::string encode_base64(std::string_view);
 std::optional<std::string> decode_base64(std::string_view);
 
 // The running part: one per process, on the client's io_context.
-class SelfManagedCertificates final : public TlsSource {
+class SelfManagedCertificates final : public server::TlsSource {
  public:
   SelfManagedCertificates(kube::Client&, CertOptions,
                           Clock clock = &std::chrono::system_clock::now);
   ~SelfManagedCertificates() override;
 
-  std::shared_ptr<const ServingCertificate> current() const override;
+  std::shared_ptr<const server::ServingCertificate> current() const override;
 
   // One pass: read (and if due, write) the Secret, publish its serving
   // certificate, patch the caBundle. Returns when the next pass is due.
@@ -154,7 +154,7 @@ class SelfManagedCertificates final : public TlsSource {
   Clock clock_;
   TimePoint next_{};
   mutable std::mutex mutex_;  // current_: the server may read it from another thread
-  std::shared_ptr<const ServingCertificate> current_;
+  std::shared_ptr<const server::ServingCertificate> current_;
   std::optional<CertSecret> usable_held_;  // served when a due renewal cannot be written
   std::optional<boost::asio::steady_timer> timer_;
   bool stopped_ = false;

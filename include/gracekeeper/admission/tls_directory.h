@@ -10,23 +10,23 @@
 #include <memory>
 #include <string>
 
-#include "gracekeeper/webhook/tls_source.h"
+#include "gracekeeper/server/tls_source.h"
 
-namespace gracekeeper::server {
+namespace gracekeeper::webhook {
 
-class TlsDirectory final : public webhook::TlsSource {
+class TlsDirectory final : public server::TlsSource {
  public:
   explicit TlsDirectory(std::filesystem::path dir);
-  std::shared_ptr<const webhook::ServingCertificate> current() const override;
+  std::shared_ptr<const server::ServingCertificate> current() const override;
   // Reads the files now; "" when both were read, else what is wrong with
   // which file. The last good pair keeps serving meanwhile.
   std::string reload() const;
 
  private:
   std::filesystem::path dir_;
-  mutable std::shared_ptr<const webhook::ServingCertificate> current_;
+  mutable std::shared_ptr<const server::ServingCertificate> current_;
   mutable std::string seen_;  // the files' sizes and times at the last read
   mutable std::chrono::steady_clock::time_point checked_{};
 };
 
-}  // namespace gracekeeper::server
+}  // namespace gracekeeper::webhook

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-namespace gracekeeper::webhook {
+namespace gracekeeper::server {
 
 struct ServingCertificate {
   std::string cert_pem;  // the serving certificate, then any intermediates
@@ -29,4 +29,4 @@ class TlsSource {
   virtual std::shared_ptr<const ServingCertificate> current() const = 0;
 };
 
-}  // namespace gracekeeper::webhook
+}  // namespace gracekeeper::server

@@ -1,7 +1,7 @@
 // Self-managed webhook certificates (certs.h): the PKI with OpenSSL's C API,
 // the decision as a pure function of the Secret and the time, and the loop
 // that keeps the Secret, the caBundle and TlsSource::current() in step.
-#include "gracekeeper/webhook/certs.h"
+#include "gracekeeper/admission/certs.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -624,7 +624,7 @@ SelfManagedCertificates::SelfManagedCertificates(kube::Client& client, CertOptio
 
 SelfManagedCertificates::~SelfManagedCertificates() = default;
 
-std::shared_ptr<const ServingCertificate> SelfManagedCertificates::current() const {
+std::shared_ptr<const server::ServingCertificate> SelfManagedCertificates::current() const {
   std::lock_guard lock(mutex_);
   return current_;
 }
@@ -650,7 +650,7 @@ void SelfManagedCertificates::publish(const CertSecret& secret) {
   if (current_ && current_->cert_pem == secret.tls_crt && current_->key_pem == secret.tls_key) {
     return;
   }
-  auto next = std::make_shared<ServingCertificate>();
+  auto next = std::make_shared<server::ServingCertificate>();
   next->cert_pem = secret.tls_crt;
   next->key_pem = secret.tls_key;
   next->generation = current_ ? current_->generation + 1 : 1;

@@ -2,7 +2,7 @@
 // renewal times on a fake clock, garbage in the Secret replaced without a
 // crash, and a CA rotation that keeps the old CA in the bundle until every
 // serving certificate it signed has been replaced.
-#include "gracekeeper/webhook/certs.h"
+#include "gracekeeper/admission/certs.h"
 
 #include <gtest/gtest.h>
 
