@@ -12,7 +12,7 @@
 
 #ifdef GRACEKEEPER_HAVE_OPERATOR
 #include "gracekeeper/admission/certs.h"  // check_san
-#include "gracekeeper/controller/operator.h"
+#include "gracekeeper/operator/operator.h"
 #endif
 
 namespace gracekeeper::cli {

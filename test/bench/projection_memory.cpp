@@ -1,8 +1,8 @@
 // Heap bytes per opted-in Deployment of the operator, measured with glibc's
 // mallinfo2 around building N of them:
-// 1. the informer cache: the projection (src/controller/cache.h) of the
-//    benchmark's Deployment (operator_bench_common.h), keyed as the informer
-//    keys it;
+// 1. the informer cache: the projection
+//    (include/gracekeeper/deployment/cache.h) of the benchmark's Deployment
+//    (operator_bench_common.h), keyed as the informer keys it;
 // 2. the Events waiting in the event recorder while the operator is busy:
 //    the budget engine's plan of the same Deployment under the benchmark's
 //    policy gives a Tuned note and findings, as the reconciler words them.
@@ -20,9 +20,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "../../src/controller/cache.h"  // private: the projection measured
 #include "gracekeeper/budget/engine.h"
 #include "gracekeeper/budget/policy.h"
+#include "gracekeeper/deployment/cache.h"  // the projection measured
 #include "gracekeeper/kube/events.h"
 #include "operator_bench_common.h"
 

@@ -1,18 +1,17 @@
 // Heap bytes per cached EndpointSlice of the operator (source Observed and
 // the termination audit), measured with glibc's mallinfo2 around caching N
 // of them as the informer does: a kube::StoreCore entry (key,
-// resourceVersion, shared projection) of src/controller/endpoints.h's
-// CachedSlice. Each slice is what the EndpointSlice controller writes for
-// a Service of one 3-replica Deployment; the FieldSet the informer uses
-// (endpoint_slice_fields) is applied first, as the informer's parser does.
-// Usage: slice_memory [N] [ENDPOINTS]
+// resourceVersion, shared projection) of CachedSlice
+// (include/gracekeeper/audit/endpoints.h). Each slice is what the EndpointSlice controller writes
+// for a Service of one 3-replica Deployment; the FieldSet the informer uses (endpoint_slice_fields)
+// is applied first, as the informer's parser does. Usage: slice_memory [N] [ENDPOINTS]
 #include <malloc.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
-#include "../../src/controller/endpoints.h"  // private: the projection measured
+#include "gracekeeper/audit/endpoints.h"  // the projection measured
 #include "gracekeeper/kube/fields.h"
 #include "gracekeeper/kube/store.h"
 

@@ -1,6 +1,6 @@
-// libFuzzer target for the admission webhook's decision (src/controller/
-// admission.h): arbitrary bytes as the body of POST /mutate-deployments,
-// against stores holding one Enforce policy (with a measured figure in its
+// libFuzzer target for the admission webhook's decision
+// (include/gracekeeper/admission/admission.h): arbitrary bytes as the body of POST
+// /mutate-deployments, against stores holding one Enforce policy (with a measured figure in its
 // status) and one Service in namespace "shop".
 //
 // Besides the sanitizers' findings (crash, leak, overflow, UB), it aborts when
@@ -24,7 +24,7 @@
 #include <string>
 #include <string_view>
 
-#include "../../src/controller/admission.h"
+#include "gracekeeper/admission/admission.h"
 
 namespace {
 

@@ -1,0 +1,76 @@
+// The mutating admission webhook's decision, without I/O: an AdmissionReview
+// v1 in, the AdmissionReview to answer (or a 4xx) out. On CREATE and UPDATE
+// of an opted-in apps/v1 Deployment whose namespace has a governing policy
+// in Enforce mode, the answer carries a JSON patch that writes the current
+// plan: the same decide_deployment the reconciler runs, on the same
+// projection of the object, and the same owned fields (takeover.h), so the
+// stored object is what the reconciler would write and it has nothing left
+// to do. Everything comes from the informers' stores, which every replica
+// keeps: no API call per request.
+//
+// The reconciler's own writes (field manager "gracekeeper") are allowed
+// unchanged: on a replica that is not the leader the figure comes from the
+// policy's status, which can lag the leader's measurement by one status
+// write, and planning the write again with it would undo a re-tune.
+//
+// It never refuses an object: anything else, and any internal error, is
+// allowed unchanged (an error adds a warning). Only a request that is not an
+// AdmissionReview v1 with a uid gets a 400.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "gracekeeper/budget/engine.h"
+#include "gracekeeper/deployment/cache.h"
+#include "gracekeeper/deployment/propagation_book.h"
+#include "gracekeeper/deployment/services.h"
+#include "gracekeeper/deployment/status.h"
+#include "gracekeeper/kube/store.h"
+
+namespace gracekeeper::controller {
+
+// The largest AdmissionReview read: the API server's own limit on a request
+// body. An UPDATE's review carries the object and the old object, each at
+// most 1.5 MiB in etcd.
+inline constexpr std::size_t kMaxAdmissionBytes = std::size_t{3} * 1024 * 1024;
+
+struct AdmissionInputs {
+  kube::Store<CachedPolicy> policies;
+  kube::Store<CachedService> services;
+  // This replica's own measurements (the leader's); a policy missing there
+  // uses the figure the leader wrote into its status.
+  const PropagationBook* propagation = nullptr;
+  budget::Capabilities capabilities{};
+  TimePoint now{};
+  // Why the stores cannot be trusted yet ("caches not synced"); "" when they
+  // can. An opted-in Deployment is then allowed unchanged, with a warning.
+  std::string not_ready{};
+};
+
+struct AdmissionAnswer {
+  enum class Outcome {
+    Patched,     // allowed with the plan as a patch
+    Unchanged,   // governed and opted in, nothing to change (compliant, DryRun, no figure yet)
+    Ignored,     // not an opted-in Deployment being created or updated, no governing
+                 // policy, or the reconciler's own write (field manager "gracekeeper")
+    Error,       // allowed unchanged after an internal error, with a warning
+    BadRequest,  // not an AdmissionReview v1 with a uid: 400
+  };
+  Outcome outcome = Outcome::Ignored;
+  int status = 200;
+  std::string body;       // the AdmissionReview v1 (JSON), or a one-line text for a 400
+  std::string error;      // BadRequest or Error: what was wrong, for the log
+  bool opted_in = false;  // the object carries gracekeeper.dev/enabled: "true"
+};
+
+std::string_view to_string(AdmissionAnswer::Outcome);
+
+AdmissionAnswer admit(std::string_view body, const AdmissionInputs&);
+
+// The figure a policy plans with when this replica has not measured it: the
+// one in its status, if the status is of the policy's current generation.
+std::optional<PropagationState> status_propagation(const CachedPolicy&);
+
+}  // namespace gracekeeper::controller

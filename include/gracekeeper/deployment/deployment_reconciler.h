@@ -1,0 +1,218 @@
+// The Deployment controller, and with kind StatefulSet the StatefulSet
+// controller: for key "ns/name", read the Deployment and its
+// namespace's policies from the stores, decide (deployment_decision.h), apply
+// what the decision says with server-side apply, report the Events of the
+// state once, and come back when a held-back change becomes due.
+//
+// It keeps three things between reconciles, all about its own writes: the
+// Events it reported per Deployment (EventLedger, told by the EventSink how
+// each write ended), the writes the server refused (BlockedWrite, by uid,
+// generation and plan; for a field conflict, until the other applier gives
+// the fields up), and the re-tunes it wrote whose new generation the store
+// does not show yet. Which rollouts are in flight
+// (changes.maxConcurrentRollouts) comes from the store, like everything else.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "gracekeeper/deployment/cache.h"
+#include "gracekeeper/deployment/deployment_decision.h"
+#include "gracekeeper/deployment/event_ledger.h"
+#include "gracekeeper/deployment/ports.h"
+#include "gracekeeper/deployment/result.h"
+#include "gracekeeper/deployment/services.h"
+#include "gracekeeper/kube/store.h"
+#include "gracekeeper/metrics/metrics.h"
+
+namespace gracekeeper::controller {
+
+class DeploymentReconciler {
+ public:
+  struct Dependencies {
+    kube::Store<CachedDeployment> deployments;
+    kube::Store<CachedPolicy> policies;
+    kube::Store<CachedService> services;
+    const PropagationBook& propagation;
+    DeploymentWriter& writer;
+    EventSink& events;
+    const Clock& clock;
+    metrics::Metrics& metrics;
+    // A policy's counts changed without any object changing (a write was
+    // refused, or is no longer): its status must follow.
+    std::function<void(const std::string& policy_key)> policy_changed;
+    // Reconcile `key` again after a delay: an Event of its state failed to
+    // be written, and is recorded again then.
+    std::function<void(const std::string& key, std::chrono::nanoseconds after)> requeue{};
+    // The kind of workload this reconciler governs: Deployment or
+    // StatefulSet (one reconciler, store, queue and writer per kind).
+    std::string kind = "Deployment";
+    // The re-tunes of a policy in flight among the workloads of the other
+    // kind: changes.maxConcurrentRollouts counts both kinds.
+    std::function<std::int64_t(const std::string& policy_key)> other_rollouts{};
+    // The workloads of the other kind that a policy governs: a percentage
+    // in changes.maxConcurrentRollouts resolves against both kinds.
+    std::function<std::int64_t(const std::string& policy_key)> other_governed{};
+  };
+  explicit DeploymentReconciler(Dependencies deps);
+  DeploymentReconciler(const DeploymentReconciler&) = delete;
+  DeploymentReconciler& operator=(const DeploymentReconciler&) = delete;
+  void set_capabilities(budget::Capabilities c) { capabilities_ = c; }
+  // This process serves the admission webhook: another applier's deploys
+  // carry the budget, which a FieldConflict's note says.
+  void set_webhook_served(bool served) { webhook_served_ = served; }
+
+  boost::asio::awaitable<ReconcileResult> reconcile(std::string key);
+
+  // The decision for a cached Deployment, as reconcile() would take it now
+  // (no I/O).
+  DeploymentDecision decide(const std::string& key, const CachedDeployment&) const;
+
+  // What a policy's status counts of a Deployment's decision.
+  struct Counted {
+    std::string policy_key;
+    std::vector<std::string> contenders;
+    DeploymentState state;
+  };
+  // Everything of namespace `ns` that a decision reads besides the
+  // Deployment and the time, as one string: its policies (uid, generation),
+  // their figures, its Services (resourceVersion) and the capabilities.
+  std::string decision_context(std::string_view ns) const;
+  // The counted part of decide(), remembered from the last decision (a
+  // reconcile's or a count's) while the Deployment's snapshot and `context`
+  // are the ones it was taken with and a held-back change is not yet due:
+  // a cold start decides each Deployment once for the counts, not once per
+  // count of its policy.
+  Counted counted(const std::string& key, const CachedDeployment&,
+                  const std::string& context) const;
+  // Decisions taken for `counted` (not remembered ones), for tests.
+  std::uint64_t counted_decisions() const { return counted_decisions_; }
+
+  EventLedger& ledger() { return ledger_; }
+  // The FieldFights this operator reported before a restart, by the time of
+  // their last Event: each stays a fight until the policy's interval passed.
+  void seed_fights(const std::map<std::string, TimePoint>& fights);
+  const BlockedWrite* blocked(const std::string& key) const;
+  // The re-tunes of `policy_key` in flight among this kind's workloads.
+  std::int64_t rollouts_in_flight(const std::string& policy_key) {
+    return rollouts_in_flight(std::string(), policy_key);
+  }
+  // The workloads of this kind that `policy_key` governs now, from the
+  // stores (what its status counts as managed; the status itself is not
+  // read, so a stale status never changes a decision).
+  std::int64_t governed(const std::string& policy_key) const;
+  const std::string& kind() const { return deps_.kind; }
+  const kube::Store<CachedDeployment>& store() const { return deps_.deployments; }
+
+ private:
+  struct WriteOutcome {
+    bool applied = false;
+    std::optional<kube::EventRecord> refused;  // why the server refused it for good
+    std::vector<ConflictingField> conflicts;   // the appliers' fields it conflicted on
+    std::optional<std::int64_t> generation;    // applied: the written object's, if the answer said
+  };
+  // A refused write, and the snapshot of the Deployment last checked for
+  // whether its conflicting fields are still another applier's.
+  struct Blocked {
+    BlockedWrite write;
+    std::weak_ptr<const CachedDeployment> checked;
+  };
+  boost::asio::awaitable<bool> conflict_released(const std::string& key,
+                                                 const std::shared_ptr<const CachedDeployment>&);
+  // The steps of reconcile(), in order. Each step that can end the
+  // reconcile returns its result; nullopt goes on to the next one.
+  DeploymentDecision decide_and_remember(const std::string& key,
+                                         const std::shared_ptr<const CachedDeployment>&);
+  bool stale_snapshot(const std::string& key, const CachedDeployment&, const DeploymentDecision&);
+  boost::asio::awaitable<bool> unblocked(const std::string& key,
+                                         const std::shared_ptr<const CachedDeployment>&,
+                                         const DeploymentDecision&);
+  boost::asio::awaitable<std::optional<ReconcileResult>> held_by_fight(const std::string& key,
+                                                                       const kube::ObjectRef&,
+                                                                       const CachedDeployment&,
+                                                                       DeploymentDecision&);
+  std::optional<ReconcileResult> take_rollout_slot(const std::string& key, const kube::ObjectRef&,
+                                                   const CachedDeployment&, DeploymentDecision&);
+  boost::asio::awaitable<std::optional<ReconcileResult>> write_decision(
+      const std::string& key, const kube::ObjectRef&,
+      const std::shared_ptr<const CachedDeployment>&, DeploymentDecision&);
+  void record_tuned(const std::string& key, const kube::ObjectRef&, const CachedDeployment&,
+                    const DeploymentDecision&, std::int64_t written_generation);
+  void event_outcome(const kube::EventRecord&, bool written);
+  boost::asio::awaitable<std::expected<WriteOutcome, std::string>> write(
+      const std::string& ns, const std::string& name, const PlannedWrite&,
+      const std::vector<std::string>& appliers);
+  void report(const std::string& key, const kube::ObjectRef&, std::vector<kube::EventRecord>);
+  void forget(const std::string& key);
+  bool written_over(const std::string& key, const CachedDeployment&);
+  // A fight: its Warning, and how long until it ends by itself (the
+  // second-newest set-back leaves the interval), when the reconciler looks
+  // again with no other event.
+  struct Fight {
+    kube::EventRecord event;
+    std::chrono::nanoseconds ends_in{0};
+  };
+  boost::asio::awaitable<std::optional<Fight>> field_fight(const std::string& key,
+                                                           const CachedDeployment&,
+                                                           const DeploymentDecision&);
+  std::int64_t rollouts_in_flight(const std::string& key, const std::string& policy_key);
+  // The log field that names the workload: "deployment" or "statefulset".
+  std::string_view log_key() const {
+    return deps_.kind == "StatefulSet" ? "statefulset" : "deployment";
+  }
+  // How soon a held-back re-tune looks for a free rollout slot again.
+  static constexpr std::chrono::seconds kRolloutPoll{5};
+
+  Dependencies deps_;
+  budget::Capabilities capabilities_{};
+  bool webhook_served_ = false;
+  EventLedger ledger_;
+  std::unordered_map<std::string, Blocked> blocked_;
+  // Deployments whose owned fields someone set back: when (once per
+  // generation), within the policy's minIntervalSeconds. Twice is a fight.
+  struct SetBacks {
+    std::vector<TimePoint> times;
+    std::int64_t generation = 0;
+  };
+  std::unordered_map<std::string, SetBacks> set_backs_;
+  // Writes applied -> the object written (uid, and the generation the
+  // server answered), until the store shows that generation (written_over).
+  struct Written {
+    std::string uid;
+    std::int64_t generation = 0;
+  };
+  std::unordered_map<std::string, Written> written_;
+  // Re-tunes written (or being written) -> the generation written (before
+  // the answer: the one after the snapshot's): in flight until the store
+  // shows it (rollouts_in_flight).
+  std::unordered_map<std::string, std::int64_t> rolling_;
+
+  // The last decision's counted part per Deployment, per namespace with the
+  // context it was taken in (counted()). The snapshot is held, so a new
+  // one can never reuse its address.
+  struct Remembered {
+    std::shared_ptr<const CachedDeployment> snapshot;
+    std::optional<TimePoint> until;  // a held-back change is due then
+    Counted counted;
+  };
+  struct NamespaceDecisions {
+    std::string context;
+    std::unordered_map<std::string, Remembered> deployments;
+  };
+  void remember(const std::string& key, const std::shared_ptr<const CachedDeployment>&,
+                const std::string& context, const DeploymentDecision&) const;
+  void forget_decision(const std::string& key) const;
+  mutable std::unordered_map<std::string, NamespaceDecisions> decided_;
+  mutable std::uint64_t counted_decisions_ = 0;
+};
+
+// "ns/name" -> {ns, name}.
+std::pair<std::string, std::string> split_key(const std::string& key);
+
+}  // namespace gracekeeper::controller

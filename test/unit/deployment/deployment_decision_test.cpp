@@ -1,0 +1,260 @@
+// decide_deployment called directly, one row per rule: what the stores hold
+// about a Deployment (its object, the namespace's policies, their figures,
+// a refused write, whether it still rolls) in, the decision out. No
+// reconciler, no I/O: the reconciler's and admission's tests cover what
+// they do around it.
+#include "gracekeeper/deployment/deployment_decision.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "../../support/reconciler_fakes.h"
+
+namespace gracekeeper::controller::testing {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+// What one row starts from: the test World's Deployment and policy, each
+// changed by the row.
+struct Inputs {
+  json deployment = testing::deployment();
+  std::vector<json> policies{policy()};
+  bool measured = true;  // the policy has a figure (Static)
+  double seconds = 4;    // ... of this many seconds
+  TimePoint now = kStart;
+  std::optional<bool> behind_service = true;
+  bool rolling = false;
+  std::optional<BlockedWrite> blocked;
+};
+
+// decide_deployment on `in`, with the inputs kept alive for the decision.
+DeploymentDecision decide(const Inputs& in) {
+  const auto cached = project_deployment(in.deployment);
+  EXPECT_TRUE(cached.has_value());
+  const auto deployment = cached->project();
+  std::vector<CachedPolicy> policies;
+  for (const json& p : in.policies) policies.push_back(*project_policy(p));
+  PropagationBook book;
+  if (in.measured) {
+    for (const CachedPolicy& p : policies) {
+      PolicyMeasurement m;
+      m.state.seconds = in.seconds;
+      m.state.source = "Static";
+      m.state.sampled_at = in.now;
+      book.put("shop/" + p.name, m);
+    }
+  }
+  DeploymentFacts facts;
+  facts.deployment = &deployment;
+  facts.uid = cached->uid;
+  facts.generation = cached->generation;
+  for (const CachedPolicy& p : policies) facts.policies.push_back(&p);
+  facts.propagation = &book;
+  facts.behind_service = in.behind_service;
+  facts.now = in.now;
+  facts.rolling = in.rolling;
+  facts.blocked = in.blocked ? &*in.blocked : nullptr;
+  return decide_deployment(facts);
+}
+
+std::vector<std::string> reasons(const DeploymentDecision& d) {
+  std::vector<std::string> out;
+  for (const auto& e : d.events) out.push_back(e.reason);
+  return out;
+}
+
+// The Deployment with the untuned row's write applied (at kStart, with a
+// figure of `seconds`), as the server would hold it after the tune.
+json tuned(double seconds = 4) {
+  Inputs in;
+  in.seconds = seconds;
+  json d = testing::deployment();
+  merge(d, decide(in).write->configuration);
+  return d;
+}
+
+struct Row {
+  std::string name;
+  std::function<void(Inputs&)> given;
+  std::function<void(const DeploymentDecision&)> then;
+};
+
+class DecideDeployment : public ::testing::TestWithParam<Row> {};
+
+TEST_P(DecideDeployment, Decides) {
+  Inputs in;
+  GetParam().given(in);
+  GetParam().then(decide(in));
+}
+
+const Row kRows[] = {
+    {"AnUntunedDeploymentIsWrittenWithTheBudget", [](Inputs&) {},
+     [](const DeploymentDecision& d) {
+       EXPECT_EQ(d.policy_key, "shop/default");
+       ASSERT_TRUE(d.write);
+       const json& spec = d.write->configuration["spec"]["template"]["spec"];
+       EXPECT_EQ(spec["terminationGracePeriodSeconds"], 46);
+       EXPECT_EQ(spec["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"], 6);
+       EXPECT_FALSE(d.write->retune);
+       EXPECT_TRUE(d.state.pending);
+       EXPECT_FALSE(d.state.compliant);
+     }},
+    {"ATunedDeploymentIsCompliantAndNotWritten", [](Inputs& in) { in.deployment = tuned(); },
+     [](const DeploymentDecision& d) {
+       EXPECT_FALSE(d.write);
+       EXPECT_TRUE(d.state.compliant);
+       EXPECT_FALSE(d.state.pending);
+       EXPECT_FALSE(d.state.violating);
+     }},
+    {"WhileOldPodsRollItIsNotCompliantYet",
+     [](Inputs& in) {
+       in.deployment = tuned();
+       in.rolling = true;
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_FALSE(d.write);
+       EXPECT_TRUE(d.state.rolling);
+       EXPECT_FALSE(d.state.compliant);
+     }},
+    {"WithoutAFigureItWaitsForThePolicy", [](Inputs& in) { in.measured = false; },
+     [](const DeploymentDecision& d) {
+       EXPECT_TRUE(d.wait_for_policy);
+       EXPECT_EQ(d.policy_key, "shop/default");
+       EXPECT_FALSE(d.write);
+       EXPECT_THAT(d.events, IsEmpty());
+     }},
+    {"WithoutAPolicyNothingIsWritten", [](Inputs& in) { in.policies.clear(); },
+     [](const DeploymentDecision& d) {
+       EXPECT_EQ(d.policy_key, "");
+       EXPECT_FALSE(d.write);
+       EXPECT_EQ(d.events.size(), 1u);
+     }},
+    {"TwoPoliciesAndNoneNamedAreAmbiguous",
+     [](Inputs& in) {
+       in.policies = {policy({}, "b-policy"), policy({}, "a-policy")};
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_EQ(d.policy_key, "");
+       EXPECT_THAT(d.contenders, ElementsAre("a-policy", "b-policy"));
+       EXPECT_THAT(reasons(d), ElementsAre("AmbiguousPolicy"));
+       EXPECT_FALSE(d.write);
+     }},
+    {"TheNamedPolicyGovernsAmongSeveral",
+     [](Inputs& in) {
+       in.policies = {policy({}, "b-policy"), policy({}, "a-policy")};
+       in.deployment["metadata"]["annotations"]["gracekeeper.dev/policy"] = "b-policy";
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_EQ(d.policy_key, "shop/b-policy");
+       EXPECT_THAT(d.contenders, IsEmpty());
+       EXPECT_TRUE(d.write);
+     }},
+    {"DryRunSaysWhatItWouldWriteAndWritesNothing",
+     [](Inputs& in) {
+       in.policies = {policy({{"mode", "DryRun"}})};
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_FALSE(d.write);
+       EXPECT_TRUE(d.state.pending);
+       EXPECT_THAT(reasons(d), Contains("DryRun"));
+     }},
+    {"AWriteRefusedTheSameWayIsNotSentAgain",
+     [](Inputs& in) {
+       in.blocked = BlockedWrite{
+           "u-web",
+           1,
+           decide(Inputs{}).write->plan_hash,
+           kube::EventRecord{{}, kube::EventType::Warning, "ApplyRejected", "Tune", "not changed"},
+           {}};
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_FALSE(d.write);
+       EXPECT_TRUE(d.blocked);
+       EXPECT_THAT(reasons(d), Contains("ApplyRejected"));
+     }},
+    {"ARefusalOfAnotherGenerationDoesNotBlock",
+     [](Inputs& in) {
+       in.blocked = BlockedWrite{"u-web", 0, decide(Inputs{}).write->plan_hash, {}, {}};
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_TRUE(d.write);
+       EXPECT_FALSE(d.blocked);
+     }},
+    {"AShorterFigureWithinTheIntervalIsHeldBackUntilItIsDue",
+     [](Inputs& in) {
+       in.deployment = tuned(8);  // at kStart: a wait of 12 s
+       in.seconds = 1;            // 5 s: 7 s shorter, past the decrease threshold (2 s)
+       in.now = kStart + std::chrono::seconds(60);
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_FALSE(d.write);
+       EXPECT_TRUE(d.state.pending);
+       ASSERT_TRUE(d.requeue_after);
+       EXPECT_EQ(*d.requeue_after, std::chrono::seconds(3540));
+     }},
+    {"AWaitShorterByLessThanTheThresholdIsNotWorthARollout",
+     [](Inputs& in) {
+       in.deployment = tuned();  // 6 s
+       in.seconds = 1;           // 5 s, the policy's minimum: 1 s shorter
+       in.now = kStart + std::chrono::hours(2);
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_FALSE(d.write);
+       EXPECT_FALSE(d.state.pending);
+       EXPECT_TRUE(d.state.compliant);
+     }},
+    {"ALongerFigureIsRepairedAtOnce",
+     [](Inputs& in) {
+       in.deployment = tuned();
+       in.seconds = 8;
+       in.now = kStart + std::chrono::seconds(60);
+     },
+     [](const DeploymentDecision& d) {
+       ASSERT_TRUE(d.write);
+       EXPECT_TRUE(d.write->retune);
+       EXPECT_EQ(
+           d.write->configuration["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 52);
+     }},
+    {"AFieldSetBackIsNamedAndRepaired",
+     [](Inputs& in) {
+       in.deployment = tuned();
+       in.deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 30;
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_THAT(d.set_back_paths,
+                   ElementsAre(".spec.template.spec.terminationGracePeriodSeconds"));
+       EXPECT_TRUE(d.write);
+     }},
+    {"AnInvalidAnnotationLeavesItUnchanged",
+     [](Inputs& in) {
+       in.deployment["metadata"]["annotations"]["gracekeeper.dev/drain-seconds"] = "x";
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_FALSE(d.write);
+       EXPECT_THAT(reasons(d), Contains("InvalidAnnotation"));
+     }},
+    {"AnUnreadableObjectIsReportedNotWritten",
+     [](Inputs& in) { in.deployment["spec"]["replicas"] = "three"; },
+     [](const DeploymentDecision& d) {
+       EXPECT_FALSE(d.write);
+       EXPECT_THAT(reasons(d), ElementsAre("InvalidDeployment"));
+     }},
+    {"PodsNoServiceSelectsAreSaidToBeSo", [](Inputs& in) { in.behind_service = false; },
+     [](const DeploymentDecision& d) { EXPECT_THAT(reasons(d), Contains("NotBehindService")); }},
+    {"BehindAServiceTheyAreNot", [](Inputs&) {},
+     [](const DeploymentDecision& d) {
+       EXPECT_THAT(reasons(d), Not(Contains("NotBehindService")));
+     }},
+};
+
+INSTANTIATE_TEST_SUITE_P(Rows, DecideDeployment, ::testing::ValuesIn(kRows),
+                         [](const ::testing::TestParamInfo<Row>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace gracekeeper::controller::testing
