@@ -229,39 +229,57 @@ std::optional<CachedSlice> TerminationAudit::observe(const nlohmann::json& objec
     }
     for (const Turned& t : now_out) {
       if (!t.began_terminating) continue;
-      if (auto owner = owner_of(change.ns, t.pod)) audit(change.ns, t.pod, *owner, lag, seen);
+      if (auto owner = owner_of(change.ns, t.pod)) {
+        note_termination(change.ns, t.pod, *owner, lag, seen);
+      }
     }
   }
   if (change.endpoints.empty()) return std::nullopt;
   return cache_slice(change.endpoints);
 }
 
-void TerminationAudit::audit(const std::string& ns, const std::string& pod, const Owner& owner,
-                             std::optional<double> lag, TimePoint seen) {
-  // A StatefulSet's pod comes back under its name with the new template.
+// What only the moment of the change knows: the sample, the time, and the
+// wait of the pod's rollout (a StatefulSet's pod comes back under its name
+// with the new template; a Deployment's rollout is remembered by hash).
+void TerminationAudit::note_termination(const std::string& ns, const std::string& pod,
+                                        const Owner& owner, std::optional<double> lag,
+                                        TimePoint seen) {
   const std::optional<std::int64_t> stateful_wait =
       owner.stateful ? take_stateful_wait(ns + "/" + pod) : std::nullopt;
-  if (deps_.active && !deps_.active()) return;
+  if (deps_.active && !deps_.active()) return;  // a standby takes samples only
+  std::string key = ns + "/" + pod;
+  pending_.insert_or_assign(key, Termination{owner, wait_of(owner, stateful_wait), lag, seen});
+  if (deps_.enqueue) deps_.enqueue(key);
+}
+
+ReconcileResult TerminationAudit::reconcile(const std::string& key) {
+  auto it = pending_.find(key);
+  if (it == pending_.end()) return Result::done();
+  const Termination t = std::move(it->second);
+  pending_.erase(it);
+  if (deps_.active && !deps_.active()) return Result::done();
+  const auto [ns, pod] = split_key(key);
   const DeploymentReconciler& controller =
-      owner.stateful ? *deps_.statefulset_controller : deps_.deployment_controller;
-  const DeploymentDecision decision = controller.decide(owner.key, *owner.cached);
-  if (decision.policy_key.empty()) return;  // not governed: nothing to audit against
+      t.owner.stateful ? *deps_.statefulset_controller : deps_.deployment_controller;
+  const DeploymentDecision decision = controller.decide(t.owner.key, *t.owner.cached);
+  if (decision.policy_key.empty()) return Result::done();  // not governed: nothing to audit
   const auto policy = deps_.policies.get(decision.policy_key);
-  if (!policy || !policy->spec) return;
-  const std::optional<std::int64_t> wait = wait_of(owner, stateful_wait);
-  const Needed needed = needed_of(ns, decision.policy_key, policy->spec->propagation, lag, seen);
+  if (!policy || !policy->spec) return Result::done();
+  const Needed needed =
+      needed_of(ns, decision.policy_key, policy->spec->propagation, t.lag, t.seen);
   const auto [policy_ns, policy_name] = split_key(decision.policy_key);
-  if (!wait || !needed.seconds) {
+  if (!t.wait || !needed.seconds) {
     deps_.metrics.count_termination(ns, policy_name, "unmeasured");
-    return;
+    return Result::done();
   }
-  const double slack = static_cast<double>(*wait) - *needed.seconds;
+  const double slack = static_cast<double>(*t.wait) - *needed.seconds;
   const bool late = slack < 0;
   deps_.metrics.observe_termination_slack(ns, policy_name, slack);
   deps_.metrics.count_termination(ns, policy_name, late ? "late" : "covered");
-  deps_.terminations.count(decision.policy_key, late, seen);
+  deps_.terminations.count(decision.policy_key, late, t.seen);
   deps_.policy_changed(decision.policy_key);
-  if (late) warn_late(ns, pod, owner, *wait, needed.why, slack, policy_name);
+  if (late) warn_late(ns, pod, t.owner, *t.wait, needed.why, slack, policy_name);
+  return Result::done();
 }
 
 std::optional<std::int64_t> TerminationAudit::take_stateful_wait(const std::string& pod_key) {

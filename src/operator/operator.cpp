@@ -107,6 +107,7 @@ class Operator {
         deployment_queue_(io.get_executor()),
         policy_queue_(io.get_executor()),
         statefulset_queue_(io.get_executor()),
+        audit_queue_(io.get_executor()),
         events_(io.get_executor(), client_, recorder_options()),
         prometheus_(std::move(prometheus)),
         clock_(system_clock()),
@@ -161,7 +162,8 @@ class Operator {
                   policy_queue_.add_after(policy_key, std::chrono::seconds(2));
                 },
                 [this] { return workers_started_; }, statefulsets_.store(),
-                &statefulset_reconciler_}) {
+                &statefulset_reconciler_,
+                [this](const std::string& pod_key) { audit_queue_.add(pod_key); }}) {
     policy_reconciler_.set_terminations(&terminations_);
   }
 
@@ -519,6 +521,7 @@ class Operator {
     deployment_loop_.run(options_.workers);
     statefulset_loop_.run(options_.workers);
     policy_loop_.run(kPolicyWorkers);
+    audit_loop_.run(1);
   }
 
   // Every Deployment and StatefulSet is listed and none is queued or being
@@ -541,6 +544,7 @@ class Operator {
       metrics_.set_queue_depth("deployment", deployment_queue_.core().len());
       metrics_.set_queue_depth("statefulset", statefulset_queue_.core().len());
       metrics_.set_queue_depth("shutdownpolicy", policy_queue_.core().len());
+      metrics_.set_queue_depth("termination", audit_queue_.core().len());
       return_memory_after_a_burst();
       co_await sleep_for(std::chrono::milliseconds(1000));
     }
@@ -557,6 +561,7 @@ class Operator {
     const bool idle = deployment_queue_.core().len() + deployment_queue_.core().processing() +
                           statefulset_queue_.core().len() + statefulset_queue_.core().processing() +
                           policy_queue_.core().len() + policy_queue_.core().processing() +
+                          audit_queue_.core().len() + audit_queue_.core().processing() +
                           events_.in_flight() ==
                       0;
     if (!idle || work - work_at_last_trim_ < kTrimAfterWork) return;
@@ -581,6 +586,7 @@ class Operator {
     deployment_queue_.shut_down();
     statefulset_queue_.shut_down();
     policy_queue_.shut_down();
+    audit_queue_.shut_down();
     const bool drained = co_await within(wait_for_workers(), options_.shutdown_timeout);
     if (!drained) log::warn("in-flight reconciles did not finish in time");
     if (elector_) {
@@ -610,6 +616,7 @@ class Operator {
     co_await deployment_queue_.wait_workers_exited();
     co_await statefulset_queue_.wait_workers_exited();
     co_await policy_queue_.wait_workers_exited();
+    co_await audit_queue_.wait_workers_exited();
   }
 
   asio::awaitable<void> release() {
@@ -633,6 +640,9 @@ class Operator {
   kube::AsyncWorkQueue deployment_queue_;
   kube::AsyncWorkQueue policy_queue_;
   kube::AsyncWorkQueue statefulset_queue_;
+  // Terminations the EndpointSlice projection noted ("ns/pod"), audited by
+  // audit_loop_ (termination_audit.h).
+  kube::AsyncWorkQueue audit_queue_;
   kube::EventRecorder events_;
   metrics::Metrics metrics_;
   std::unique_ptr<propagation::Prometheus> prometheus_;
@@ -661,6 +671,10 @@ class Operator {
   ControllerLoop policy_loop_{"shutdownpolicy", policy_queue_, metrics_, [this](std::string key) {
                                 return policy_reconciler_.reconcile(std::move(key));
                               }};
+  ControllerLoop audit_loop_{"termination", audit_queue_, metrics_,
+                             [this](std::string key) -> asio::awaitable<ReconcileResult> {
+                               co_return audit_.reconcile(key);
+                             }};
   std::optional<kube::LeaderElector> elector_;
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;

@@ -17,6 +17,14 @@
 // A negative slack means the pod may have stopped serving while still
 // routed: one Warning PropagationOutlastedPreStop per rollout (ReplicaSet
 // hash) of the Deployment, and a count in the policy's status.
+//
+// Two halves. observe() runs in the informer's projection, at watch time:
+// it reads the change against the cached slice, takes the samples, and for
+// each pod that turned terminating notes what only that moment knows (the
+// sample, the time seen, the wait its rollout had) and queues the pod's key
+// ("ns/pod"). reconcile() runs under the controller loop like any other
+// reconciler: it decides the governing policy, the slack, the metrics, the
+// count and the Warning.
 #pragma once
 
 #include <functional>
@@ -32,6 +40,7 @@
 #include "gracekeeper/deployment/deployment_reconciler.h"
 #include "gracekeeper/deployment/ports.h"
 #include "gracekeeper/deployment/propagation_book.h"
+#include "gracekeeper/deployment/result.h"
 #include "gracekeeper/kube/store.h"
 #include "gracekeeper/metrics/metrics.h"
 #include "gracekeeper/propagation/observed.h"
@@ -89,6 +98,8 @@ class TerminationAudit {
     // pods ("web-0") are audited alike.
     std::optional<kube::Store<CachedDeployment>> statefulsets{};
     const DeploymentReconciler* statefulset_controller = nullptr;
+    // A termination to audit: reconcile(key) later, under the loop.
+    std::function<void(const std::string& key)> enqueue{};
   };
   explicit TerminationAudit(Dependencies deps) : deps_(std::move(deps)) {}
 
@@ -98,6 +109,12 @@ class TerminationAudit {
   // nullopt when there is none.
   std::optional<CachedSlice> observe(const nlohmann::json& object, const CachedSlice* before,
                                      TimePoint seen);
+
+  // Audits the termination observe() queued under `key` ("ns/pod"); done at
+  // once when there is none (audited already, or noted by a standby).
+  ReconcileResult reconcile(const std::string& key);
+  // Terminations noted and not audited yet.
+  std::size_t pending() const { return pending_.size(); }
 
  private:
   // The cached workload a pod belongs to: a Deployment's (its ReplicaSet
@@ -109,8 +126,16 @@ class TerminationAudit {
     std::shared_ptr<const CachedDeployment> cached;
   };
   std::optional<Owner> owner_of(const std::string& ns, const std::string& pod) const;
-  void audit(const std::string& ns, const std::string& pod, const Owner& owner,
-             std::optional<double> lag, TimePoint seen);
+  // A pod that turned terminating, as observe() saw it: what reconcile()
+  // needs from that moment.
+  struct Termination {
+    Owner owner;
+    std::optional<std::int64_t> wait;  // its rollout's preStop wait; nullopt: unknown
+    std::optional<double> lag;         // this change's sample, if it had one
+    TimePoint seen;
+  };
+  void note_termination(const std::string& ns, const std::string& pod, const Owner& owner,
+                        std::optional<double> lag, TimePoint seen);
   // The steps of audit(): the pod's wait, what it needed, and a late one's
   // Warning.
   std::optional<std::int64_t> take_stateful_wait(const std::string& pod_key);
@@ -159,6 +184,9 @@ class TerminationAudit {
   // until it turns terminating: at most one entry per pod of a governed
   // StatefulSet.
   std::unordered_map<std::uint64_t, std::int64_t> stateful_waits_;
+  // Terminations noted and not audited yet, by "ns/pod": one per pod that
+  // turned terminating since the loop last ran (only while active()).
+  std::unordered_map<std::string, Termination> pending_;
 };
 
 }  // namespace gracekeeper::controller

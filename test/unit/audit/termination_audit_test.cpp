@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "../../support/reconciler_fakes.h"
 #include "gracekeeper/core/time.h"
 
@@ -60,12 +62,19 @@ struct AuditWorld : World {
                            {{"source", "Observed"}, {"observed", {{"consumerSyncSeconds", 1}}}}}})
       : audit({deployments, policies, book, deployment_controller, samples, terminations, events,
                metrics, [this](const std::string& key) { changed.push_back(key); },
-               [this] { return active; }}) {
+               [this] { return active; }, std::nullopt, nullptr,
+               [this](const std::string& key) { queued.push_back(key); }}) {
     put_policy(policy(spec));
     put_deployment(with_pre_stop(deployment("web"), 5));
   }
-  // The informer's step: project against the cached version, then cache.
+  // The informer's step: project against the cached version, then cache;
+  // then the audit's loop runs what the projection queued.
   std::optional<CachedSlice> see(const json& object, TimePoint seen) {
+    auto out = observe(object, seen);
+    run_queued();
+    return out;
+  }
+  std::optional<CachedSlice> observe(const json& object, TimePoint seen) {
     const std::string key = "shop/" + object["metadata"]["name"].get<std::string>();
     auto out = audit.observe(object, cached.contains(key) ? &cached[key] : nullptr, seen);
     if (out) {
@@ -75,10 +84,16 @@ struct AuditWorld : World {
     }
     return out;
   }
+  void run_queued() {
+    for (const std::string& key : std::exchange(queued, {})) {
+      EXPECT_EQ(audit.reconcile(key), Result::done());
+    }
+  }
   propagation::SampleBook samples;
   TerminationBook terminations;
   TerminationAudit audit;
   std::vector<std::string> changed;
+  std::vector<std::string> queued;  // the audit's work queue
   std::map<std::string, CachedSlice> cached;
   bool active = true;
 };
@@ -258,12 +273,15 @@ TEST(TerminationAudit, AStatefulSetsPodsAreAuditedWithTheirOwnWait) {
                                      [](const std::string&) {},
                                      {},
                                      "StatefulSet"});
+  std::vector<std::string> queued;
   TerminationAudit audit({w.deployments, w.policies, w.book, w.deployment_controller, w.samples,
                           w.terminations, w.events, w.metrics, [](const std::string&) {},
-                          [] { return true; }, w.deployments, &statefulsets});
+                          [] { return true; }, w.deployments, &statefulsets,
+                          [&queued](const std::string& key) { queued.push_back(key); }});
   std::optional<CachedSlice> cached;
   auto see = [&](const json& object, TimePoint seen) {
     cached = audit.observe(object, cached ? &*cached : nullptr, seen);
+    for (const std::string& key : std::exchange(queued, {})) (void)audit.reconcile(key);
   };
   see(slice({{"db-0"}, {"db-1"}}, std::nullopt, "db-x"), kStart);
   ASSERT_TRUE(cached);
@@ -403,6 +421,36 @@ TEST(TerminationAudit, AStandbyTakesSamplesButNeitherCountsNorReports) {
   EXPECT_EQ(w.samples.counters().samples, 1u);
   EXPECT_EQ(w.terminations.totals("shop/default", json()).observed, 0);
   EXPECT_THAT(w.events.recorded, IsEmpty());
+  EXPECT_EQ(w.audit.pending(), 0u);  // nothing queued either
+}
+
+// The projection only notes a termination and queues it; the loop's
+// reconcile audits it, once, with what the moment of the change knew.
+TEST(TerminationAudit, TheProjectionQueuesAndTheReconcileAudits) {
+  AuditWorld w;
+  w.see(slice({{kPod1}, {kPod2}}), kStart);
+  const TimePoint trigger = kStart + 10s;
+  w.observe(slice({{kPod1, false, true}, {kPod2}}, at(trigger)), trigger + 4500ms);
+  EXPECT_EQ(w.samples.counters().samples, 1u);  // the sample: at watch time
+  EXPECT_THAT(w.queued, ElementsAre("shop/" + kPod1));
+  EXPECT_EQ(w.audit.pending(), 1u);
+  EXPECT_EQ(w.terminations.totals("shop/default", json()).observed, 0);
+  EXPECT_THAT(w.events.recorded, IsEmpty());
+  // The template changes before the loop runs: the pod's own wait (5 s)
+  // and the time it was seen still decide: 5 - (4.5 + 1), late.
+  w.put_deployment(with_pre_stop(deployment("web"), 30));
+  w.run_queued();
+  auto t = w.terminations.totals("shop/default", json());
+  EXPECT_EQ(t.observed, 1);
+  EXPECT_EQ(t.late, 1);
+  EXPECT_EQ(t.last_late_at, trigger + 4500ms);
+  ASSERT_EQ(w.events.recorded.size(), 1u);
+  EXPECT_THAT(w.events.recorded[0].note, HasSubstr("preStop wait of 5s"));
+  // Audited once: the key again (a retry, a duplicate) finds nothing.
+  EXPECT_EQ(w.audit.pending(), 0u);
+  EXPECT_EQ(w.audit.reconcile("shop/" + kPod1), Result::done());
+  EXPECT_EQ(w.terminations.totals("shop/default", json()).observed, 1);
+  EXPECT_EQ(w.audit.reconcile("shop/unknown"), Result::done());
 }
 
 TEST(TerminationAudit, UngovernedAndUnknownWaitsAreNotAudited) {
