@@ -73,6 +73,16 @@ done
 b1=$(failed baseline no-keepalive) b2=$(failed baseline keepalive)
 check "baseline: the rollout lost requests ($b1 + $b2 failed)" \
   test "$b1" != missing -a "$b2" != missing -a $(( ${b1//missing/0} + ${b2//missing/0} )) -ge 1
+# Each of baseline's requests that failed without an answer is traced: one record each, with the
+# client's local port, and conntrack's entry found for some of them.
+traced=$(jq '[.scenarios.baseline.modes[].rollouts[].failures_traced // [] | .[]] | length' "$TMP/result.json" 2>/dev/null || echo 0)
+ported=$(jq '[.scenarios.baseline.modes[].rollouts[].failures_traced // [] | .[] | select(.port != null)] | length' "$TMP/result.json" 2>/dev/null || echo 0)
+found=$(jq '[.scenarios.baseline.modes[].rollouts[].failures_traced // [] | .[] | select(.to != null)] | length' "$TMP/result.json" 2>/dev/null || echo 0)
+errors=$(jq '[.scenarios.baseline.modes[].summary | .failed - .non_2xx] | add // 0' "$TMP/result.json" 2>/dev/null || echo 0)
+check "baseline: every request failed without an answer traced ($traced of $errors)" \
+  test "$traced" = "$errors" -a "$errors" -ge 1
+check "... with the client's local port ($ported) and conntrack's entry for some ($found)" \
+  test "$ported" -ge 1 -a "$found" -ge 1
 for mode in no-keepalive keepalive; do
   g=$(failed gracekeeper "$mode")
   check "gracekeeper, $mode: no request lost ($g failed of $(requests gracekeeper "$mode"))" test "$g" = 0
