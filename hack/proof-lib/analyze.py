@@ -225,6 +225,8 @@ def self_test_attribution():
              "untranslated; none; kept-alive to the old pod after its exit",
              tr == [("new", "after_sigterm"), ("before the rollout (SYN_SENT)", "untranslated"),
                     ("none recorded", None), ("kept-alive", "after_exit")]),
+            ("failures traced: each one's seconds after the old pod's SIGTERM (at +10 s)",
+             [(f.get("after_sigterm") or {}).get("seconds") for f in r["failures_traced"] or []] == [1.0, 3.0, 4.0, 5.0]),
             ("kube-proxy: 3 syncs, 2 programming observations of 3 s on average",
              r["kube_proxy"] == {"syncs": 3, "network_programming": 2, "network_programming_mean_seconds": 3.0}),
         ]
@@ -524,6 +526,14 @@ def traced(dirpath, pods, new_pods, t_start):
             rec["entry"] = f"before the rollout ({before[f['port']][0]})"
         else:
             rec["entry"] = "none recorded"
+        # The old pod whose SIGTERM came last before the request: with
+        # keep-alive, the test app closes every connection still idle 1 s
+        # after SIGTERM (--idle-close-ms), racing a POST sent on it then.
+        termed = [(f["t"] - p["sigterm"], p["name"]) for p in pods.values()
+                  if p["sigterm"] is not None and p["sigterm"] <= f["t"] + 0.5]
+        if termed:
+            after, name = min(termed)
+            rec["after_sigterm"] = {"pod": name, "seconds": round(after, 3)}
         hit = (at or older or [None])[0] if not f.get("reused") else (older[-1] if older else None)
         if hit:
             rec["to"], rec["where"] = hit[3], where(hit[3], hit[2], f["t"])
@@ -901,9 +911,10 @@ def traced_md(results, listed=100):
                     if len(rows) >= listed:
                         more += 1
                         continue
+                    st = f.get("after_sigterm")
                     rows.append(f"| {scenario} | {mode} | {r['run']} | {os.path.basename(r['dir'])} | {f['t']} | "
                                 f"{f['error']} | {f['port'] or '-'} | {f['entry']} | {f.get('to', '-')} | "
-                                f"{f.get('where', '-')} |")
+                                f"{f.get('where', '-')} | {st['seconds'] if st else '-'} |")
             if traced_any:
                 counts.append(f"| {scenario} | {mode} | " + (", ".join(f"{k}: {v}" for k, v in sorted(by.items())) or "none") + " |")
     if not counts:
@@ -914,9 +925,10 @@ def traced_md(results, listed=100):
           "address untranslated, another address).",
           "", "| scenario | client | failed requests: entry -> where |", "| --- | --- | --- |"] + counts + [""]
     if rows:
-        md += ["Each of them, in rollouts with at most 20 failures (seconds after the restart; the client's local port):",
-               "", "| scenario | client | run | rollout | s | error | port | conntrack entry | sent to | then |",
-               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
+        md += ["Each of them, in rollouts with at most 20 failures (seconds after the restart; the client's local port; "
+               "seconds after the last SIGTERM an old pod got before it):",
+               "", "| scenario | client | run | rollout | s | error | port | conntrack entry | sent to | then | s after SIGTERM |",
+               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
         if more:
             md += [f"({more} more not listed.)", ""]
     return md
