@@ -486,10 +486,10 @@ def traced(dirpath, pods, new_pods, t_start):
     that entry sends it to: an old pod (with its phase then), a new pod, the
     Service address itself (no translation), or another address. None when
     the rollout has no such records (older runs)."""
-    failures = [json.loads(x) for x in lines(os.path.join(dirpath, "failures.jsonl")) if x.strip()]
-    events_path = os.path.join(dirpath, "conntrack.events")
-    if not os.path.exists(os.path.join(dirpath, "failures.jsonl")) or not os.path.exists(events_path):
+    failures_path, events_path = (os.path.join(dirpath, n) for n in ("failures.jsonl", "conntrack.events"))
+    if not os.path.exists(failures_path) or not os.path.exists(events_path):
         return None
+    failures = [json.loads(x) for x in lines(failures_path) if x.strip()]
     ports = {f["port"] for f in failures if f.get("port")}
     new = {}
     for line in lines(events_path):
@@ -516,16 +516,22 @@ def traced(dirpath, pods, new_pods, t_start):
         evs = new.get(f.get("port"), [])
         at = [e for e in evs if f["t"] - 0.5 <= e[0] <= f["t"] + TRACE_SLACK]
         older = [e for e in evs if e[0] < f["t"] - 0.5]
+        # The entry the connection used, as (state, Service address, sent to).
+        used = None
         if f.get("reused"):
             rec["entry"] = "kept-alive"
+            used = older[-1][1:] if older else before.get(f.get("port"))
         elif at:
-            rec["entry"] = "new"
+            rec["entry"], used = "new", at[0][1:]
         elif older:
-            rec["entry"] = f"earlier in the rollout ({older[-1][1]})"
+            rec["entry"], used = f"earlier in the rollout ({older[-1][1]})", older[0][1:]
         elif f.get("port") in before:
-            rec["entry"] = f"before the rollout ({before[f['port']][0]})"
+            used = before[f["port"]]
+            rec["entry"] = f"before the rollout ({used[0]})"
         else:
             rec["entry"] = "none recorded"
+        if used:
+            rec["to"], rec["where"] = used[2], where(used[2], used[1], f["t"])
         # The old pod whose SIGTERM came last before the request: with
         # keep-alive, the test app closes every connection still idle 1 s
         # after SIGTERM (--idle-close-ms), racing a POST sent on it then.
@@ -534,12 +540,6 @@ def traced(dirpath, pods, new_pods, t_start):
         if termed:
             after, name = min(termed)
             rec["after_sigterm"] = {"pod": name, "seconds": round(after, 3)}
-        hit = (at or older or [None])[0] if not f.get("reused") else (older[-1] if older else None)
-        if hit:
-            rec["to"], rec["where"] = hit[3], where(hit[3], hit[2], f["t"])
-        elif f.get("port") in before:
-            _, service, to = before[f["port"]]
-            rec["to"], rec["where"] = to, where(to, service, f["t"])
         out.append(rec)
     return out
 

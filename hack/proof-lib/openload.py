@@ -41,26 +41,23 @@ import time
 import urllib.parse
 
 
-async def dial(addr):
-    """A connection to addr (ip, port) whose local port is known even when
-    it fails: the kernel picks the port at the non-blocking connect(), before
-    the SYN leaves. Returns (reader, writer, port); an error carries .gk_port."""
+async def dial(addr, seen):
+    """A connection to addr (ip, port). The kernel picks the local port at
+    the non-blocking connect(), before the SYN leaves: it goes into
+    seen["port"] then, so a connection that fails has one too."""
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setblocking(False)
-    port = None
     try:
         try:
             sock.connect(addr)
         except BlockingIOError:
             pass
         finally:
-            port = sock.getsockname()[1] or None
+            seen["port"] = sock.getsockname()[1] or None
         await loop.sock_connect(sock, addr)  # EALREADY/EINPROGRESS: waits for the answer
-        reader, writer = await asyncio.open_connection(sock=sock)
-        return reader, writer, port
-    except BaseException as e:
-        e.gk_port = port
+        return await asyncio.open_connection(sock=sock)
+    except BaseException:
         sock.close()
         raise
 
@@ -75,23 +72,22 @@ async def one(addr, host, path, timeout, keepalive, pool, results, failures, hos
     wall = time.time()
     conn = None
     reused = False
-    local = None
-    n = len(results)
+    seen = {"port": None}
+
+    def failed(msg):
+        results.append((None, msg, None))
+        if failures is not None:
+            failures.append({"t": round(wall, 6), "port": seen["port"], "reused": reused, "error": msg})
+
     try:
         async def run():
-            nonlocal conn, reused, local
+            nonlocal conn, reused
             if keepalive and pool.idle:
                 conn = pool.idle.pop()
                 reused = True
+                seen["port"] = conn[1].get_extra_info("sockname", (None, None))[1]
             else:
-                try:
-                    reader, writer, local = await dial(addr)
-                except BaseException as e:
-                    local = getattr(e, "gk_port", None)
-                    raise
-                conn = (reader, writer)
-            if local is None:
-                local = conn[1].get_extra_info("sockname", (None, None))[1]
+                conn = await dial(addr, seen)
             reader, writer = conn
             writer.write((f"POST {path} HTTP/1.1\r\nHost: {host_header or host}\r\nContent-Length: 0\r\n"
                           f"User-Agent: gk-openload\r\n"
@@ -117,15 +113,15 @@ async def one(addr, host, path, timeout, keepalive, pool, results, failures, hos
             pool.idle.append(conn)
         results.append((status, None, time.monotonic() - t0))
     except asyncio.TimeoutError:
-        results.append((None, "Client.Timeout exceeded while awaiting headers", None))
+        failed("Client.Timeout exceeded while awaiting headers")
         close_quietly(conn)
     except ConnectionRefusedError:
-        results.append((None, "dial tcp: connect: connection refused", None))
+        failed("dial tcp: connect: connection refused")
     except ConnectionResetError:
-        results.append((None, "read: connection reset by peer", None))
+        failed("read: connection reset by peer")
         close_quietly(conn)
     except asyncio.IncompleteReadError:
-        results.append((None, "EOF" + (" (a kept-alive connection)" if reused else ""), None))
+        failed("EOF" + (" (a kept-alive connection)" if reused else ""))
         close_quietly(conn)
     except OSError as e:
         if e.errno == errno.EHOSTUNREACH:
@@ -138,14 +134,11 @@ async def one(addr, host, path, timeout, keepalive, pool, results, failures, hos
             msg = "dial tcp: i/o timeout (Client.Timeout exceeded)"
         else:
             msg = f"OSError {e.errno}: {e.strerror}"
-        results.append((None, msg, None))
+        failed(msg)
         close_quietly(conn)
     except (ValueError, IndexError) as e:
-        results.append((None, f"malformed answer: {e}", None))
+        failed(f"malformed answer: {e}")
         close_quietly(conn)
-    finally:
-        if failures is not None and len(results) > n and results[-1][0] is None:
-            failures.append({"t": round(wall, 6), "port": local, "reused": reused, "error": results[-1][1]})
 
 
 def close_quietly(conn):
