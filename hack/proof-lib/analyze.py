@@ -524,7 +524,7 @@ def traced(dirpath, pods, new_pods, t_start):
         elif at:
             rec["entry"], used = "new", at[0][1:]
         elif older:
-            rec["entry"], used = f"earlier in the rollout ({older[-1][1]})", older[0][1:]
+            rec["entry"], used = f"earlier in the rollout ({older[-1][1]})", older[-1][1:]
         elif f.get("port") in before:
             used = before[f["port"]]
             rec["entry"] = f"before the rollout ({used[0]})"
