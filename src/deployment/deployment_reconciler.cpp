@@ -315,24 +315,6 @@ DeploymentReconciler::field_fight(const std::string& key, const CachedDeployment
       ends_in};
 }
 
-// Whether the snapshot is older than gracekeeper's last write of the
-// Deployment (its generation, as the server answered it). Then the snapshot
-// is stale (an event of the object from before the write, e.g. the
-// Deployment controller's status update, woke the reconcile before the watch
-// brought the write): writing the same fields again would be a second
-// request, a second Tuned Event and, with a new time in
-// gracekeeper.dev/applied, a new generation. The write's own watch event
-// reconciles again: a write that changed something always bumps the
-// generation (spec, or annotations, which bump a Deployment's too), and one
-// that changed nothing is not remembered (write_decision).
-bool DeploymentReconciler::written_over(const std::string& key, const CachedDeployment& cached) {
-  const auto it = written_.find(key);
-  if (it == written_.end()) return false;
-  if (it->second.uid == cached.uid && cached.generation < it->second.generation) return true;
-  written_.erase(it);
-  return false;
-}
-
 void DeploymentReconciler::seed_fights(const std::map<std::string, TimePoint>& fights) {
   for (const auto& [key, at] : fights) {
     // Counted as set back twice then, and at the Deployment's current
@@ -353,7 +335,6 @@ void DeploymentReconciler::forget_decision(const std::string& key) const {
 void DeploymentReconciler::forget(const std::string& key) {
   forget_decision(key);
   set_backs_.erase(key);
-  written_.erase(key);
   ledger_.forget(key);
   blocked_.erase(key);
   rolling_.erase(key);
@@ -362,13 +343,13 @@ void DeploymentReconciler::forget(const std::string& key) {
 boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::string key) {
   // A snapshot: it stays as it is while this coroutine waits.
   const auto cached = deps_.deployments.get(key);
+  const std::string version(deps_.deployments.resource_version(key));  // the snapshot's
   if (!cached) {
     forget(key);  // deleted, or no longer opted in: left as it is, no longer managed
     co_return Result::done();
   }
   DeploymentDecision decision = decide_and_remember(key, cached);
   if (decision.wait_for_policy) co_return Result::done();
-  if (stale_snapshot(key, *cached, decision)) co_return Result::done();
   if (co_await unblocked(key, cached, decision)) decision = decide(key, *cached);
 
   const auto [ns, name] = split_key(key);
@@ -376,7 +357,9 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
   if (auto fight = co_await held_by_fight(key, ref, *cached, decision)) co_return *fight;
   if (auto queued = take_rollout_slot(key, ref, *cached, decision)) co_return *queued;
   if (decision.write) {
-    if (auto written = co_await write_decision(key, ref, cached, decision)) co_return *written;
+    if (auto written = co_await write_decision(key, ref, cached, version, decision)) {
+      co_return *written;
+    }
   }
   report(key, ref, std::move(decision.events));
   co_return decision.requeue_after ? Result::after(*decision.requeue_after) : Result::done();
@@ -394,13 +377,6 @@ DeploymentDecision DeploymentReconciler::decide_and_remember(
     forget_decision(key);
   }
   return decision;
-}
-
-bool DeploymentReconciler::stale_snapshot(const std::string& key, const CachedDeployment& cached,
-                                          const DeploymentDecision& decision) {
-  if (!decision.write || !written_over(key, cached)) return false;
-  log::debug("stale snapshot, already written", {{log_key(), key}});
-  return true;
 }
 
 // Whether the write the decision found blocked may be tried again now; it
@@ -434,6 +410,11 @@ std::optional<ReconcileResult> DeploymentReconciler::take_rollout_slot(
     const std::string& key, const kube::ObjectRef& ref, const CachedDeployment& cached,
     DeploymentDecision& decision) {
   if (!decision.write || !decision.write->retune) return std::nullopt;
+  if (auto own = rolling_.find(key); own != rolling_.end() && cached.generation < own->second) {
+    // Its re-tune is written and the store does not show it yet: this
+    // snapshot is older than the write, whose watch event comes next.
+    return Result::done();
+  }
   const std::int64_t busy = rollouts_in_flight(key, decision.policy_key) +
                             (deps_.other_rollouts ? deps_.other_rollouts(decision.policy_key) : 0);
   const std::int64_t limit =
@@ -463,10 +444,18 @@ std::optional<ReconcileResult> DeploymentReconciler::take_rollout_slot(
 // nullopt: the caller reports the decision's Events).
 boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::write_decision(
     const std::string& key, const kube::ObjectRef& ref,
-    const std::shared_ptr<const CachedDeployment>& cached, DeploymentDecision& decision) {
-  auto outcome = co_await write(ref.namespace_, ref.name, *decision.write, cached->appliers);
+    const std::shared_ptr<const CachedDeployment>& cached, const std::string& version,
+    DeploymentDecision& decision) {
+  auto outcome = co_await write(ref.namespace_, ref.name, *decision.write, *cached, version);
   if (!outcome || !outcome->applied) rolling_.erase(key);
   if (!outcome) co_return transient(outcome.error());
+  if (outcome->stale) {
+    // The Deployment changed since this snapshot (gracekeeper's own write
+    // among the changes, when an older event woke this reconcile): nothing
+    // was written, and the newer object's watch event reconciles again.
+    log::debug("stale snapshot, not written", {{log_key(), key}});
+    co_return Result::done();
+  }
   if (outcome->applied) {
     // An answer without a generation counts as the one after the snapshot's.
     const std::int64_t written = outcome->generation.value_or(cached->generation + 1);
@@ -476,7 +465,6 @@ boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::wri
       // no new generation will come for it, and the decision's findings
       // still hold (the caller reports them).
       rolling_.erase(key);
-      written_.erase(key);
       log::warn("the write changed nothing",
                 {{log_key(), key}, {"generation", std::to_string(written)}});
       co_return std::nullopt;
@@ -498,7 +486,6 @@ boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::wri
 void DeploymentReconciler::record_tuned(const std::string& key, const kube::ObjectRef& ref,
                                         const CachedDeployment& cached,
                                         const DeploymentDecision& decision, std::int64_t written) {
-  written_.insert_or_assign(key, Written{cached.uid, written});
   if (blocked_.erase(key)) deps_.policy_changed(decision.policy_key);
   // One Event for the tune, with the findings of the written Deployment
   // folded in; its next reconcile reports only what differs from them.
@@ -523,24 +510,31 @@ void DeploymentReconciler::report(const std::string& key, const kube::ObjectRef&
   }
 }
 
-// Applies the write. A field conflict with Update writers is taken over at
-// once (may_force); a conflict with another applier, or a configuration the
+// Applies the write to the version of the Deployment it was decided on:
+// the configuration carries the snapshot's resourceVersion, a precondition
+// the server checks, so a snapshot older than the object (an older event
+// that woke the reconcile after gracekeeper's own write) writes nothing and
+// is `stale`. A field conflict with Update writers is taken over at once
+// (may_force); a conflict with another applier, or a configuration the
 // server rejects, is refused for good: `refused` says why. Anything else is
 // an error worth retrying.
 boost::asio::awaitable<std::expected<DeploymentReconciler::WriteOutcome, std::string>>
 DeploymentReconciler::write(const std::string& ns, const std::string& name, const PlannedWrite& w,
-                            const std::vector<std::string>& appliers) {
+                            const CachedDeployment& cached, const std::string& version) {
   const std::string key = ns + "/" + name;
   const std::string wanted = "(wanted " + w.changes + ")";
+  const std::vector<std::string>& appliers = cached.appliers;
+  nlohmann::json configuration = w.configuration;
+  if (!version.empty()) configuration["metadata"]["resourceVersion"] = version;
   // Without another applier every conflict is with Update writers, which
   // may_force takes over anyway: force at once, one request instead of two.
   bool force = w.force || appliers.empty();
   // (No co_await inside ?: : GCC 12 miscompiles it.)
   DeploymentWriter::Written result;
   if (w.replace_hooks) {
-    result = co_await deps_.writer.replace_hooks(ns, name, w.configuration);
+    result = co_await deps_.writer.replace_hooks(ns, name, configuration);
   } else {
-    result = co_await deps_.writer.apply(ns, name, w.configuration, force);
+    result = co_await deps_.writer.apply(ns, name, configuration, force);
   }
   std::string owners;
   if (!result && result.error().reason == kube::ApiError::Reason::Conflict &&
@@ -552,7 +546,13 @@ DeploymentReconciler::write(const std::string& ns, const std::string& name, cons
       refused.refused = field_conflict_event(result.error(), owners, webhook_served_, wanted);
       co_return refused;
     }
-    result = co_await deps_.writer.apply(ns, name, w.configuration, /*force=*/true);
+    result = co_await deps_.writer.apply(ns, name, configuration, /*force=*/true);
+  }
+  if (!result && result.error().reason == kube::ApiError::Reason::Conflict &&
+      result.error().causes.empty()) {
+    WriteOutcome stale;  // the precondition failed: no field named, the object is newer
+    stale.stale = true;
+    co_return stale;
   }
   if (!result && result.error().reason == kube::ApiError::Reason::Invalid) {
     // The server refuses this configuration; sending it again cannot help

@@ -28,6 +28,11 @@ DeploymentWriter::WrittenObject written_object(const nlohmann::json& answer) {
   return {generation};
 }
 
+std::string resource_version(const nlohmann::json& object) {
+  const nlohmann::json* metadata = core::member(object, "metadata");
+  return metadata ? core::string_member(*metadata, "resourceVersion") : std::string();
+}
+
 class KubeDeploymentWriter final : public DeploymentWriter {
  public:
   KubeDeploymentWriter(kube::Client& client, kube::Resource resource)
@@ -48,6 +53,17 @@ class KubeDeploymentWriter final : public DeploymentWriter {
                                          const nlohmann::json& configuration) override {
     auto current = co_await client_.get(resource_, ns, name, std::string());
     if (!current) co_return std::unexpected(std::move(current.error()));
+    // The precondition an apply sends in its body (the snapshot's
+    // resourceVersion), checked here; the patch's own test op guards the
+    // time between this read and the write.
+    const std::string wanted = resource_version(configuration);
+    if (!wanted.empty() && resource_version(*current) != wanted) {
+      kube::ApiError stale;
+      stale.reason = kube::ApiError::Reason::Conflict;
+      stale.http_status = 409;
+      stale.message = "the object has been modified since resourceVersion " + wanted;
+      co_return std::unexpected(std::move(stale));
+    }
     kube::WriteOptions options;
     options.field_manager = kFieldManager;
     options.read_object = false;

@@ -190,15 +190,25 @@ class World {
                       CachedService{std::move(selector)});
   }
 
-  // Stores (or replaces) an object as the informer would.
+  // A change on the server, and its watch event, as the informer stores
+  // it: a new resourceVersion.
   void put_deployment(json object) {
     const std::string key = object["metadata"]["namespace"].get<std::string>() + "/" +
                             object["metadata"]["name"].get<std::string>();
+    object["metadata"]["resourceVersion"] = std::to_string(++version);
     objects[key] = object;
+    deliver_deployment(std::move(object));
+  }
+  // A watch event only, as it was at its resourceVersion: one that comes
+  // late (the server already holds a newer object) leaves a stale snapshot.
+  void deliver_deployment(json object) {
+    const std::string key = object["metadata"]["namespace"].get<std::string>() + "/" +
+                            object["metadata"]["name"].get<std::string>();
+    const std::string resource_version = object["metadata"].value("resourceVersion", "");
     auto cached = object.value("kind", "") == "StatefulSet" ? project_statefulset(object)
                                                             : project_deployment(object);
     if (cached) {
-      kube::store_value(deployment_core, key, std::to_string(++version), std::move(*cached));
+      kube::store_value(deployment_core, key, resource_version, std::move(*cached));
     } else {
       deployment_core.erase(key);
     }
@@ -255,14 +265,32 @@ inline asio::awaitable<DeploymentWriter::Written> FakeWriter::answer(Call call) 
   if (!answers.empty()) {
     Written w = std::move(answers.front());
     answers.pop_front();
-    // A refusal, or an answer with a generation: the server's word, and
-    // the stored object stays as it is.
+    // A refusal, or an answer with a generation: the server's word. The
+    // stored object stays as it is, but for its resourceVersion when the
+    // answer says it is at a newer generation (the watch has not brought
+    // it yet).
+    if (w && w->generation) {
+      json& stored = world_.objects.at(call.key);
+      if (*w->generation > stored.at("metadata").value("generation", std::int64_t{1})) {
+        stored["metadata"]["resourceVersion"] = std::to_string(++world_.version);
+      }
+    }
     if (!w || w->generation) co_return w;
   }
   // Accepted: the watch brings the object back, written, with a new
   // generation; unless the write changed nothing, as the server does.
   const json& stored = world_.objects.at(call.key);
   const std::int64_t generation = stored.at("metadata").value("generation", 1);
+  // The precondition in the body: a write decided on an older version.
+  const auto& metadata = call.configuration.value("metadata", json::object());
+  if (metadata.contains("resourceVersion") &&
+      metadata["resourceVersion"] != stored.at("metadata").value("resourceVersion", json())) {
+    kube::ApiError e;
+    e.reason = kube::ApiError::Reason::Conflict;
+    e.http_status = 409;
+    e.message = "the object has been modified; please apply your changes to the latest version";
+    co_return std::unexpected(std::move(e));
+  }
   json object = stored;
   merge(object, call.configuration);
   if (object == stored) co_return WrittenObject{generation};

@@ -116,6 +116,7 @@ class DeploymentReconciler {
     std::optional<kube::EventRecord> refused;  // why the server refused it for good
     std::vector<ConflictingField> conflicts;   // the appliers' fields it conflicted on
     std::optional<std::int64_t> generation;    // applied: the written object's, if the answer said
+    bool stale = false;  // not written: the object is newer than the snapshot decided on
   };
   // A refused write, and the snapshot of the Deployment last checked for
   // whether its conflicting fields are still another applier's.
@@ -129,7 +130,6 @@ class DeploymentReconciler {
   // reconcile returns its result; nullopt goes on to the next one.
   DeploymentDecision decide_and_remember(const std::string& key,
                                          const std::shared_ptr<const CachedDeployment>&);
-  bool stale_snapshot(const std::string& key, const CachedDeployment&, const DeploymentDecision&);
   boost::asio::awaitable<bool> unblocked(const std::string& key,
                                          const std::shared_ptr<const CachedDeployment>&,
                                          const DeploymentDecision&);
@@ -141,16 +141,16 @@ class DeploymentReconciler {
                                                    const CachedDeployment&, DeploymentDecision&);
   boost::asio::awaitable<std::optional<ReconcileResult>> write_decision(
       const std::string& key, const kube::ObjectRef&,
-      const std::shared_ptr<const CachedDeployment>&, DeploymentDecision&);
+      const std::shared_ptr<const CachedDeployment>&, const std::string& version,
+      DeploymentDecision&);
   void record_tuned(const std::string& key, const kube::ObjectRef&, const CachedDeployment&,
                     const DeploymentDecision&, std::int64_t written_generation);
   void event_outcome(const kube::EventRecord&, bool written);
   boost::asio::awaitable<std::expected<WriteOutcome, std::string>> write(
-      const std::string& ns, const std::string& name, const PlannedWrite&,
-      const std::vector<std::string>& appliers);
+      const std::string& ns, const std::string& name, const PlannedWrite&, const CachedDeployment&,
+      const std::string& version);
   void report(const std::string& key, const kube::ObjectRef&, std::vector<kube::EventRecord>);
   void forget(const std::string& key);
-  bool written_over(const std::string& key, const CachedDeployment&);
   // A fight: its Warning, and how long until it ends by itself (the
   // second-newest set-back leaves the interval), when the reconciler looks
   // again with no other event.
@@ -181,13 +181,6 @@ class DeploymentReconciler {
     std::int64_t generation = 0;
   };
   std::unordered_map<std::string, SetBacks> set_backs_;
-  // Writes applied -> the object written (uid, and the generation the
-  // server answered), until the store shows that generation (written_over).
-  struct Written {
-    std::string uid;
-    std::int64_t generation = 0;
-  };
-  std::unordered_map<std::string, Written> written_;
   // Re-tunes written (or being written) -> the generation written (before
   // the answer: the one after the snapshot's): in flight until the store
   // shows it (rollouts_in_flight).

@@ -232,44 +232,52 @@ TEST_F(DeploymentReconcilerTest, AnEventThatStopsApplyingIsReportedAgainWhenItCo
 // controller's status update of the generation gracekeeper had just written
 // over woke a second reconcile before the watch brought the write, which
 // then applied the same fields again with a new applied time: a second
-// request, a second Tuned Event and one generation more.
+// generation and a second Tuned Event. The write carries the snapshot's
+// resourceVersion, so the server refuses a write decided on an older one.
 TEST_F(DeploymentReconcilerTest, AStaleSnapshotOfAWrittenGenerationIsNotWrittenAgain) {
-  json d = deployment();
-  world.put_deployment(d);
+  world.put_deployment(deployment());
+  const json d = world.objects.at("shop/web");
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
   ASSERT_EQ(world.writer.calls.size(), 1u);
+  EXPECT_EQ(world.writer.calls[0].configuration["metadata"]["resourceVersion"],
+            d["metadata"]["resourceVersion"]);
   const json written = world.objects.at("shop/web");
   ASSERT_EQ(written["metadata"]["generation"], 2);
 
-  // The status update of generation 1, after the write: stale.
+  // The status update of generation 1, made before the write, comes after
+  // it: stale. Its write is refused; nothing changes, nothing is reported.
   json status_update = d;
   status_update["status"] = {{"observedGeneration", 1}};
-  world.put_deployment(status_update);
+  world.deliver_deployment(status_update);
   auto r = world.reconcile_deployment("shop/web");
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(*r, Result::done());  // the write's own watch event comes next
-  EXPECT_EQ(world.writer.calls.size(), 1u);
+  EXPECT_EQ(world.writer.calls.size(), 2u);
+  EXPECT_EQ(world.objects.at("shop/web"), written);
   EXPECT_EQ(world.events.recorded.size(), 1u);
+  EXPECT_EQ(world.deployment_controller.rollouts_in_flight("shop/default"), 0);
 
   // The write arrives: nothing to do.
-  world.put_deployment(written);
+  world.deliver_deployment(written);
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
-  EXPECT_EQ(world.writer.calls.size(), 1u);
+  EXPECT_EQ(world.writer.calls.size(), 2u);
 
   // A newer generation that needs the budget again is written.
   json set_back = d;
   set_back["metadata"]["generation"] = 3;
   world.put_deployment(set_back);
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
-  EXPECT_EQ(world.writer.calls.size(), 2u);
+  EXPECT_EQ(world.writer.calls.size(), 3u);
+  EXPECT_EQ(world.objects.at("shop/web")["metadata"]["generation"], 4);
 
   // So is a Deployment deleted and created again under the same name, at
   // generation 1 but with another uid.
-  json recreated = d;
+  json recreated = deployment();
   recreated["metadata"]["uid"] = "u-web-2";
   world.put_deployment(recreated);
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
-  EXPECT_EQ(world.writer.calls.size(), 3u);
+  EXPECT_EQ(world.writer.calls.size(), 4u);
+  EXPECT_EQ(world.objects.at("shop/web")["metadata"]["generation"], 2);
 }
 
 // A write the server answers with the generation the object had (a
@@ -312,7 +320,7 @@ TEST_F(DeploymentReconcilerTest, TheWrittenGenerationIsTheServersAnswer) {
   EXPECT_EQ(world.deployment_controller.rollouts_in_flight("shop/default"), 1);
   // Generation 2 again (a status update): older than the write, stale.
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
-  EXPECT_EQ(world.writer.calls.size(), 2u) << "wrote again over a snapshot older than its write";
+  EXPECT_EQ(world.writer.calls.size(), 2u) << "wrote again while its re-tune was rolling out";
   // The store shows generation 5, rolled out: the slot is free.
   json written = world.objects.at("shop/web");
   merge(written, world.writer.calls[1].configuration);
