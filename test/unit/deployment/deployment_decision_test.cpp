@@ -85,6 +85,11 @@ struct Row {
   std::function<void(const DeploymentDecision&)> then;
 };
 
+// ctest and gtest name a row by its name, not its bytes.
+void PrintTo(const Row& row, std::ostream* os) {
+  *os << row.name;
+}
+
 class DecideDeployment : public ::testing::TestWithParam<Row> {};
 
 TEST_P(DecideDeployment, Decides) {
