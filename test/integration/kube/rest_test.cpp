@@ -329,6 +329,44 @@ TEST_F(RestTest, ApplyWithoutReadingTheObjectStillDecodesErrors) {
   EXPECT_EQ((*now)["data"]["other"], "gamma");
 }
 
+// The reconciler's precondition (deployment_reconciler.cpp, write): an
+// apply that carries metadata.resourceVersion is refused when the object
+// has moved on, with a conflict that names no field (a field conflict
+// always does), forced or not; with the current one it applies.
+TEST_F(RestTest, ApplyWithAResourceVersionIsAPrecondition) {
+  auto& c = *client_;
+  ApplyOptions gk{.field_manager = "gracekeeper", .force = true, .read_object = false};
+  auto first = run(c.apply(resources::config_maps, ns_, "versioned",
+                           config_map("versioned", {{"key", "one"}}), gk));
+  ASSERT_TRUE(first) << first.error().format();
+  auto seen = run(c.get(resources::config_maps, ns_, "versioned"));
+  ASSERT_TRUE(seen) << seen.error().format();
+  const std::string old_version = (*seen)["metadata"]["resourceVersion"];
+
+  auto moved = run(c.merge_patch(resources::config_maps, ns_, "versioned",
+                                 {{"data", {{"other", "x"}}}}, WriteOptions{}));
+  ASSERT_TRUE(moved) << moved.error().format();
+
+  nlohmann::json stale = config_map("versioned", {{"key", "two"}});
+  stale["metadata"]["resourceVersion"] = old_version;
+  auto refused = run(c.apply(resources::config_maps, ns_, "versioned", stale, gk));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().reason, ApiError::Reason::Conflict) << refused.error().format();
+  EXPECT_EQ(refused.error().http_status, 409);
+  EXPECT_TRUE(refused.error().causes.empty()) << refused.error().format();
+  auto now = run(c.get(resources::config_maps, ns_, "versioned"));
+  ASSERT_TRUE(now) << now.error().format();
+  EXPECT_EQ((*now)["data"]["key"], "one");
+
+  nlohmann::json current = config_map("versioned", {{"key", "two"}});
+  current["metadata"]["resourceVersion"] = (*now)["metadata"]["resourceVersion"];
+  auto applied = run(c.apply(resources::config_maps, ns_, "versioned", current, gk));
+  ASSERT_TRUE(applied) << applied.error().format();
+  now = run(c.get(resources::config_maps, ns_, "versioned"));
+  ASSERT_TRUE(now) << now.error().format();
+  EXPECT_EQ((*now)["data"]["key"], "two");
+}
+
 TEST_F(RestTest, InvalidObjectHasCauses) {
   auto result = run(client_->create(resources::config_maps, ns_, config_map("Not_A_Valid_Name!")));
   ASSERT_FALSE(result);
