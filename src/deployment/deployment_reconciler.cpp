@@ -471,7 +471,7 @@ boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::wri
     }
     // A re-tune holds its slot until the store shows what it wrote.
     if (auto slot = rolling_.find(key); slot != rolling_.end()) slot->second = written;
-    record_tuned(key, ref, *cached, decision, written);
+    record_tuned(key, ref, decision);
     co_return Result::done();
   }
   blocked_.insert_or_assign(
@@ -484,8 +484,7 @@ boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::wri
 }
 
 void DeploymentReconciler::record_tuned(const std::string& key, const kube::ObjectRef& ref,
-                                        const CachedDeployment& cached,
-                                        const DeploymentDecision& decision, std::int64_t written) {
+                                        const DeploymentDecision& decision) {
   if (blocked_.erase(key)) deps_.policy_changed(decision.policy_key);
   // One Event for the tune, with the findings of the written Deployment
   // folded in; its next reconcile reports only what differs from them.

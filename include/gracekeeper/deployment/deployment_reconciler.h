@@ -143,8 +143,7 @@ class DeploymentReconciler {
       const std::string& key, const kube::ObjectRef&,
       const std::shared_ptr<const CachedDeployment>&, const std::string& version,
       DeploymentDecision&);
-  void record_tuned(const std::string& key, const kube::ObjectRef&, const CachedDeployment&,
-                    const DeploymentDecision&, std::int64_t written_generation);
+  void record_tuned(const std::string& key, const kube::ObjectRef&, const DeploymentDecision&);
   void event_outcome(const kube::EventRecord&, bool written);
   boost::asio::awaitable<std::expected<WriteOutcome, std::string>> write(
       const std::string& ns, const std::string& name, const PlannedWrite&, const CachedDeployment&,
