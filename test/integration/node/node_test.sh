@@ -171,6 +171,44 @@ figure "service-requests-ok $n_ok/60"
 check "60 POSTs through the ClusterIP all answered (got $n_ok)" test "$n_ok" = 60
 check "they spread over all 3 pods ($(echo $pods_hit))" test "$n_hit" = 3
 
+# ------------------------------------------------------------------ a port that never met the rules
+# A connection to a Service address before kube-proxy has its rule leaves
+# untranslated, and conntrack keeps its entry (SYN_SENT, 120 s). A later
+# connection that reuses the same client port matches that entry, is not
+# translated either, and goes to the Service address itself: no answer, or
+# "no route to host", even though the rule is there now. (docs/proof.md:
+# the proof's "no route" came from such an entry; hack/proof polls a
+# Service only once kube-proxy has its rule.) A Service made right after
+# another one waits for kube-proxy's next sync, min-sync later.
+if [ "$SMOKE" = 0 ]; then
+  has_rule() { "$E" iptables -w -t nat -S KUBE-SERVICES 2>/dev/null | grep -F -- "-d $1/32" | grep -qF -- "-j KUBE-SVC-"; }
+  service_yaml() {
+    printf 'apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: lab}\nspec: {selector: {app: app}, ports: [{port: 80, targetPort: 8080}]}\n' "$1"
+  }
+  service_yaml first | k apply -f - >/dev/null
+  sleep 0.5  # kube-proxy syncs for it; the next change waits min-sync
+  service_yaml late | k apply -f - >/dev/null
+  LATE_IP=$(k get svc late -n lab -o jsonpath='{.spec.clusterIP}')
+  if has_rule "$LATE_IP"; then
+    not_ok "kube-proxy had the rule for $LATE_IP at once: min-sync $MIN_SYNC did not hold it back"
+  else
+    "$E" curl -s --max-time 1 --local-port 41999 -o /dev/null "http://$LATE_IP/live"
+    entry=$("$E" conntrack -L -p tcp --sport 41999 -d "$LATE_IP" 2>/dev/null)
+    check "before the rule, the connection's entry has no translation ($entry)" \
+      grep -q "src=$LATE_IP dst=" <<<"$entry"
+    for _ in $(seq 1 60); do has_rule "$LATE_IP" && break; sleep 0.25; done
+    check "kube-proxy has the rule for $LATE_IP within 15 s" has_rule "$LATE_IP"
+    "$E" curl -s --max-time 3 --local-port 41999 -o /dev/null "http://$LATE_IP/live"; rc=$?
+    check "with the rule there, the same client port still gets no answer (curl exit $rc)" test "$rc" != 0
+    "$E" curl -s --max-time 3 --local-port 41998 -o /dev/null "http://$LATE_IP/live"; rc=$?
+    check "another client port is answered (curl exit $rc)" test "$rc" = 0
+    "$E" conntrack -D -p tcp --sport 41999 -d "$LATE_IP" >/dev/null 2>&1
+    "$E" curl -s --max-time 3 --local-port 41999 -o /dev/null "http://$LATE_IP/live"; rc=$?
+    check "... and so is that port once its entry is deleted (curl exit $rc)" test "$rc" = 0
+  fi
+  k delete svc first late -n lab --wait=false >/dev/null
+fi
+
 # ------------------------------------------------------------------ termination timing
 # pod_manifest NAME GRACE PRESTOP_SLEEP COMMAND_JSON: one pod of the test app.
 pod_manifest() {
