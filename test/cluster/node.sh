@@ -593,6 +593,13 @@ EOS
   done
 }
 
+# gk_node_proxy_has_service DIR IP: kube-proxy (iptables mode) in the lab in
+# DIR has the rule that translates the Service address IP to an endpoint.
+gk_node_proxy_has_service() {
+  "$1/exec" iptables -w -t nat -S KUBE-SERVICES 2>/dev/null | grep -F -- "-d $2/32" |
+    grep -qF -- "-j KUBE-SVC-"
+}
+
 # gk_node_ready_check DIR node|proxy|serviceaccount
 gk_node_ready_check() {
   local dir="$1"

@@ -181,7 +181,6 @@ check "they spread over all 3 pods ($(echo $pods_hit))" test "$n_hit" = 3
 # Service only once kube-proxy has its rule.) A Service made right after
 # another one waits for kube-proxy's next sync, min-sync later.
 if [ "$SMOKE" = 0 ]; then
-  has_rule() { "$E" iptables -w -t nat -S KUBE-SERVICES 2>/dev/null | grep -F -- "-d $1/32" | grep -qF -- "-j KUBE-SVC-"; }
   service_yaml() {
     printf 'apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: lab}\nspec: {selector: {app: app}, ports: [{port: 80, targetPort: 8080}]}\n' "$1"
   }
@@ -189,15 +188,15 @@ if [ "$SMOKE" = 0 ]; then
   sleep 0.5  # kube-proxy syncs for it; the next change waits min-sync
   service_yaml late | k apply -f - >/dev/null
   LATE_IP=$(k get svc late -n lab -o jsonpath='{.spec.clusterIP}')
-  if has_rule "$LATE_IP"; then
+  if gk_node_proxy_has_service "$LAB" "$LATE_IP"; then
     not_ok "kube-proxy had the rule for $LATE_IP at once: min-sync $MIN_SYNC did not hold it back"
   else
     "$E" curl -s --max-time 1 --local-port 41999 -o /dev/null "http://$LATE_IP/live"
     entry=$("$E" conntrack -L -p tcp --sport 41999 -d "$LATE_IP" 2>/dev/null)
     check "before the rule, the connection's entry has no translation ($entry)" \
       grep -q "src=$LATE_IP dst=" <<<"$entry"
-    for _ in $(seq 1 60); do has_rule "$LATE_IP" && break; sleep 0.25; done
-    check "kube-proxy has the rule for $LATE_IP within 15 s" has_rule "$LATE_IP"
+    for _ in $(seq 1 60); do gk_node_proxy_has_service "$LAB" "$LATE_IP" && break; sleep 0.25; done
+    check "kube-proxy has the rule for $LATE_IP within 15 s" gk_node_proxy_has_service "$LAB" "$LATE_IP"
     "$E" curl -s --max-time 3 --local-port 41999 -o /dev/null "http://$LATE_IP/live"; rc=$?
     check "with the rule there, the same client port still gets no answer (curl exit $rc)" test "$rc" != 0
     "$E" curl -s --max-time 3 --local-port 41998 -o /dev/null "http://$LATE_IP/live"; rc=$?
