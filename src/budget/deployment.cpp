@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gracekeeper/budget/shell.h"
+#include "gracekeeper/core/time.h"
 
 namespace gracekeeper::budget {
 namespace {
@@ -266,26 +267,6 @@ Container read_container(Reader& reader, const Json& item, const std::string& pa
   return container;
 }
 
-std::optional<std::chrono::system_clock::time_point> parse_time(const std::string& text) {
-  // RFC 3339 in UTC as written by applied_annotation: 2026-11-30T14:05:00Z.
-  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
-  char tail = 0;
-  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c", &year, &month, &day, &hour, &minute,
-                  &second, &tail) != 7 ||
-      tail != 'Z') {
-    return std::nullopt;
-  }
-  using namespace std::chrono;
-  // system_clock counts nanoseconds in 64 bits: only about 1678-2262 fit. The
-  // annotation is gracekeeper's own, so anything outside a sane range is garbage.
-  if (year < 1970 || year > 2200) return std::nullopt;
-  const year_month_day date{std::chrono::year{year},
-                            std::chrono::month{static_cast<unsigned>(month)},
-                            std::chrono::day{static_cast<unsigned>(day)}};
-  if (!date.ok()) return std::nullopt;
-  return sys_days{date} + hours{hour} + minutes{minute} + seconds{second};
-}
-
 // `user` in the applied annotation. A part that does not read is left
 // unrecorded: revert then leaves that field as it is, never guesses.
 UserValues parse_user_values(const Json& value) {
@@ -354,7 +335,7 @@ std::optional<AppliedRecord> parse_applied(const std::string& text) {
     }
   }
   if (auto it = value.find("time"); it != value.end() && it->is_string()) {
-    record.time = parse_time(it->get<std::string>());
+    record.time = core::parse_rfc3339(it->get<std::string>());
   }
   if (auto it = value.find("user"); it != value.end() && it->is_object()) {
     record.user = parse_user_values(*it);

@@ -10,6 +10,9 @@ namespace {
 
 using namespace std::chrono;
 
+constexpr int kFirstYear = 1700;
+constexpr int kLastYear = 2200;
+
 // Reads exactly `n` digits at `pos`.
 bool digits(std::string_view text, std::size_t& pos, std::size_t n, int& out) {
   if (pos + n > text.size()) return false;
@@ -84,6 +87,9 @@ std::optional<SystemTime> parse_rfc3339(std::string_view text) {
                             std::chrono::month(static_cast<unsigned>(month)),
                             std::chrono::day(static_cast<unsigned>(day))};
   if (!date.ok() || hour > 23 || minute > 59 || second > 59) return std::nullopt;
+  // SystemTime counts nanoseconds in 64 bits: only 1678-2262 fit. Nothing
+  // Kubernetes or gracekeeper writes lies outside 1700-2200.
+  if (year < kFirstYear || year > kLastYear) return std::nullopt;
   const auto t = sys_days(date) + hours(hour) + minutes(minute) + seconds(second) - *off;
   return time_point_cast<SystemTime::duration>(t + *frac);
 }

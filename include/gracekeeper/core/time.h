@@ -15,7 +15,8 @@ using SystemTime = std::chrono::system_clock::time_point;
 // "2026-12-01T18:00:00Z", with an optional fraction of any length (digits
 // past the ninth are ignored) and "Z" or an offset "+01:30"; "T" and "Z"
 // also in lower case. nullopt for anything else, a date that does not
-// exist and a leap second (Kubernetes never writes one).
+// exist, a leap second (Kubernetes never writes one) and a year outside
+// 1700-2200 (whose nanoseconds since 1970 would not fit SystemTime).
 std::optional<SystemTime> parse_rfc3339(std::string_view text);
 
 // "2026-12-01T18:00:00Z": UTC, whole seconds, the fraction dropped

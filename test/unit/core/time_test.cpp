@@ -35,6 +35,17 @@ TEST(ParseRfc3339, GarbageIsRefusedNotGuessed) {
   }
 }
 
+// Nanoseconds since 1970 in 64 bits reach 1678-2262: a year outside
+// 1700-2200 is refused, not wrapped around.
+TEST(ParseRfc3339, AYearWhoseNanosecondsDoNotFitIsRefused) {
+  for (const char* far : {"0001-01-01T00:00:00Z", "1677-09-21T00:12:43Z", "1699-12-31T23:59:59Z",
+                          "2201-01-01T00:00:00Z", "2262-04-12T00:00:00Z", "9999-12-31T23:59:59Z"}) {
+    EXPECT_FALSE(parse_rfc3339(far)) << far;
+  }
+  EXPECT_TRUE(parse_rfc3339("1700-01-01T00:00:00Z"));
+  EXPECT_TRUE(parse_rfc3339("2200-12-31T23:59:59Z"));
+}
+
 TEST(FormatRfc3339, WholeSecondsInUtc) {
   EXPECT_EQ(format_rfc3339(kNow), "2026-12-01T18:00:00Z");
   EXPECT_EQ(format_rfc3339(kNow + 999ms), "2026-12-01T18:00:00Z");  // dropped, not rounded
