@@ -178,6 +178,7 @@ std::optional<json> plan_patch(const json& object, const std::string& kind,
   facts.propagation = &book;
   facts.capabilities = in.capabilities;
   facts.now = in.now;
+  facts.in_request = true;
   const DeploymentDecision decision = decide_deployment(facts);
   answer.outcome = decision.policy_key.empty() ? AdmissionAnswer::Outcome::Ignored
                                                : AdmissionAnswer::Outcome::Unchanged;

@@ -337,6 +337,9 @@ std::optional<AppliedRecord> parse_applied(const std::string& text) {
   if (auto it = value.find("time"); it != value.end() && it->is_string()) {
     record.time = core::parse_rfc3339(it->get<std::string>());
   }
+  if (auto it = value.find("setBack"); it != value.end() && it->is_string()) {
+    record.set_back = core::parse_rfc3339(it->get<std::string>());
+  }
   if (auto it = value.find("user"); it != value.end() && it->is_object()) {
     record.user = parse_user_values(*it);
   }

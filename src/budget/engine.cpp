@@ -239,6 +239,9 @@ class Planner {
     plan_strategy();
     apply_churn_control();
     record_user_values();
+    plan_.set_back = ctx_.repairs_set_back && ctx_.now ? ctx_.now
+                     : d_.applied                      ? d_.applied->set_back
+                                                       : std::nullopt;
     return std::move(plan_);
   }
 

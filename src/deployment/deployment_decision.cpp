@@ -101,8 +101,8 @@ std::vector<std::string> contenders(const budget::Deployment& d, const Deploymen
 }
 
 budget::Context planning_context(const budget::Deployment& d, const CachedPolicy& policy,
-                                 const PropagationState& propagation,
-                                 const DeploymentFacts& facts) {
+                                 const PropagationState& propagation, const DeploymentFacts& facts,
+                                 bool repairs_set_back) {
   budget::Context ctx;
   ctx.policy = &*policy.spec;
   ctx.policy_name = policy.name;
@@ -115,6 +115,7 @@ budget::Context planning_context(const budget::Deployment& d, const CachedPolicy
   ctx.capabilities = facts.capabilities;
   ctx.behind_service = facts.behind_service;
   ctx.now = facts.now;
+  ctx.repairs_set_back = repairs_set_back;
   // A fallback that raises the figure (the source failed, staticSeconds is
   // higher) is no repair of a Deployment that holds the budget it was tuned
   // to: churn control applies, as to any other change.
@@ -303,6 +304,20 @@ void decide_changes(const budget::Deployment& d, const CachedPolicy& policy,
   }
 }
 
+// Set back once more within minIntervalSeconds of the last repair: writing
+// again would restart the pods on every deploy of the other writer. Over,
+// and the repair due, once the interval since that repair has passed.
+void find_fight(const budget::Deployment& d, const DeploymentFacts& facts,
+                DeploymentDecision& out) {
+  if (!out.write || out.set_back.empty() || facts.in_request || !d.applied ||
+      !d.applied->set_back) {
+    return;
+  }
+  const TimePoint ends = *d.applied->set_back + out.min_interval;
+  if (facts.now >= ends) return;
+  out.fight_ends_in = std::max<std::chrono::nanoseconds>(ends - facts.now, std::chrono::seconds(1));
+}
+
 }  // namespace
 
 void read_namespace(DeploymentFacts& facts, const kube::Store<CachedPolicy>& policies,
@@ -343,7 +358,8 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
     out.wait_for_policy = true;  // its first measurement enqueues the namespace again
     return out;
   }
-  const budget::Context ctx = planning_context(d, **policy, *propagation, facts);
+  const budget::Context ctx = planning_context(d, **policy, *propagation, facts,
+                                               !out.set_back.empty() && !facts.in_request);
   const budget::Plan plan = budget::plan(d, ctx);
 
   out.state.violating = has_error(plan.findings);
@@ -363,6 +379,7 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
         std::max<std::chrono::nanoseconds>(*plan.due_at - facts.now, std::chrono::seconds(1));
   }
   if (plan.changed()) decide_changes(d, **policy, plan, ctx, facts, out);
+  find_fight(d, facts, out);
   for (const auto& f : plan.findings) out.events.push_back(finding_event(f));
   return out;
 }

@@ -252,32 +252,14 @@ std::int64_t DeploymentReconciler::governed(const std::string& policy_key) const
 }
 
 // Someone set owned fields back (a deploy re-applying its manifest, a
-// GitOps self-heal): counted once per generation. The second time within
-// the policy's minIntervalSeconds, gracekeeper stops re-tuning the
-// Deployment instead of starting a rollout on every sync, and says who and
-// what: the FieldFight Warning. It tunes again once fewer than two
-// set-backs are left within the interval, coming back by itself then. (The
-// count is kept in memory; a restart reads fights back from their Events:
-// seed_fights.)
-boost::asio::awaitable<std::optional<DeploymentReconciler::Fight>>
-DeploymentReconciler::field_fight(const std::string& key, const CachedDeployment& cached,
-                                  const DeploymentDecision& decision) {
-  const TimePoint now = deps_.clock.now();
-  SetBacks& s = set_backs_[key];
-  if (s.generation != cached.generation) {
-    s.generation = cached.generation;
-    s.times.push_back(now);
-  }
-  std::erase_if(s.times, [&](TimePoint t) { return now - t >= decision.min_interval; });
-  if (s.times.size() < 2) {
-    if (s.times.empty()) set_backs_.erase(key);
-    co_return std::nullopt;
-  }
-  // Over once fewer than two set-backs are left within the interval.
-  const TimePoint ends = s.times[s.times.size() - 2] + decision.min_interval;
-  const auto ends_in = std::max<std::chrono::nanoseconds>(ends - now, std::chrono::seconds(1));
-  const std::size_t set_backs = s.times.size();  // `s` is not read across the wait below
-
+// GitOps self-heal) within the policy's minIntervalSeconds of gracekeeper's
+// last repair (decide_deployment's fight_ends_in, from `setBack` in
+// gracekeeper.dev/applied): gracekeeper stops re-tuning the Deployment
+// instead of starting a rollout on every sync, and says who and what in
+// the FieldFight Warning. The managers come from managedFields, which the
+// informer does not keep: one GET.
+boost::asio::awaitable<kube::EventRecord> DeploymentReconciler::fight_event(
+    const std::string& key, const CachedDeployment& cached, const DeploymentDecision& decision) {
   const auto [ns, name] = split_key(key);
   std::vector<std::string> managers;
   auto fields = co_await deps_.writer.managed_fields(ns, name);
@@ -294,35 +276,18 @@ DeploymentReconciler::field_fight(const std::string& key, const CachedDeployment
   std::string what;
   for (const auto& f : decision.set_back) what += (what.empty() ? "" : ", ") + f;
   log::warn("field fight", {{log_key(), key}, {"managers", who}, {"fields", what}});
-  co_return Fight{
-      kube::EventRecord{
-          {},
-          kube::EventType::Warning,
-          "FieldFight",
-          "Tune",
-          // Each set-back of the fight is a new note, so a new Event: the
-          // newest is what a restart reads the fight back from, and it
-          // outlives the fight whenever minIntervalSeconds is at most the
-          // API server's --event-ttl (1 h by default).
-          fmt::format(
-              "{} set gracekeeper's fields back {} within {}s ({}; the last at generation {}); "
-              "gracekeeper stops re-tuning this {} rather than restart its pods on "
-              "every deploy. Fix: drop these fields from the manifest that {} applies, or set "
-              "them to the budget ({}); gracekeeper tunes again once they stop being set back",
-              who, set_backs == 2 ? std::string("twice") : fmt::format("{} times", set_backs),
-              decision.min_interval.count(), what, cached.generation, deps_.kind, who,
-              decision.write->changes)},
-      ends_in};
-}
-
-void DeploymentReconciler::seed_fights(const std::map<std::string, TimePoint>& fights) {
-  for (const auto& [key, at] : fights) {
-    // Counted as set back twice then, and at the Deployment's current
-    // generation: only a new set-back counts again.
-    SetBacks& s = set_backs_[key];
-    s.times = {at, at};
-    if (const auto cached = deps_.deployments.get(key)) s.generation = cached->generation;
-  }
+  // Each set-back (a new generation) is a new note, so an Event of its own.
+  co_return kube::EventRecord{
+      {},
+      kube::EventType::Warning,
+      "FieldFight",
+      "Tune",
+      fmt::format("{} set gracekeeper's fields back twice within {}s ({}; the last at generation "
+                  "{}); gracekeeper stops re-tuning this {} rather than restart its pods on "
+                  "every deploy. Fix: drop these fields from the manifest that {} applies, or set "
+                  "them to the budget ({}); gracekeeper tunes again once they stop being set back",
+                  who, decision.min_interval.count(), what, cached.generation, deps_.kind, who,
+                  decision.write->changes)};
 }
 
 void DeploymentReconciler::forget_decision(const std::string& key) const {
@@ -334,7 +299,6 @@ void DeploymentReconciler::forget_decision(const std::string& key) const {
 
 void DeploymentReconciler::forget(const std::string& key) {
   forget_decision(key);
-  set_backs_.erase(key);
   ledger_.forget(key);
   blocked_.erase(key);
   rolling_.erase(key);
@@ -395,15 +359,13 @@ boost::asio::awaitable<bool> DeploymentReconciler::unblocked(
 boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::held_by_fight(
     const std::string& key, const kube::ObjectRef& ref, const CachedDeployment& cached,
     DeploymentDecision& decision) {
-  if (!decision.write || decision.set_back.empty()) co_return std::nullopt;
-  auto fight = co_await field_fight(key, cached, decision);
-  if (!fight) co_return std::nullopt;
-  decision.events.insert(decision.events.begin(), std::move(fight->event));
+  if (!decision.write || !decision.fight_ends_in) co_return std::nullopt;
+  decision.events.insert(decision.events.begin(), co_await fight_event(key, cached, decision));
   report(key, ref, std::move(decision.events));
   // docs/api.md ("Checks that are reported", FieldFight): it tunes again
-  // once fewer than two set-backs are left within the interval, with no
-  // other event needed.
-  co_return Result::after(fight->ends_in);
+  // once the interval since its last repair has passed, with no other
+  // event needed.
+  co_return Result::after(*decision.fight_ends_in);
 }
 
 std::optional<ReconcileResult> DeploymentReconciler::take_rollout_slot(

@@ -25,7 +25,6 @@
 #include "gracekeeper/admission/tls_directory.h"
 #include "gracekeeper/audit/termination_audit.h"
 #include "gracekeeper/core/json.h"
-#include "gracekeeper/core/time.h"
 #include "gracekeeper/deployment/cache.h"
 #include "gracekeeper/deployment/deployment_reconciler.h"
 #include "gracekeeper/deployment/ports.h"
@@ -474,7 +473,6 @@ class Operator {
     o.limit = 500;
     // Per kind: the reconciler of that kind reads them.
     std::map<std::string, std::multimap<std::string, std::uint64_t>> reported;
-    std::map<std::string, std::map<std::string, TimePoint>> fights;
     do {
       auto page = co_await client_.list(kube::events_v1, options_.watch_namespace, o);
       if (!page) {
@@ -488,17 +486,6 @@ class Operator {
           const auto& regarding = e.value("regarding", nlohmann::json::object());
           const std::string kind = regarding.value("kind", "");
           if (kind != "Deployment" && kind != "StatefulSet") continue;
-          if (e.value("reason", "") == "FieldFight") {
-            // Still fighting after a restart: until the interval has passed.
-            const auto series = e.value("series", nlohmann::json::object());
-            const std::string last = series.value("lastObservedTime", e.value("eventTime", ""));
-            if (auto at = core::parse_rfc3339(last)) {
-              // Each set-back of a fight is an Event of its own: the newest counts.
-              TimePoint& newest = fights[kind][regarding.value("namespace", "") + "/" +
-                                               regarding.value("name", "")];
-              newest = std::max(newest, *at);
-            }
-          }
           const std::string key =
               regarding.value("namespace", "") + "/" + regarding.value("name", "");
           for (std::uint64_t h : reported_by(e)) reported[kind].emplace(key, h);
@@ -511,7 +498,6 @@ class Operator {
     } while (!o.continue_token.empty());
     for (DeploymentReconciler* r : {&deployment_reconciler_, &statefulset_reconciler_}) {
       r->ledger().seed(reported[r->kind()]);
-      r->seed_fights(fights[r->kind()]);
     }
   }
 

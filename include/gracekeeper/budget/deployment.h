@@ -139,6 +139,10 @@ struct AppliedRecord {
   // (`preStop`) for every container listed.
   std::optional<std::map<std::string, std::int64_t>> waits;
   std::optional<std::chrono::system_clock::time_point> time;
+  // `setBack`: when gracekeeper last wrote its fields again after another
+  // writer had set them back. A second set-back within minIntervalSeconds
+  // of it is a FieldFight; the object says so, not the operator's memory.
+  std::optional<std::chrono::system_clock::time_point> set_back;
   // nullopt for an annotation written before the user's values were recorded:
   // they are unknown, and stay unrecorded (gracekeeper's own values must
   // never pass for the user's).

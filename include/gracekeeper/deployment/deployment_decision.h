@@ -56,6 +56,10 @@ struct DeploymentFacts {
   const BlockedWrite* blocked = nullptr;  // this Deployment's, if any
   // Pods of an older template still run or terminate (RolloutStatus::rolling).
   bool rolling = false;
+  // The object of an admission request: the webhook puts the budget into
+  // the request itself, so fields the request sets back are neither a
+  // repair to record nor a fight.
+  bool in_request = false;
 };
 
 struct PlannedWrite {
@@ -85,6 +89,10 @@ struct DeploymentDecision {
   // them, and "field: gracekeeper's -> now" for messages.
   std::vector<std::string> set_back_paths;
   std::vector<std::string> set_back;
+  // Set back again within minIntervalSeconds of gracekeeper's last repair
+  // (`setBack` in gracekeeper.dev/applied): a FieldFight. `write` is not
+  // sent; the fight is over, and the write due, after this long.
+  std::optional<std::chrono::nanoseconds> fight_ends_in;
   std::chrono::seconds min_interval{0};  // the policy's changes.minIntervalSeconds
   // The policy's changes.maxConcurrentRollouts; the reconciler resolves it
   // against the workloads the policy governs (max_rollouts()).

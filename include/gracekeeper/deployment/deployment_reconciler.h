@@ -95,9 +95,6 @@ class DeploymentReconciler {
   std::uint64_t counted_decisions() const { return counted_decisions_; }
 
   EventLedger& ledger() { return ledger_; }
-  // The FieldFights this operator reported before a restart, by the time of
-  // their last Event: each stays a fight until the policy's interval passed.
-  void seed_fights(const std::map<std::string, TimePoint>& fights);
   const BlockedWrite* blocked(const std::string& key) const;
   // The re-tunes of `policy_key` in flight among this kind's workloads.
   std::int64_t rollouts_in_flight(const std::string& policy_key) {
@@ -150,16 +147,10 @@ class DeploymentReconciler {
       const std::string& version);
   void report(const std::string& key, const kube::ObjectRef&, std::vector<kube::EventRecord>);
   void forget(const std::string& key);
-  // A fight: its Warning, and how long until it ends by itself (the
-  // second-newest set-back leaves the interval), when the reconciler looks
-  // again with no other event.
-  struct Fight {
-    kube::EventRecord event;
-    std::chrono::nanoseconds ends_in{0};
-  };
-  boost::asio::awaitable<std::optional<Fight>> field_fight(const std::string& key,
-                                                           const CachedDeployment&,
-                                                           const DeploymentDecision&);
+  // The FieldFight Warning of a decision with fight_ends_in.
+  boost::asio::awaitable<kube::EventRecord> fight_event(const std::string& key,
+                                                        const CachedDeployment&,
+                                                        const DeploymentDecision&);
   std::int64_t rollouts_in_flight(const std::string& key, const std::string& policy_key);
   // The log field that names the workload: "deployment" or "statefulset".
   std::string_view log_key() const {
@@ -173,13 +164,6 @@ class DeploymentReconciler {
   bool webhook_served_ = false;
   EventLedger ledger_;
   std::unordered_map<std::string, Blocked> blocked_;
-  // Deployments whose owned fields someone set back: when (once per
-  // generation), within the policy's minIntervalSeconds. Twice is a fight.
-  struct SetBacks {
-    std::vector<TimePoint> times;
-    std::int64_t generation = 0;
-  };
-  std::unordered_map<std::string, SetBacks> set_backs_;
   // Re-tunes written (or being written) -> the generation written (before
   // the answer: the one after the snapshot's): in flight until the store
   // shows it (rollouts_in_flight).

@@ -338,12 +338,16 @@ eventually 10 settings_are op-fight web "6 46 0 1" && ok "op-fight: tuned" || no
 CREATE=apply deployment op-fight web "$OPTED"   # the deploy sets the fields back
 eventually 10 settings_are op-fight web "6 46 0 1" && ok "op-fight: the first set-back is repaired" \
   || not_ok "op-fight after one set-back: '$(settings op-fight web)'"
+set_back_at=$(jp deployment op-fight web '{.metadata.annotations.gracekeeper\.dev/applied}' | jq -r '.setBack // ""')
+[ -n "$set_back_at" ] && ok "... and the repair's time is on the object (setBack $set_back_at)" \
+  || not_ok "no setBack in gracekeeper.dev/applied: $(jp deployment op-fight web '{.metadata.annotations.gracekeeper\.dev/applied}')"
 CREATE=apply deployment op-fight web "$OPTED"   # and again
 eventually 10 has_event op-fight web FieldFight && ok "the second set-back is a FieldFight Warning" \
   || not_ok "no FieldFight: $(event_reasons op-fight web)"
 event_note op-fight web FieldFight | grep -q '"kubectl-client-side-apply" set gracekeeper.s fields back twice' \
   && ok "... naming the manager (kubectl-client-side-apply)" || not_ok "FieldFight note: $(event_note op-fight web FieldFight)"
 generation=$(jp deployment op-fight web '{.metadata.generation}')
+fight_generation=$generation
 for i in 1 2 3; do CREATE=apply deployment op-fight web "$OPTED"; sleep 1; done
 sleep 2
 expect "three more syncs of the same manifest start no rollout (generation)" "$(jp deployment op-fight web '{.metadata.generation}')" "$generation"
@@ -525,6 +529,9 @@ writes=$(gk_writes_since "$since")
 # process tries it once more, is refused the same way, and reports nothing new.
 expect "after a restart: no write repeated, no event re-emitted" "$(printf '%s' "$writes" | grep -vc ' 409$' || true)" "0"
 expect "after a restart: the write refused for a field conflict is tried once more" "$(printf '%s' "$writes" | grep -c 'gitops 409$' || true)" "1"
+# The fight is read from setBack on the object, not from memory or Events.
+expect "after a restart: op-fight's fight still holds (its values, its generation)" \
+  "$(settings op-fight web) $(jp deployment op-fight web '{.metadata.generation}')" "6 30 25% 25% $fight_generation"
 [ -n "$writes" ] && printf '%s\n' "$writes" | head | note
 
 # ------------------------------------------------------------- API server restarted mid-reconcile

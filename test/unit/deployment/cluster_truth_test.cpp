@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "../../support/reconciler_fakes.h"
+#include "gracekeeper/core/time.h"
 #include "gracekeeper/deployment/event_ledger.h"
 #include "gracekeeper/deployment/services.h"
 
@@ -491,12 +492,14 @@ TEST_F(ClusterTruthTest, AFallbackThatRaisesTheFigureIsRateLimited) {
 }
 
 // Each set-back of a fight is an Event of its own (the note names the
-// generation): the newest outlives the fight, and a restart reads it back.
-TEST_F(ClusterTruthTest, EachSetBackOfAFightIsANewEventThatARestartReadsBack) {
+// generation). The fight is over once minIntervalSeconds have passed since
+// gracekeeper's last repair, whatever came after it: at most one repair,
+// and so one rollout, per interval.
+TEST_F(ClusterTruthTest, EachSetBackOfAFightIsANewEventAndTheRepairSetsItsEnd) {
   world.put_deployment(deployment("web"));
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
   set_back(world, "shop/web");
-  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));  // repaired
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
   world.clock.advance(std::chrono::seconds(20));
   set_back(world, "shop/web");
@@ -511,12 +514,46 @@ TEST_F(ClusterTruthTest, EachSetBackOfAFightIsANewEventThatARestartReadsBack) {
   }
   ASSERT_EQ(notes.size(), 2u);
   EXPECT_THAT(notes[0], HasSubstr("back twice within 3600s"));
-  EXPECT_THAT(notes[1], HasSubstr("back 3 times within 3600s"));
-  EXPECT_THAT(notes[1], HasSubstr("the last at generation"));
+  EXPECT_THAT(notes[1], HasSubstr("the last at generation 6"));
   EXPECT_EQ(world.writer.calls.size(), 2u);
-  // The fight is over when the second-newest set-back (600 s ago) leaves the interval.
+  // The repair was 620 s ago.
   ASSERT_TRUE(r->requeue_after.has_value());
-  EXPECT_EQ(*r->requeue_after, std::chrono::seconds(3000));
+  EXPECT_EQ(*r->requeue_after, std::chrono::seconds(2980));
+}
+
+// The fight is kept on the object: the repair records when it was made
+// (`setBack` in gracekeeper.dev/applied), so an operator with no memory of
+// it, as after a restart, still holds the fight and ends it on time.
+TEST_F(ClusterTruthTest, AFightOutlivesARestartOnTheObjectAlone) {
+  world.put_deployment(deployment("web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  const auto repaired_at = world.clock.now();
+  set_back(world, "shop/web");
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));  // repaired, and recorded
+  ASSERT_EQ(world.writer.calls.size(), 2u);
+  const auto record =
+      json::parse(world.objects.at("shop/web")["metadata"]["annotations"]["gracekeeper.dev/applied"]
+                      .get<std::string>());
+  EXPECT_EQ(record.value("setBack", ""), core::format_rfc3339(repaired_at));
+
+  world.clock.advance(std::chrono::seconds(20));
+  set_back(world, "shop/web");
+  // A new reconciler over the same stores: nothing in memory.
+  DeploymentReconciler restarted({world.deployments, world.policies, world.services, world.book,
+                                  world.writer, world.events, world.clock, world.metrics,
+                                  [](const std::string&) {}});
+  budget::Capabilities c;
+  c.native_sleep = true;
+  restarted.set_capabilities(c);
+  auto r = world.run(restarted.reconcile("shop/web"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(world.writer.calls.size(), 2u);  // no second rollout
+  EXPECT_THAT(world.events.reasons(), Contains("FieldFight"));
+  ASSERT_TRUE(r->requeue_after.has_value());
+  EXPECT_EQ(*r->requeue_after, std::chrono::seconds(3580));
+  world.clock.advance(*r->requeue_after);
+  ASSERT_TRUE(world.run(restarted.reconcile("shop/web")));
+  EXPECT_EQ(world.writer.calls.size(), 3u);  // the interval passed: repaired
 }
 
 // Issue 36: a StatefulSet is cached like a Deployment, with its kind, and its

@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "../../support/reconciler_fakes.h"
+#include "gracekeeper/core/time.h"
 
 namespace gracekeeper::controller::testing {
 namespace {
@@ -31,6 +32,7 @@ struct Inputs {
   std::optional<bool> behind_service = true;
   bool rolling = false;
   std::optional<BlockedWrite> blocked;
+  bool in_request = false;  // an admission request's object
 };
 
 // decide_deployment on `in`, with the inputs kept alive for the decision.
@@ -60,6 +62,7 @@ DeploymentDecision decide(const Inputs& in) {
   facts.now = in.now;
   facts.rolling = in.rolling;
   facts.blocked = in.blocked ? &*in.blocked : nullptr;
+  facts.in_request = in.in_request;
   return decide_deployment(facts);
 }
 
@@ -77,6 +80,31 @@ json tuned(double seconds = 4) {
   json d = testing::deployment();
   merge(d, decide(in).write->configuration);
   return d;
+}
+
+// tuned(), its grace set back to 30 s by another writer.
+json set_back(json d) {
+  d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 30;
+  return d;
+}
+
+const TimePoint kRepairedAt = kStart + std::chrono::seconds(60);
+
+// tuned() set back once and repaired at kRepairedAt, as the server holds it.
+json repaired() {
+  Inputs in;
+  in.deployment = set_back(tuned());
+  in.now = kRepairedAt;
+  json d = in.deployment;
+  merge(d, decide(in).write->configuration);
+  return d;
+}
+
+// The `setBack` a write records in gracekeeper.dev/applied; "" for none.
+std::string recorded_set_back(const DeploymentDecision& d) {
+  if (!d.write) return "<no write>";
+  const json& a = d.write->configuration["metadata"]["annotations"]["gracekeeper.dev/applied"];
+  return json::parse(a.get<std::string>()).value("setBack", "");
 }
 
 struct Row {
@@ -235,6 +263,56 @@ const Row kRows[] = {
        EXPECT_THAT(d.set_back_paths,
                    ElementsAre(".spec.template.spec.terminationGracePeriodSeconds"));
        EXPECT_TRUE(d.write);
+     }},
+    {"TheRepairOfASetBackRecordsWhenItWasMade",
+     [](Inputs& in) {
+       in.deployment = set_back(tuned());
+       in.now = kRepairedAt;
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_EQ(recorded_set_back(d), core::format_rfc3339(kRepairedAt));
+       EXPECT_FALSE(d.fight_ends_in);
+     }},
+    {"SetBackAgainWithinTheIntervalOfTheRepairIsAFight",
+     [](Inputs& in) {
+       in.deployment = set_back(repaired());
+       in.now = kRepairedAt + std::chrono::seconds(20);
+     },
+     [](const DeploymentDecision& d) {
+       ASSERT_TRUE(d.write);  // what the fight holds back, for its note
+       ASSERT_TRUE(d.fight_ends_in);
+       EXPECT_EQ(*d.fight_ends_in, std::chrono::seconds(3580));
+     }},
+    {"SetBackAgainOnceTheIntervalPassedIsRepairedAgain",
+     [](Inputs& in) {
+       in.deployment = set_back(repaired());
+       in.now = kRepairedAt + std::chrono::seconds(3600);
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_FALSE(d.fight_ends_in);
+       EXPECT_EQ(recorded_set_back(d),
+                 core::format_rfc3339(kRepairedAt + std::chrono::seconds(3600)));
+     }},
+    {"ARequestThatSetsBackIsPatchedNotAFightNorARepair",
+     [](Inputs& in) {
+       in.deployment = set_back(repaired());
+       in.now = kRepairedAt + std::chrono::seconds(20);
+       in.in_request = true;
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_FALSE(d.fight_ends_in);
+       EXPECT_EQ(recorded_set_back(d), core::format_rfc3339(kRepairedAt));
+     }},
+    {"AReTuneKeepsTheRecordedSetBack",
+     [](Inputs& in) {
+       in.deployment = repaired();
+       in.seconds = 8;
+       in.now = kRepairedAt + std::chrono::seconds(4000);
+     },
+     [](const DeploymentDecision& d) {
+       ASSERT_TRUE(d.write);
+       EXPECT_TRUE(d.set_back.empty());
+       EXPECT_EQ(recorded_set_back(d), core::format_rfc3339(kRepairedAt));
      }},
     {"AnInvalidAnnotationLeavesItUnchanged",
      [](Inputs& in) {
