@@ -96,24 +96,17 @@ bool own_write(const json& request) {
          string_member(*options, "fieldManager") == kFieldManager;
 }
 
-// The namespace's figures, as the reconciler would plan with them.
-PropagationBook figures(const AdmissionInputs& in,
-                        const std::vector<const CachedPolicy*>& policies) {
-  PropagationBook book;
-  for (const CachedPolicy* p : policies) {
-    const std::string key = p->namespace_ + "/" + p->name;
-    PolicyMeasurement m;
-    m.generation = p->generation;
-    if (const PropagationState* mine = in.propagation ? in.propagation->state(key) : nullptr) {
-      m.state = *mine;
-    } else if (auto theirs = status_propagation(*p)) {
-      m.state = std::move(*theirs);
-    } else {
-      continue;
-    }
-    book.put(key, std::move(m));
+// A policy's figure as the reconciler would plan with it: this replica's
+// own measurement, else the one the leader wrote into the policy's status.
+std::optional<NamespaceInputs::Figure> admission_figure(const AdmissionInputs& in,
+                                                        const CachedPolicy& p) {
+  if (in.propagation) {
+    if (auto mine = book_figure(*in.propagation, p)) return mine;
   }
-  return book;
+  if (auto theirs = status_propagation(p)) {
+    return NamespaceInputs::Figure{theirs->seconds, theirs->available};
+  }
+  return std::nullopt;
 }
 
 // The applied annotation as `object` has it, when the new one differs from it
@@ -170,13 +163,13 @@ std::optional<json> plan_patch(const json& object, const std::string& kind,
                              : string_member(object["metadata"], "namespace");
   const auto deployment = admitted_deployment(object, kind, ns);
 
+  const NamespaceInputs inputs = namespace_inputs(
+      in.policies, in.services, ns,
+      [&in](const CachedPolicy& p) { return admission_figure(in, p); }, in.capabilities);
   DeploymentFacts facts;
   facts.deployment = &deployment;
   facts.uid = string_member(object["metadata"], "uid");
-  read_namespace(facts, in.policies, in.services, ns);
-  const PropagationBook book = figures(in, facts.policies);
-  facts.propagation = &book;
-  facts.capabilities = in.capabilities;
+  facts.ns = &inputs;
   facts.now = in.now;
   facts.in_request = true;
   const DeploymentDecision decision = decide_deployment(facts);

@@ -31,14 +31,14 @@ kube::EventRecord warning(std::string reason, std::string action, std::string no
 
 // The governing policy among the namespace's valid ones, or the finding
 // that says why there is none.
-std::expected<const CachedPolicy*, budget::Finding> governing(const budget::Deployment& d,
-                                                              const DeploymentFacts& facts) {
-  std::vector<const CachedPolicy*> valid;
+std::expected<const NamespaceInputs::Policy*, budget::Finding> governing(
+    const budget::Deployment& d, const DeploymentFacts& facts) {
+  std::vector<const NamespaceInputs::Policy*> valid;
   std::vector<budget::PolicyCandidate> candidates;
-  for (const CachedPolicy* p : facts.policies) {
-    if (!p->spec) continue;  // an invalid policy governs nothing; its status says why
-    valid.push_back(p);
-    candidates.push_back({p->name, &p->spec->selector, ""});
+  for (const NamespaceInputs::Policy& p : facts.ns->policies) {
+    if (!p.policy->spec) continue;  // an invalid policy governs nothing; its status says why
+    valid.push_back(&p);
+    candidates.push_back({p.policy->name, &p.policy->spec->selector, ""});
   }
   auto chosen = budget::select_policy(d, candidates, "in namespace " + d.namespace_);
   if (!chosen) return std::unexpected(chosen.error());
@@ -93,16 +93,17 @@ void find_set_back(const budget::Deployment& d, const budget::PolicySpec& policy
 // The valid policies whose selectors all match the Deployment.
 std::vector<std::string> contenders(const budget::Deployment& d, const DeploymentFacts& facts) {
   std::vector<std::string> names;
-  for (const CachedPolicy* p : facts.policies) {
-    if (p->spec && p->spec->selector.matches(d.labels)) names.push_back(p->name);
+  for (const NamespaceInputs::Policy& p : facts.ns->policies) {
+    const CachedPolicy& policy = *p.policy;
+    if (policy.spec && policy.spec->selector.matches(d.labels)) names.push_back(policy.name);
   }
   std::ranges::sort(names);
   return names;
 }
 
 budget::Context planning_context(const budget::Deployment& d, const CachedPolicy& policy,
-                                 const PropagationState& propagation, const DeploymentFacts& facts,
-                                 bool repairs_set_back) {
+                                 const NamespaceInputs::Figure& propagation,
+                                 const DeploymentFacts& facts, bool repairs_set_back) {
   budget::Context ctx;
   ctx.policy = &*policy.spec;
   ctx.policy_name = policy.name;
@@ -112,8 +113,9 @@ budget::Context planning_context(const budget::Deployment& d, const CachedPolicy
   if (!propagation.available && d.applied) {
     ctx.propagation_seconds = std::max(ctx.propagation_seconds, d.applied->propagation_seconds);
   }
-  ctx.capabilities = facts.capabilities;
-  ctx.behind_service = facts.behind_service;
+  ctx.capabilities = facts.ns->capabilities;
+  ctx.behind_service = std::ranges::any_of(
+      facts.ns->services, [&](const auto& service) { return selects(*service, d.pod_labels); });
   ctx.now = facts.now;
   ctx.repairs_set_back = repairs_set_back;
   // A fallback that raises the figure (the source failed, staticSeconds is
@@ -320,17 +322,30 @@ void find_fight(const budget::Deployment& d, const DeploymentFacts& facts,
 
 }  // namespace
 
-void read_namespace(DeploymentFacts& facts, const kube::Store<CachedPolicy>& policies,
-                    const kube::Store<CachedService>& services, const std::string& ns) {
-  policies.in_namespace(
-      ns, [&](const std::string&, const CachedPolicy& p) { facts.policies.push_back(&p); });
-  if (facts.deployment == nullptr || !*facts.deployment) return;
-  const auto& pod_labels = (*facts.deployment)->pod_labels;
-  bool found = false;
-  services.in_namespace(ns, [&](const std::string&, const CachedService& s) {
-    found = found || selects(s, pod_labels);
-  });
-  facts.behind_service = found;
+bool NamespaceInputs::Policy::operator==(const Policy& other) const {
+  return policy->uid == other.policy->uid && policy->generation == other.policy->generation &&
+         figure == other.figure;
+}
+
+NamespaceInputs namespace_inputs(const kube::Store<CachedPolicy>& policies,
+                                 const kube::Store<CachedService>& services, std::string_view ns,
+                                 const FigureOf& figure_of, budget::Capabilities capabilities) {
+  NamespaceInputs in;
+  for (auto& [key, policy] : policies.list_namespace(ns)) {
+    auto figure = figure_of(*policy);
+    in.policies.push_back({std::move(policy), figure});
+  }
+  for (auto& [key, service] : services.list_namespace(ns))
+    in.services.push_back(std::move(service));
+  in.capabilities = capabilities;
+  return in;
+}
+
+std::optional<NamespaceInputs::Figure> book_figure(const PropagationBook& book,
+                                                   const CachedPolicy& policy) {
+  const PropagationState* s = book.state(policy.namespace_ + "/" + policy.name);
+  if (!s) return std::nullopt;
+  return NamespaceInputs::Figure{s->seconds, s->available};
 }
 
 DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
@@ -348,17 +363,18 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
     out.events.push_back(finding_event(policy.error()));
     return out;
   }
-  out.policy_name = (*policy)->name;
+  const CachedPolicy& governor = *(*policy)->policy;
+  out.policy_name = governor.name;
   out.policy_key = d.namespace_ + "/" + out.policy_name;
-  out.max_concurrent_rollouts = (*policy)->spec->changes.max_concurrent_rollouts;
-  out.min_interval = std::chrono::seconds((*policy)->spec->changes.min_interval_seconds);
-  if (d.applied && d.applied->policy == out.policy_name) find_set_back(d, *(*policy)->spec, out);
-  const PropagationState* propagation = facts.propagation->state(out.policy_key);
+  out.max_concurrent_rollouts = governor.spec->changes.max_concurrent_rollouts;
+  out.min_interval = std::chrono::seconds(governor.spec->changes.min_interval_seconds);
+  if (d.applied && d.applied->policy == out.policy_name) find_set_back(d, *governor.spec, out);
+  const std::optional<NamespaceInputs::Figure>& propagation = (*policy)->figure;
   if (!propagation) {
     out.wait_for_policy = true;  // its first measurement enqueues the namespace again
     return out;
   }
-  const budget::Context ctx = planning_context(d, **policy, *propagation, facts,
+  const budget::Context ctx = planning_context(d, governor, *propagation, facts,
                                                !out.set_back.empty() && !facts.in_request);
   const budget::Plan plan = budget::plan(d, ctx);
 
@@ -378,7 +394,7 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
     out.requeue_after =
         std::max<std::chrono::nanoseconds>(*plan.due_at - facts.now, std::chrono::seconds(1));
   }
-  if (plan.changed()) decide_changes(d, **policy, plan, ctx, facts, out);
+  if (plan.changed()) decide_changes(d, governor, plan, ctx, facts, out);
   find_fight(d, facts, out);
   for (const auto& f : plan.findings) out.events.push_back(finding_event(f));
   return out;

@@ -138,53 +138,37 @@ boost::asio::awaitable<bool> DeploymentReconciler::conflict_released(
 
 DeploymentDecision DeploymentReconciler::decide(const std::string& key,
                                                 const CachedDeployment& cached) const {
+  return decide(key, cached, namespace_inputs(split_key(key).first));
+}
+
+DeploymentDecision DeploymentReconciler::decide(const std::string& key,
+                                                const CachedDeployment& cached,
+                                                const NamespaceInputs& inputs) const {
   const auto deployment = cached.project();
   DeploymentFacts facts;
   facts.deployment = &deployment;
   facts.uid = cached.uid;
   facts.generation = cached.generation;
-  // The policies are read in place: nothing here waits, so the store cannot
-  // change underneath.
-  read_namespace(facts, deps_.policies, deps_.services, split_key(key).first);
-  facts.propagation = &deps_.propagation;
-  facts.capabilities = capabilities_;
+  facts.ns = &inputs;
   facts.now = deps_.clock.now();
   facts.blocked = blocked(key);
   facts.rolling = cached.rollout.rolling(cached.generation);
   return decide_deployment(facts);
 }
 
-std::string DeploymentReconciler::decision_context(std::string_view ns) const {
-  // Length-prefixed, so that no field's content can forge another's.
-  std::string context = capabilities_.native_sleep ? "sleep;" : "exec;";
-  auto add = [&context](std::string_view field) {
-    context += std::to_string(field.size());
-    context += ':';
-    context += field;
-  };
-  deps_.policies.in_namespace(ns, [&](const std::string& key, const CachedPolicy& p) {
-    add(key);
-    add(p.uid);
-    add(std::to_string(p.generation));
-    if (const PropagationState* s = deps_.propagation.state(key)) {
-      add(fmt::format("{}/{}", s->seconds, s->available));
-    } else {
-      add("-");  // not measured yet
-    }
-  });
-  deps_.services.in_namespace(ns, [&](const std::string& key, const CachedService&) {
-    add(key);
-    add(deps_.services.resource_version(key));
-  });
-  return context;
+NamespaceInputs DeploymentReconciler::namespace_inputs(std::string_view ns) const {
+  return controller::namespace_inputs(
+      deps_.policies, deps_.services, ns,
+      [this](const CachedPolicy& p) { return book_figure(deps_.propagation, p); }, capabilities_);
 }
 
 void DeploymentReconciler::remember(const std::string& key,
                                     const std::shared_ptr<const CachedDeployment>& snapshot,
-                                    const std::string& context, const DeploymentDecision& d) const {
+                                    const NamespaceInputs& inputs,
+                                    const DeploymentDecision& d) const {
   NamespaceDecisions& n = decided_[split_key(key).first];
-  if (n.context != context) {
-    n.context = context;
+  if (n.inputs != inputs) {
+    n.inputs = inputs;
     n.deployments.clear();
   }
   Remembered& r = n.deployments[key];
@@ -198,10 +182,10 @@ void DeploymentReconciler::remember(const std::string& key,
 
 DeploymentReconciler::Counted DeploymentReconciler::counted(const std::string& key,
                                                             const CachedDeployment& cached,
-                                                            const std::string& context) const {
+                                                            const NamespaceInputs& inputs) const {
   if (!blocked(key)) {
     auto n = decided_.find(split_key(key).first);
-    if (n != decided_.end() && n->second.context == context) {
+    if (n != decided_.end() && n->second.inputs == inputs) {
       auto r = n->second.deployments.find(key);
       if (r != n->second.deployments.end() && r->second.snapshot.get() == &cached &&
           (!r->second.until || deps_.clock.now() < *r->second.until)) {
@@ -210,10 +194,10 @@ DeploymentReconciler::Counted DeploymentReconciler::counted(const std::string& k
     }
   }
   ++counted_decisions_;
-  DeploymentDecision d = decide(key, cached);
+  DeploymentDecision d = decide(key, cached, inputs);
   // Remembered only for the store's own snapshot (a count reads the store).
   if (auto snapshot = deps_.deployments.get(key); snapshot.get() == &cached && !blocked(key)) {
-    remember(key, snapshot, context, d);
+    remember(key, snapshot, inputs, d);
   }
   return {std::move(d.policy_key), std::move(d.contenders), d.state};
 }
@@ -242,11 +226,11 @@ std::int64_t DeploymentReconciler::rollouts_in_flight(const std::string& key,
 
 std::int64_t DeploymentReconciler::governed(const std::string& policy_key) const {
   const auto policy = split_key(policy_key);
-  const std::string context = decision_context(policy.first);
+  const NamespaceInputs inputs = namespace_inputs(policy.first);
   std::int64_t n = 0;
   deps_.deployments.in_namespace(policy.first,
                                  [&](const std::string& key, const CachedDeployment& cached) {
-                                   n += counted(key, cached, context).policy_key == policy_key;
+                                   n += counted(key, cached, inputs).policy_key == policy_key;
                                  });
   return n;
 }
@@ -331,12 +315,13 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
 
 DeploymentDecision DeploymentReconciler::decide_and_remember(
     const std::string& key, const std::shared_ptr<const CachedDeployment>& cached) {
-  DeploymentDecision decision = decide(key, *cached);
+  const NamespaceInputs inputs = namespace_inputs(split_key(key).first);
+  DeploymentDecision decision = decide(key, *cached, inputs);
   // The counts of its policy read this decision until something changes.
   // One that writes is stale once its write lands (and holding the
   // snapshot written over would keep it alive until the next reconcile).
   if (!decision.write && !decision.blocked && !blocked(key)) {
-    remember(key, cached, decision_context(split_key(key).first), decision);
+    remember(key, cached, inputs, decision);
   } else {
     forget_decision(key);
   }

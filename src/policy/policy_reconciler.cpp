@@ -20,10 +20,10 @@ DeploymentCounts PolicyReconciler::count(const DeploymentReconciler& controller,
   DeploymentCounts c;
   const auto split = split_key(policy_key);
   const std::string& name = split.second;
-  const std::string context = controller.decision_context(split.first);
+  const NamespaceInputs inputs = controller.namespace_inputs(split.first);
   controller.store().in_namespace(
       split.first, [&](const std::string& key, const CachedDeployment& cached) {
-        const auto d = controller.counted(key, cached, context);
+        const auto d = controller.counted(key, cached, inputs);
         if (d.policy_key.empty() && std::ranges::binary_search(d.contenders, name)) {
           for (const auto& other : d.contenders) {
             if (other != name) c.shared_with[other].push_back(split_key(key).second);

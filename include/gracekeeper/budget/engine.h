@@ -33,6 +33,7 @@ struct Capabilities {
   // A StatefulSet's rollingUpdate.maxUnavailable is honoured (Kubernetes >=
   // 1.35); before, a StatefulSet replaced one pod at a time whatever it said.
   bool statefulset_max_unavailable = true;
+  bool operator==(const Capabilities&) const = default;
 };
 
 struct Context {

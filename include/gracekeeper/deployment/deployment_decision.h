@@ -8,9 +8,12 @@
 #include <chrono>
 #include <cstdint>
 #include <expected>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gracekeeper/budget/engine.h"
@@ -41,17 +44,52 @@ struct BlockedWrite {
   std::vector<ConflictingField> conflicts;  // empty unless a FieldConflict
 };
 
+// What a decision reads of a workload's namespace: its policies with their
+// figures, its Services, and what the API server can do. A value, read from
+// the stores at one moment (namespace_inputs); two are equal when a
+// decision would read the same from each, which is what the reconciler's
+// memo of decisions is keyed by. Store values are immutable snapshots (a
+// change is a new pointer), so comparing pointers compares the objects.
+struct NamespaceInputs {
+  struct Figure {
+    double seconds = 0;
+    bool available = true;  // false: a fallback, the source failed
+    bool operator==(const Figure&) const = default;
+  };
+  struct Policy {
+    std::shared_ptr<const CachedPolicy> policy;
+    std::optional<Figure> figure;  // none: not measured yet
+    // The same policy (uid) at the same generation with the same figure: a
+    // write of its status changes neither.
+    bool operator==(const Policy&) const;
+  };
+  std::vector<Policy> policies;                                // in key order
+  std::vector<std::shared_ptr<const CachedService>> services;  // in key order
+  budget::Capabilities capabilities{};
+  bool operator==(const NamespaceInputs&) const = default;
+};
+
+// A policy's figure as a decision plans with it; nullopt when it has none.
+using FigureOf = std::function<std::optional<NamespaceInputs::Figure>(const CachedPolicy&)>;
+
+// Namespace `ns`'s inputs from the stores, each policy's figure from
+// `figure_of`: the reconciler's own measurements (PropagationBook), or in
+// admission those of this replica, else the one the leader wrote into the
+// policy's status.
+NamespaceInputs namespace_inputs(const kube::Store<CachedPolicy>&,
+                                 const kube::Store<CachedService>&, std::string_view ns,
+                                 const FigureOf& figure_of, budget::Capabilities);
+
+// The figure `book` holds for `policy`, for namespace_inputs.
+std::optional<NamespaceInputs::Figure> book_figure(const PropagationBook& book,
+                                                   const CachedPolicy& policy);
+
 struct DeploymentFacts {
   // The Deployment as the budget engine reads it.
   const std::expected<budget::Deployment, budget::FieldErrors>* deployment = nullptr;
   std::string uid;
   std::int64_t generation = 0;
-  std::vector<const CachedPolicy*> policies;  // the namespace's
-  const PropagationBook* propagation = nullptr;
-  // Whether a Service selects the pods; nullopt when unknown (then a
-  // container with ports counts as serving, as offline).
-  std::optional<bool> behind_service;
-  budget::Capabilities capabilities{};
+  const NamespaceInputs* ns = nullptr;  // its namespace's (required)
   TimePoint now{};
   const BlockedWrite* blocked = nullptr;  // this Deployment's, if any
   // Pods of an older template still run or terminate (RolloutStatus::rolling).
@@ -107,13 +145,6 @@ struct DeploymentDecision {
 };
 
 DeploymentDecision decide_deployment(const DeploymentFacts&);
-
-// The namespace's part of a Deployment's facts, read from the stores the
-// same way by the reconciler and admission: the namespace's policies
-// (pointers into the store: valid while the caller does not wait) and, once
-// `facts.deployment` is read, whether a Service selects its pods.
-void read_namespace(DeploymentFacts& facts, const kube::Store<CachedPolicy>& policies,
-                    const kube::Store<CachedService>& services, const std::string& ns);
 
 // Re-tunes that may roll out at once: changes.maxConcurrentRollouts
 // resolved against the `governed` workloads (rounded up, at least 1).

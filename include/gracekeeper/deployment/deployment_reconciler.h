@@ -81,16 +81,15 @@ class DeploymentReconciler {
     DeploymentState state;
   };
   // Everything of namespace `ns` that a decision reads besides the
-  // Deployment and the time, as one string: its policies (uid, generation),
-  // their figures, its Services (resourceVersion) and the capabilities.
-  std::string decision_context(std::string_view ns) const;
+  // Deployment and the time, from the stores now.
+  NamespaceInputs namespace_inputs(std::string_view ns) const;
   // The counted part of decide(), remembered from the last decision (a
-  // reconcile's or a count's) while the Deployment's snapshot and `context`
+  // reconcile's or a count's) while the Deployment's snapshot and `inputs`
   // are the ones it was taken with and a held-back change is not yet due:
   // a cold start decides each Deployment once for the counts, not once per
   // count of its policy.
   Counted counted(const std::string& key, const CachedDeployment&,
-                  const std::string& context) const;
+                  const NamespaceInputs& inputs) const;
   // Decisions taken for `counted` (not remembered ones), for tests.
   std::uint64_t counted_decisions() const { return counted_decisions_; }
 
@@ -123,6 +122,8 @@ class DeploymentReconciler {
   };
   boost::asio::awaitable<bool> conflict_released(const std::string& key,
                                                  const std::shared_ptr<const CachedDeployment>&);
+  DeploymentDecision decide(const std::string& key, const CachedDeployment&,
+                            const NamespaceInputs&) const;
   // The steps of reconcile(), in order. Each step that can end the
   // reconcile returns its result; nullopt goes on to the next one.
   DeploymentDecision decide_and_remember(const std::string& key,
@@ -170,19 +171,19 @@ class DeploymentReconciler {
   std::unordered_map<std::string, std::int64_t> rolling_;
 
   // The last decision's counted part per Deployment, per namespace with the
-  // context it was taken in (counted()). The snapshot is held, so a new
-  // one can never reuse its address.
+  // inputs it was taken on (counted()). The snapshots are held, so a new
+  // one can never reuse an address.
   struct Remembered {
     std::shared_ptr<const CachedDeployment> snapshot;
     std::optional<TimePoint> until;  // a held-back change is due then
     Counted counted;
   };
   struct NamespaceDecisions {
-    std::string context;
+    NamespaceInputs inputs;
     std::unordered_map<std::string, Remembered> deployments;
   };
   void remember(const std::string& key, const std::shared_ptr<const CachedDeployment>&,
-                const std::string& context, const DeploymentDecision&) const;
+                const NamespaceInputs& inputs, const DeploymentDecision&) const;
   void forget_decision(const std::string& key) const;
   mutable std::unordered_map<std::string, NamespaceDecisions> decided_;
   mutable std::uint64_t counted_decisions_ = 0;

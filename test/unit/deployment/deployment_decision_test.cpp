@@ -29,7 +29,7 @@ struct Inputs {
   bool measured = true;  // the policy has a figure (Static)
   double seconds = 4;    // ... of this many seconds
   TimePoint now = kStart;
-  std::optional<bool> behind_service = true;
+  bool behind_service = true;  // a Service selects the pods
   bool rolling = false;
   std::optional<BlockedWrite> blocked;
   bool in_request = false;  // an admission request's object
@@ -40,25 +40,21 @@ DeploymentDecision decide(const Inputs& in) {
   const auto cached = project_deployment(in.deployment);
   EXPECT_TRUE(cached.has_value());
   const auto deployment = cached->project();
-  std::vector<CachedPolicy> policies;
-  for (const json& p : in.policies) policies.push_back(*project_policy(p));
-  PropagationBook book;
-  if (in.measured) {
-    for (const CachedPolicy& p : policies) {
-      PolicyMeasurement m;
-      m.state.seconds = in.seconds;
-      m.state.source = "Static";
-      m.state.sampled_at = in.now;
-      book.put("shop/" + p.name, m);
-    }
+  NamespaceInputs ns;
+  for (const json& p : in.policies) {
+    NamespaceInputs::Policy policy{std::make_shared<const CachedPolicy>(*project_policy(p)), {}};
+    if (in.measured) policy.figure = NamespaceInputs::Figure{in.seconds, true};
+    ns.policies.push_back(std::move(policy));
+  }
+  // The fixture's pods carry tier=web.
+  if (in.behind_service) {
+    ns.services.push_back(std::make_shared<const CachedService>(CachedService{{{"tier", "web"}}}));
   }
   DeploymentFacts facts;
   facts.deployment = &deployment;
   facts.uid = cached->uid;
   facts.generation = cached->generation;
-  for (const CachedPolicy& p : policies) facts.policies.push_back(&p);
-  facts.propagation = &book;
-  facts.behind_service = in.behind_service;
+  facts.ns = &ns;
   facts.now = in.now;
   facts.rolling = in.rolling;
   facts.blocked = in.blocked ? &*in.blocked : nullptr;
