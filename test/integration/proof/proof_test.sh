@@ -121,3 +121,6 @@ check "Ctrl-C stops hack/proof in the middle of its run (exit $rc, want 130)" te
 check "... and tears its lab down: no node process" test -z "$(gk_node_processes "$TMP/int/lab")"
 check "... no namespace" test ! -e "/run/netns/$(gk_node_netns "$TMP/int/lab")"
 check "... no kubepods cgroup" test -z "$(gk_node_cgroup_dirs)"
+left=""
+for _ in $(seq 1 20); do left=$(pgrep -af -- "$TMP/int/" || true); [ -z "$left" ] && break; sleep 0.5; done
+check "... and no process of the run left (recorder, captures, load): ${left:-none}" test -z "$left"
