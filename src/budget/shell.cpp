@@ -36,10 +36,12 @@ bool is_assignment(std::string_view word) {
   });
 }
 
-// One token of a command string: a word, or an operator (";", "&&", "||",
-// "|", "&", "\n", "(", ")", a redirection ">", or "<<" for a here-document).
+// One token of a command string: a word, an operator (";", "&&", "||", "|",
+// "&", "\n", "(", ")", or "<<" for a here-document), or a redirection, whose
+// text is the operator as written with its file descriptor ("2>&", ">>", "<").
 struct Token {
   bool word = false;
+  bool redirect = false;
   std::string text;
 };
 
@@ -50,7 +52,8 @@ bool is_meta(char c) {
 
 // Splits a command string into tokens the way a POSIX shell does at the top
 // level; quotes, `$(...)`, `${...}` and backquotes stay inside their word.
-// nullopt when the string is not understood (an unterminated quote).
+// nullopt when the string is not understood (an unterminated quote, or
+// quotes and substitutions nested deeper than any script needs).
 class Lexer {
  public:
   explicit Lexer(std::string_view text) : s_(text) {}
@@ -64,7 +67,7 @@ class Lexer {
       } else if (c == '#') {
         while (i_ < s_.size() && s_[i_] != '\n') ++i_;  // a comment
       } else if (is_meta(c)) {
-        out.push_back({false, operator_at()});
+        out.push_back(operator_at(""));
       } else {
         auto word = word_at();
         if (!word) return std::nullopt;
@@ -72,9 +75,9 @@ class Lexer {
         if (i_ < s_.size() && (s_[i_] == '<' || s_[i_] == '>') &&
             std::all_of(word->begin(), word->end(),
                         [](char d) { return std::isdigit(static_cast<unsigned char>(d)); })) {
-          out.push_back({false, operator_at()});
+          out.push_back(operator_at(*word));
         } else {
-          out.push_back({true, std::move(*word)});
+          out.push_back({true, false, std::move(*word)});
         }
       }
     }
@@ -82,28 +85,42 @@ class Lexer {
   }
 
  private:
-  std::string operator_at() {
+  // `fd`: the digits written right before a redirection ("2" of "2>&1").
+  Token operator_at(const std::string& fd) {
     const char c = s_[i_];
     const char next = i_ + 1 < s_.size() ? s_[i_ + 1] : '\0';
     if ((c == '&' || c == '|' || c == ';') && next == c) {
       i_ += 2;
-      return std::string(2, c);  // ";;" only appears inside case: it stops the analysis
+      return {false, false, std::string(2, c)};  // ";;" only appears inside case: it stops
     }
     if (c == '<' && next == '<') {
       i_ += 2;
-      return "<<";
+      return {false, false, "<<"};
     }
     if (c == '<' || c == '>') {
-      ++i_;
+      const std::size_t start = i_++;
       if (i_ < s_.size() && (s_[i_] == '>' || s_[i_] == '&' || s_[i_] == '|')) ++i_;
-      return ">";
+      return {false, true, fd + std::string(s_.substr(start, i_ - start))};
     }
     ++i_;
-    return std::string(1, c);
+    return {false, false, std::string(1, c)};
   }
+
+  // Nesting of quotes and substitutions: a bound on the recursion below.
+  static constexpr int kMaxDepth = 64;
+  struct Nested {
+    explicit Nested(int& depth) : depth_(depth) { ++depth_; }
+    ~Nested() { --depth_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+    bool too_deep() const { return depth_ > kMaxDepth; }
+    int& depth_;
+  };
 
   // Skips a quoted or nested part starting at i_; false when it never ends.
   bool skip_nested() {
+    const Nested nested(depth_);
+    if (nested.too_deep()) return false;
     const char c = s_[i_];
     if (c == '\\') {
       i_ += 2;
@@ -142,6 +159,8 @@ class Lexer {
 
   // `$(...)`, `$((...))`, `${...}`, a backquoted command, or a plain `$`.
   bool skip_dollar_or_backquote() {
+    const Nested nested(depth_);
+    if (nested.too_deep()) return false;
     if (s_[i_] == '`') return skip_nested();
     const char next = i_ + 1 < s_.size() ? s_[i_ + 1] : '\0';
     if (next != '(' && next != '{') {
@@ -179,6 +198,7 @@ class Lexer {
 
   std::string_view s_;
   std::size_t i_ = 0;
+  int depth_ = 0;
 };
 
 bool reserved(std::string_view word) {
@@ -198,9 +218,9 @@ bool reaches_exec(const std::vector<Token>& tokens) {
   while (i < tokens.size()) {
     // One simple command: [assignments] [redirections] words...
     bool first = true, exec = false, program = false;
-    for (; i < tokens.size() && (tokens[i].word || tokens[i].text == ">"); ++i) {
+    for (; i < tokens.size() && (tokens[i].word || tokens[i].redirect); ++i) {
       const Token& t = tokens[i];
-      if (!t.word) {
+      if (t.redirect) {
         ++i;  // the redirection's target
         if (i >= tokens.size() || !tokens[i].word) return false;
         continue;
@@ -351,15 +371,32 @@ std::size_t program_index(const std::vector<std::string>& argv) {
   return i;
 }
 
+// Whether `printf FORMAT` certainly succeeds and prints only: no option
+// (bash's `-v` assigns), no conversion (`%d` of a word and a lone `%` fail)
+// and only the escapes every shell prints alike. Its status matters after
+// `&&` or with -e.
+bool plain_printf_format(std::string_view format) {
+  if (format.empty() || format.front() == '-' || format.find('%') != std::string_view::npos) {
+    return false;
+  }
+  for (std::size_t i = format.find('\\'); i != std::string_view::npos;
+       i = format.find('\\', i + 2)) {
+    if (i + 1 >= format.size() ||
+        std::string_view("abcfnrtv\\").find(format[i + 1]) == std::string_view::npos) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Commands that take no time worth counting, cannot fail, and tell the app
 // nothing: they neither end the wait nor add to it. `set` only with flags
 // that change no command's effect (-e, -u, -x, -v): a bad option makes a
 // POSIX shell exit, and -n runs nothing after it.
 bool does_nothing(const std::vector<std::string>& argv) {
   const std::string_view program = argv.front();
-  if (program == ":" || program == "true" || program == "echo" || program == "printf") {
-    return true;
-  }
+  if (program == ":" || program == "true" || program == "echo") return true;
+  if (program == "printf") return argv.size() >= 2 && plain_printf_format(argv[1]);
   if (program != "set" || argv.size() < 2) return false;
   return std::all_of(argv.begin() + 1, argv.end(), [](const std::string& arg) {
     return arg.size() >= 2 && (arg[0] == '-' || arg[0] == '+') &&
@@ -386,27 +423,63 @@ std::optional<std::string> plain_word(std::string_view word) {
   return out;
 }
 
+// A redirection that can tell nothing to anyone: to or from /dev/null, or a
+// copy or close of the standard descriptors (`2>&1`, `>&2`, `2>&-`). Any
+// other target may be the app's control socket or FIFO (`> /run/app.ctl`,
+// bash's `> /dev/tcp/HOST/PORT`), or a substitution that runs a command.
+bool harmless_redirect(const std::string& op, const std::string& target) {
+  const auto file = plain_word(target);
+  if (!file) return false;
+  if (*file == "/dev/null") return true;
+  if (op.find('&') == std::string::npos) return false;
+  return *file == "0" || *file == "1" || *file == "2" || *file == "-";
+}
+
+// `env NAME=value... PROGRAM`: the program runs with a changed environment
+// (`PATH` may find another `sleep`, `LD_PRELOAD` loads code into it).
+bool env_assigns(const std::vector<std::string>& argv) {
+  if (argv.empty() || basename(argv.front()) != "env") return false;
+  std::size_t i = 1;
+  while (i < argv.size() && (argv[i] == "-i" || argv[i] == "-")) ++i;
+  return i < argv.size() && is_assignment(argv[i]);
+}
+
 // The sleeps of a -c script: simple commands joined by `;`, `&&` or
 // newlines. The first command that is not a sleep (and does not do nothing)
 // ends the wait: it may tell the app to stop (`nginx -s quit`); the sleeps
-// after it still add to the hook's length.
+// after it still add to the hook's length. So does anything on a command
+// that runs before it: an assignment (`X=$(nginx -s quit) sleep 30`, or
+// `PATH=...` that changes which sleep runs) and a redirection that is not
+// harmless (`echo quit > /dev/tcp/127.0.0.1/9000`, `sleep 20 >$(...)`).
 std::optional<HookLength> script_length(std::string_view script) {
   const auto tokens = Lexer(script).run();
   if (!tokens) return std::nullopt;
   HookLength out;
   out.wait_ms = 0;
   bool waiting = true;
+  // A command that may tell the app to stop: the wait is over. One before any
+  // sleep may stop the app at once, or not: the wait is unknown.
+  const auto acts = [&] {
+    if (waiting && out.wait_ms == 0 && out.length_ms == 0) out.wait_ms = std::nullopt;
+    waiting = false;
+    out.only_sleeps = false;
+  };
   std::size_t i = 0;
   while (i < tokens->size()) {
     std::vector<std::string> words;
-    for (; i < tokens->size() && ((*tokens)[i].word || (*tokens)[i].text == ">"); ++i) {
+    bool before = false;  // an assignment or redirection that may act first
+    for (; i < tokens->size() && ((*tokens)[i].word || (*tokens)[i].redirect); ++i) {
       const Token& t = (*tokens)[i];
-      if (!t.word) {
+      if (t.redirect) {
         ++i;  // the redirection's target
         if (i >= tokens->size() || !(*tokens)[i].word) return std::nullopt;
+        if (!harmless_redirect(t.text, (*tokens)[i].text)) before = true;
         continue;
       }
-      if (words.empty() && is_assignment(t.text)) continue;
+      if (words.empty() && is_assignment(t.text)) {
+        before = true;
+        continue;
+      }
       words.push_back(t.text);
     }
     if (i < tokens->size()) {
@@ -414,10 +487,20 @@ std::optional<HookLength> script_length(std::string_view script) {
       if (separator != ";" && separator != "\n" && separator != "&&") return std::nullopt;
       ++i;
     }
-    if (words.empty()) continue;
+    if (words.empty()) {
+      if (before) acts();  // `X=$(nginx -s quit)`, `> /run/app.ctl`
+      continue;
+    }
     if (reserved(words.front())) return std::nullopt;
-    const bool last = words.front() == "exec" || words.front() == "exit";
-    if (words.front() == "exec") words.erase(words.begin());
+    // `exec` with a program ends the script; with only redirections
+    // (`exec >/proc/1/fd/1 2>&1`) it changes the shell's own and goes on.
+    const bool exec = words.front() == "exec";
+    if (exec) words.erase(words.begin());
+    if (words.empty()) {
+      if (before) acts();
+      continue;
+    }
+    const bool last = exec || words.front() == "exit";
     // A word that expands something reads as "$": no program, no duration.
     std::vector<std::string> argv;
     bool plain = true;
@@ -426,23 +509,29 @@ std::optional<HookLength> script_length(std::string_view script) {
       plain = plain && text.has_value();
       argv.push_back(text ? std::move(*text) : std::string("$"));
     }
+    if (before || env_assigns(argv)) acts();
     const std::size_t program = program_index(argv);
     if (program < argv.size() && basename(argv[program]) == "sleep") {
       auto sleep = sleep_arguments(argv, program + 1);
       if (!sleep) return std::nullopt;
       out.length_ms = add_saturating(out.length_ms, sleep->ceil);
       if (waiting && out.wait_ms) out.wait_ms = add_saturating(*out.wait_ms, sleep->floor);
-    } else if (!(plain && !argv.empty() && does_nothing(argv)) &&
-               !(words.size() >= 1 && words.front() == "exit")) {
-      // Another command: the wait before the app is told to stop is over.
-      // One that comes before any sleep may stop the app at once, or not.
-      if (waiting && out.wait_ms == 0 && out.length_ms == 0) out.wait_ms = std::nullopt;
-      waiting = false;
-      out.only_sleeps = false;
+    } else if (!(plain && does_nothing(argv)) && !(plain && argv.front() == "exit")) {
+      acts();  // `exit $(nginx -s quit)` runs its substitution first
     }
     if (last) break;
   }
   return out;
+}
+
+// The flags of `sh -c` whose effect on the script is known: -c itself, and
+// -e, -u, -x, -v (set -eu stops the script early, never adds to the wait).
+// Any other may run nothing (-n, noexec), refuse commands (-r, restricted),
+// read profiles that run code (-l, -i), or change what a word means.
+bool known_shell_flags(std::string_view arg) {
+  const std::string_view flags = arg.substr(1);
+  return arg[0] == '-' ? flags.find_first_not_of("ceuxv") == std::string_view::npos
+                       : flags.find_first_not_of("euxv") == std::string_view::npos;
 }
 
 }  // namespace
@@ -492,30 +581,33 @@ ShellForm classify_entrypoint(const std::vector<std::string>& argv) {
 std::optional<HookLength> exec_hook_length(const std::vector<std::string>& command) {
   std::size_t i = program_index(command);
   if (i >= command.size()) return std::nullopt;
+  // `env NAME=value... PROGRAM` acts before the program runs (see env_assigns).
+  const bool env = env_assigns(command);
   const std::string_view program = basename(command[i]);
   if (program == "sleep") {
     auto sleep = sleep_arguments(command, i + 1);
     if (!sleep) return std::nullopt;
+    if (env) return HookLength{std::nullopt, sleep->ceil, false};
     return HookLength{sleep->floor, sleep->ceil, true};
   }
   if (program != "sh" && program != "bash" && program != "ash" && program != "dash") {
     return std::nullopt;
   }
-  // Flags: clusters of letters (`-c`, `-ec`, `-e -c`); one of them is -c.
+  // Flags: clusters of known letters (`-c`, `-ec`, `-e -c`); one of them is -c.
   bool command_string = false;
   for (++i; i < command.size() && command[i].size() >= 2 &&
             (command[i][0] == '-' || command[i][0] == '+');
        ++i) {
-    const std::string_view flags = std::string_view(command[i]).substr(1);
-    if (!std::all_of(flags.begin(), flags.end(), [](char c) {
-          return std::isalpha(static_cast<unsigned char>(c)) && c != 'o' && c != 'O';
-        })) {
-      return std::nullopt;
-    }
-    if (command[i][0] == '-' && flags.find('c') != std::string_view::npos) command_string = true;
+    if (!known_shell_flags(command[i])) return std::nullopt;
+    if (command[i][0] == '-' && command[i].find('c') != std::string::npos) command_string = true;
   }
   if (!command_string || i >= command.size()) return std::nullopt;
-  return script_length(command[i]);
+  auto length = script_length(command[i]);
+  if (length && env) {
+    length->wait_ms = std::nullopt;
+    length->only_sleeps = false;
+  }
+  return length;
 }
 
 }  // namespace gracekeeper::budget

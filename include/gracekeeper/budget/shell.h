@@ -24,11 +24,14 @@ ShellForm classify_entrypoint(const std::vector<std::string>& argv);
 // How long an exec preStop hook runs, read as the kubelet runs it (docs/api.md,
 // "The budget"): `sleep ARG...` (also `/bin/sleep`, `busybox sleep`,
 // `/usr/bin/env sleep`), or a shell (`sh`, `bash`, `ash`, `dash`) run with
-// -c on a script of simple commands joined by `;`, `&&` or newlines.
+// -c, and no flag but -e, -u, -x, -v, on a script of simple commands joined
+// by `;`, `&&` or newlines.
 struct HookLength {
   // Before the app is told to stop: the sleeps before the first other
   // command, in milliseconds rounded down. nullopt when a command other than
-  // a sleep comes first: it may stop the app at once, or not.
+  // a sleep comes first: it may stop the app at once, or not. An assignment
+  // or a redirection (but to /dev/null or a copy of fds 0-2) on a command is
+  // such a command too: it runs before the command does.
   std::optional<std::int64_t> wait_ms;
   // Every sleep of the hook, in milliseconds rounded up: the least time the
   // hook runs. Exact when `only_sleeps`.
@@ -40,7 +43,9 @@ struct HookLength {
 // nullopt when the length cannot be known: not a sleep or such a script, a
 // sleep argument coreutils would not read as NUMBER[smhd] (`inf`, `0x10`,
 // `-1`, `1e3`, a variable), or any other shell construct (`||`, pipes, the
-// background, `if`, loops, subshells, substitutions in a sleep's argument).
+// background, `if`, loops, subshells, substitutions in a sleep's argument),
+// or a shell flag whose effect is not known (`-n` runs nothing, `-r` refuses
+// `/bin/sleep`).
 std::optional<HookLength> exec_hook_length(const std::vector<std::string>& command);
 
 }  // namespace gracekeeper::budget
