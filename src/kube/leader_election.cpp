@@ -13,6 +13,7 @@ namespace gracekeeper::kube {
 
 namespace asio = boost::asio;
 using nlohmann::json;
+using std::chrono::steady_clock;
 using std::chrono::system_clock;
 
 LeaseRecord lease_record_from_json(const json& lease) {
@@ -41,10 +42,16 @@ json lease_spec_to_json(const LeaseRecord& r) {
   return spec;
 }
 
-bool lease_held(const LeaseRecord& r, system_clock::time_point now) {
+bool lease_valid(const LeaseRecord& r, steady_clock::time_point observed_at,
+                 steady_clock::time_point now) {
   if (r.holder_identity.empty()) return false;
-  if (!r.renew_time) return false;
-  return *r.renew_time + std::chrono::seconds(r.lease_duration_seconds) >= now;
+  return observed_at + std::chrono::seconds(r.lease_duration_seconds) > now;
+}
+
+bool same_record(const LeaseRecord& a, const LeaseRecord& b) {
+  return a.holder_identity == b.holder_identity &&
+         a.lease_duration_seconds == b.lease_duration_seconds && a.acquire_time == b.acquire_time &&
+         a.renew_time == b.renew_time && a.lease_transitions == b.lease_transitions;
 }
 
 namespace {
@@ -63,12 +70,21 @@ asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
 LeaderElector::LeaderElector(Client& client, LeaderElectionConfig config)
     : client_(client), config_(std::move(config)) {}
 
+// Like client-go, the time of observation is this process's own: a record
+// seen again unchanged keeps the time it was first seen.
 void LeaderElector::observe(const LeaseRecord& r) {
   bool changed = r.holder_identity != observed_.holder_identity;
+  if (!observed_once_ || !same_record(r, observed_)) observed_time_ = config_.clocks.monotonic();
+  observed_once_ = true;
   observed_ = r;
   if (changed && !r.holder_identity.empty() && config_.on_new_leader) {
     config_.on_new_leader(r.holder_identity);
   }
+}
+
+bool LeaderElector::held_by_another() const {
+  return observed_.holder_identity != config_.identity &&
+         lease_valid(observed_, observed_time_, config_.clocks.monotonic());
 }
 
 void LeaderElector::stop_leading() {
@@ -78,7 +94,7 @@ void LeaderElector::stop_leading() {
 }
 
 asio::awaitable<bool> LeaderElector::try_acquire_or_renew() {
-  auto now = system_clock::now();
+  auto now = config_.clocks.wall();
   LeaseRecord mine;
   mine.holder_identity = config_.identity;
   mine.lease_duration_seconds = whole_seconds_up(config_.lease_duration);
@@ -103,7 +119,7 @@ asio::awaitable<bool> LeaderElector::try_acquire_or_renew() {
   observed_resource_version_ = (*got)["metadata"].value("resourceVersion", "");
   observe(current);
   bool ours = current.holder_identity == config_.identity;
-  if (!ours && lease_held(current, now)) co_return false;
+  if (!ours && held_by_another()) co_return false;
 
   if (ours) {
     mine.acquire_time = current.acquire_time ? current.acquire_time : now;
@@ -126,27 +142,33 @@ asio::awaitable<void> LeaderElector::run() {
   auto executor = co_await asio::this_coro::executor;
   try {
     // Acquire.
-    while (!(co_await try_acquire_or_renew())) co_await sleep_for(config_.retry_period);
+    auto acquired_at = config_.clocks.monotonic();
+    while (!(co_await try_acquire_or_renew())) {
+      co_await sleep_for(config_.retry_period);
+      acquired_at = config_.clocks.monotonic();
+    }
     leading_ = true;
     if (config_.on_started_leading) config_.on_started_leading();
 
     // Renew; each attempt is bounded by the time left before the deadline,
-    // so a hanging request cannot keep a stale leader acting.
-    auto last_renew = std::chrono::steady_clock::now();
+    // so a hanging request cannot keep a stale leader acting. The deadline
+    // counts from the start of the last successful attempt (see the header).
+    auto last_renew = acquired_at;
     for (;;) {
       co_await sleep_for(config_.retry_period);
+      const auto attempt_start = config_.clocks.monotonic();
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          last_renew + config_.renew_deadline - std::chrono::steady_clock::now());
+          last_renew + config_.renew_deadline - attempt_start);
       if (left.count() <= 0) break;
       asio::steady_timer deadline(executor, left);
       auto attempt = co_await (try_acquire_or_renew() || deadline.async_wait(asio::use_awaitable));
       if (attempt.index() == 0 && std::get<0>(attempt)) {
-        last_renew = std::chrono::steady_clock::now();
+        last_renew = attempt_start;
         continue;
       }
-      // Another holder has a valid lease: we have lost it, no point retrying.
-      if (!observed_.holder_identity.empty() && observed_.holder_identity != config_.identity &&
-          lease_held(observed_, system_clock::now())) {
+      // Another candidate wrote itself in: it judged the lease expired, and
+      // this one has lost it. No point retrying.
+      if (!observed_.holder_identity.empty() && observed_.holder_identity != config_.identity) {
         break;
       }
     }
@@ -162,7 +184,7 @@ asio::awaitable<std::expected<void, ApiError>> LeaderElector::release() {
   if (!got) co_return std::unexpected(got.error());
   LeaseRecord current = lease_record_from_json(*got);
   if (current.holder_identity != config_.identity) co_return std::expected<void, ApiError>{};
-  auto now = system_clock::now();
+  auto now = config_.clocks.wall();
   LeaseRecord released;
   released.lease_duration_seconds = 1;
   released.acquire_time = now;

@@ -21,7 +21,9 @@ using Clock = std::chrono::system_clock;
 
 const Clock::time_point t0 = Clock::time_point(1'800'000'000s);
 
-TEST(Lease, HeldUntilRenewTimePlusDuration) {
+// Validity counts from when this process observed the record, on its own
+// monotonic clock; the record's renewTime plays no part.
+TEST(Lease, ValidForLeaseDurationAfterItWasObserved) {
   nlohmann::json lease = {{"spec",
                            {{"holderIdentity", "a"},
                             {"leaseDurationSeconds", 15},
@@ -30,10 +32,16 @@ TEST(Lease, HeldUntilRenewTimePlusDuration) {
   auto r = lease_record_from_json(lease);
   EXPECT_EQ(r.holder_identity, "a");
   EXPECT_EQ(r.lease_transitions, 3);
-  EXPECT_TRUE(lease_held(r, t0 + 15s));
-  EXPECT_FALSE(lease_held(r, t0 + 15s + 1us));
+  EXPECT_EQ(r.renew_time, t0 + 0s) << "2027-01-15T08:00:00Z is t0";
+  const auto seen = std::chrono::steady_clock::time_point(1000s);
+  EXPECT_TRUE(lease_valid(r, seen, seen + 15s - 1us));
+  EXPECT_FALSE(lease_valid(r, seen, seen + 15s));
+  auto renewed = r;
+  renewed.renew_time = *r.renew_time + 2s;
+  EXPECT_TRUE(same_record(r, r));
+  EXPECT_FALSE(same_record(r, renewed));
   r.holder_identity.clear();  // released
-  EXPECT_FALSE(lease_held(r, t0));
+  EXPECT_FALSE(lease_valid(r, seen, seen));
   auto spec = lease_spec_to_json(r);
   EXPECT_EQ(spec["holderIdentity"], "");
   EXPECT_EQ(spec["renewTime"], "2027-01-15T08:00:00.000000Z");
@@ -107,9 +115,11 @@ class SharedTransport final : public detail::Transport {
 };
 
 struct Candidate {
-  Candidate(asio::io_context& io, FakeLeaseServer& server, const std::string& id)
+  // `wall_offset`: how far this candidate's wall clock is ahead of the others'.
+  Candidate(asio::io_context& io, FakeLeaseServer& server, const std::string& id,
+            std::chrono::seconds wall_offset = 0s)
       : client(std::make_unique<SharedTransport>(server), options()),
-        elector(client, config(id, *this)) {
+        elector(client, config(id, *this, wall_offset)) {
     (void)io;
   }
   static ClientOptions options() {
@@ -117,8 +127,10 @@ struct Candidate {
     o.retry.attempts = 1;
     return o;
   }
-  static LeaderElectionConfig config(const std::string& id, Candidate& self) {
+  static LeaderElectionConfig config(const std::string& id, Candidate& self,
+                                     std::chrono::seconds wall_offset) {
     LeaderElectionConfig c;
+    c.clocks.wall = [wall_offset] { return Clock::now() + wall_offset; };
     c.namespace_ = "default";
     c.name = "lock";
     c.identity = id;
@@ -209,6 +221,95 @@ TEST(LeaderElector, StopsLeadingWhenRenewalFailsPastTheDeadline) {
   EXPECT_EQ(a.stopped, 1);
   EXPECT_TRUE(a.returned) << "run() returns after losing leadership";
   EXPECT_FALSE(a.elector.is_leader());
+}
+
+// A follower's wall clock 20 s ahead of the leader's (leases of 1 s): under
+// a rule that compared renewTime with the follower's wall clock, every
+// renewal would look 19 s stale and the follower would take the lease at
+// once, giving two writers. It must stay a follower while the leader renews.
+TEST(LeaderElector, AFollowerWhoseWallClockRunsAheadDoesNotTakeALiveLease) {
+  asio::io_context io;
+  FakeLeaseServer server;
+  Candidate a(io, server, "a");
+  spawn_run(io, a);
+  run_for(io, 100ms);
+  ASSERT_EQ(a.started, 1);
+  Candidate b(io, server, "b", 20s);
+  spawn_run(io, b);
+  run_for(io, 1500ms);
+  EXPECT_EQ(b.started, 0) << "b took a lease a kept renewing";
+  EXPECT_EQ(a.stopped, 0);
+  EXPECT_EQ((*server.lease)["spec"]["holderIdentity"], "a");
+  EXPECT_EQ((*server.lease)["spec"]["leaseTransitions"], 0);
+  a.cancel.emit(asio::cancellation_type::terminal);
+  b.cancel.emit(asio::cancellation_type::terminal);
+  run_for(io, 20ms);
+}
+
+// The same with every clock in the test's hands: leases of 15 s, the
+// follower's wall clock 20 s ahead. It takes the lease only when 15 s have
+// passed on its own monotonic clock since it saw the last renewal.
+TEST(LeaderElector, FakeClockExpiryCountsFromTheFollowersOwnObservation) {
+  asio::io_context io;
+  FakeLeaseServer server;
+  struct Clocks {
+    Clock::time_point wall;
+    std::chrono::steady_clock::time_point monotonic;
+  };
+  Clocks ca{t0, std::chrono::steady_clock::time_point(100s)};
+  Clocks cb{t0 + 20s, std::chrono::steady_clock::time_point(5000s)};  // ahead; its own epoch
+  auto make = [&](const std::string& id, Clocks& c) {
+    LeaderElectionConfig config;
+    config.namespace_ = "default";
+    config.name = "lock";
+    config.identity = id;
+    config.lease_duration = 15s;
+    config.renew_deadline = 10s;
+    config.retry_period = 2s;
+    config.clocks.wall = [&c] { return c.wall; };
+    config.clocks.monotonic = [&c] { return c.monotonic; };
+    return config;
+  };
+  Client client_a(std::make_unique<SharedTransport>(server), Candidate::options());
+  Client client_b(std::make_unique<SharedTransport>(server), Candidate::options());
+  LeaderElector a(client_a, make("a", ca));
+  LeaderElector b(client_b, make("b", cb));
+  auto attempt = [&](LeaderElector& e) {
+    std::optional<bool> got;
+    asio::co_spawn(io, e.try_acquire_or_renew(), [&](std::exception_ptr x, bool held) {
+      if (!x) got = held;
+    });
+    io.restart();
+    io.run();
+    EXPECT_TRUE(got.has_value());
+    return got.value_or(false);
+  };
+  auto advance = [&](std::chrono::seconds d) {
+    for (Clocks* c : {&ca, &cb}) {
+      c->wall += d;
+      c->monotonic += d;
+    }
+  };
+  auto holder = [&] { return (*server.lease)["spec"]["holderIdentity"].get<std::string>(); };
+
+  ASSERT_TRUE(attempt(a));
+  EXPECT_EQ((*server.lease)["spec"]["renewTime"], "2027-01-15T08:00:00.000000Z");
+  EXPECT_FALSE(attempt(b)) << "renewTime + 15 s is 5 s behind b's wall clock: still a's";
+  advance(10s);
+  ASSERT_TRUE(attempt(a));  // renewed
+  advance(4s);
+  EXPECT_FALSE(attempt(b)) << "b saw the renewal 0 s ago";
+  advance(14s);
+  EXPECT_FALSE(attempt(b)) << "14 s since b saw it, on b's clock";
+  EXPECT_EQ(holder(), "a");
+  advance(1s);
+  EXPECT_TRUE(attempt(b)) << "15 s since b saw the last renewal";
+  EXPECT_EQ(holder(), "b");
+  EXPECT_EQ((*server.lease)["spec"]["leaseTransitions"], 1);
+  EXPECT_FALSE(attempt(a)) << "a sees b's write: b's for 15 s on a's clock";
+  advance(14s);
+  EXPECT_FALSE(attempt(a));
+  EXPECT_EQ(holder(), "b");
 }
 
 TEST(LeaderElector, TakesAnExpiredLeaseButNotAValidOne) {
