@@ -185,6 +185,7 @@ struct HttpServer::Impl {
   HttpServerStats stats{};
   unsigned short port = 0;
   bool stopped = false;
+  bool lame_duck = false;
 
   std::size_t active = 0;  // spawned connection coroutines not yet ended
   std::uint64_t next_id = 0;
@@ -365,6 +366,10 @@ asio::awaitable<void> HttpServer::Impl::respond(Stream& stream,
   }
 
   keep_alive = request.keep_alive();
+  if (lame_duck && keep_alive) {
+    keep_alive = false;
+    ++stats.lame_duck_closes;
+  }
   http::response<http::string_body> response;
   response.version(request.version());
   response.result(static_cast<unsigned>(answer.status));
@@ -532,12 +537,40 @@ void HttpServer::stop() {
   impl_->stop();
 }
 
+void HttpServer::begin_lame_duck() {
+  impl_->lame_duck = true;
+}
+
+bool HttpServer::lame_duck() const {
+  return impl_->lame_duck;
+}
+
+bool HttpServer::serving_certificate_loaded() {
+  if (!impl_->options.tls) return true;
+  return impl_->current_tls_context() != nullptr;
+}
+
 const HttpServerStats& HttpServer::stats() const {
   return impl_->stats;
 }
 
 std::size_t HttpServer::open_connections() const {
   return impl_->active;
+}
+
+asio::awaitable<void> stop_at(std::vector<HttpServer*> servers, Clock::time_point until) {
+  asio::steady_timer timer{co_await asio::this_coro::executor, until};
+  co_await timer.async_wait(use_nothrow);
+  for (HttpServer* server : servers) server->stop();
+}
+
+std::string not_ready_reason(bool shutting_down, HttpServer* webhook,
+                             const std::function<std::string()>& otherwise) {
+  if (shutting_down) return "shutting down";
+  if (webhook && !webhook->serving_certificate_loaded()) {
+    return "the webhook's serving certificate is not loaded";
+  }
+  return otherwise ? otherwise() : std::string{};
 }
 
 Routes metrics_routes(const metrics::Metrics& metrics) {

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gracekeeper::metrics {
 class Metrics;
@@ -65,15 +66,16 @@ struct HttpServerOptions {
 
 // Monotonic counters, for tests and logs.
 struct HttpServerStats {
-  std::uint64_t connections = 0;     // accepted and served
-  std::uint64_t rejected = 0;        // closed at once: over max_connections
-  std::uint64_t requests = 0;        // answered, whatever the status
-  std::uint64_t bad_requests = 0;    // malformed or oversized: 400 / 413 / 431
-  std::uint64_t timeouts = 0;        // connections cut by the timeout
-  std::uint64_t handler_errors = 0;  // handlers that threw: 500
-  std::uint64_t io_errors = 0;       // accept, read and write failures
-  std::uint64_t tls_failures = 0;    // HTTPS: handshakes that failed, or no certificate
-  std::uint64_t tls_contexts = 0;    // HTTPS: TLS contexts built (one per certificate generation)
+  std::uint64_t connections = 0;       // accepted and served
+  std::uint64_t rejected = 0;          // closed at once: over max_connections
+  std::uint64_t requests = 0;          // answered, whatever the status
+  std::uint64_t bad_requests = 0;      // malformed or oversized: 400 / 413 / 431
+  std::uint64_t timeouts = 0;          // connections cut by the timeout
+  std::uint64_t handler_errors = 0;    // handlers that threw: 500
+  std::uint64_t io_errors = 0;         // accept, read and write failures
+  std::uint64_t tls_failures = 0;      // HTTPS: handshakes that failed, or no certificate
+  std::uint64_t tls_contexts = 0;      // HTTPS: TLS contexts built (one per certificate generation)
+  std::uint64_t lame_duck_closes = 0;  // answers sent with Connection: close in lame duck
 };
 
 class HttpServer {
@@ -105,6 +107,19 @@ class HttpServer {
   // handler is called after stop().
   void stop();
 
+  // Lame duck, the first step of a graceful stop: the server keeps accepting
+  // and answering, but every answer from now on carries `Connection: close`
+  // and its connection is closed after it, so a client with a keep-alive
+  // connection (the API server calling the webhook) opens a new one, which
+  // its Service sends to another replica. stop() ends it. Idempotent.
+  void begin_lame_duck();
+  bool lame_duck() const;
+
+  // Whether the server can answer: without TLS always; with TLS, when the
+  // TlsSource has a certificate that loads (handshakes fail until then).
+  // May build the TLS context, as the next connection would.
+  bool serving_certificate_loaded();
+
   const HttpServerStats& stats() const;
   std::size_t open_connections() const;
 
@@ -117,6 +132,20 @@ class HttpServer {
 // GET /metrics -> 200, the registry in the text format 0.0.4. `metrics` must
 // outlive the server.
 Routes metrics_routes(const metrics::Metrics& metrics);
+
+// The end of a graceful stop: waits until `until` (the lame duck's end, on
+// the steady clock), then stops every server. Lame duck begins earlier, at
+// SIGTERM, with begin_lame_duck(). Cancellation skips the wait.
+boost::asio::awaitable<void> stop_at(std::vector<HttpServer*> servers,
+                                     std::chrono::steady_clock::time_point until);
+
+// Why the process is not ready, "" when it is, checked in this order:
+// shutting down (a SIGTERM put the servers in lame duck: the endpoint must
+// leave its Services at once); the webhook (null: none) has no serving
+// certificate that loads, so the API server's calls would fail their TLS
+// handshake; else what `otherwise` says (e.g. caches not synced).
+std::string not_ready_reason(bool shutting_down, HttpServer* webhook,
+                             const std::function<std::string()>& otherwise);
 
 // GET /healthz -> 200 "ok", or 500 with the text `unhealthy` returns when it is
 // not empty. GET /readyz -> 200 "ok", or 503 with the text `not_ready`

@@ -8,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -257,6 +258,81 @@ TEST(HttpServer, ConnectionCloseIsHonoured) {
     EXPECT_FALSE(answer.response.keep_alive());
     auto ended = co_await wait_closed(stream);
     EXPECT_EQ(ended, asio::error::eof) << ended.message();
+  });
+}
+
+// Lame duck: after begin_lame_duck() the server still answers, on open
+// keep-alive connections and on new ones, but each answer says
+// Connection: close and the server closes the connection after it; stop_at()
+// stops it at the end of the period, not before.
+TEST(HttpServer, LameDuckAnswersWithConnectionCloseThenStopsAfterThePeriod) {
+  metrics::Metrics metrics;
+  auto routes = routes_with(metrics_routes(metrics), health_routes({}, {}));
+  with_server(std::move(routes), {}, [](HttpServer& server) -> asio::awaitable<void> {
+    auto kept = co_await connect(server.port());  // a keep-alive connection from before
+    beast::flat_buffer kept_buffer;
+    auto before = co_await ask(kept, kept_buffer, http::verb::get, "/healthz");
+    EXPECT_TRUE(before.response.keep_alive());
+    EXPECT_FALSE(server.lame_duck());
+
+    const auto start = Clock::now();
+    server.begin_lame_duck();
+    EXPECT_TRUE(server.lame_duck());
+    bool stopped = false;
+    std::vector<HttpServer*> servers{&server};
+    auto executor = co_await asio::this_coro::executor;
+    asio::co_spawn(executor, stop_at(servers, start + 400ms),
+                   [&](std::exception_ptr) { stopped = true; });
+
+    auto on_kept = co_await ask(kept, kept_buffer, http::verb::get, "/metrics");
+    EXPECT_FALSE(on_kept.error) << on_kept.error.message();
+    EXPECT_EQ(on_kept.response.result_int(), 200);
+    EXPECT_FALSE(on_kept.response.keep_alive());
+    EXPECT_EQ(on_kept.response[http::field::connection], "close");
+    auto ended = co_await wait_closed(kept);
+    EXPECT_EQ(ended, asio::error::eof) << "the server closes the connection after the answer";
+
+    asio::steady_timer later{executor, 200ms};
+    co_await later.async_wait(asio::use_awaitable);
+    EXPECT_FALSE(stopped) << "200 ms into a 400 ms lame duck";
+    auto fresh = co_await fetch(server, http::verb::get, "/healthz");  // a new connection
+    EXPECT_FALSE(fresh.error) << fresh.error.message();
+    EXPECT_EQ(fresh.response.result_int(), 200);
+    EXPECT_EQ(fresh.response[http::field::connection], "close");
+    EXPECT_EQ(server.stats().lame_duck_closes, 2u);
+
+    later.expires_at(start + 500ms);
+    co_await later.async_wait(asio::use_awaitable);
+    EXPECT_TRUE(stopped);
+    beast::tcp_stream refused{executor};
+    refused.expires_after(5s);
+    const tcp::endpoint endpoint{asio::ip::address_v4::loopback(), server.port()};
+    auto [ec] = co_await refused.async_connect(endpoint, use_nothrow);
+    EXPECT_EQ(ec, asio::error::connection_refused) << "stopped after the period: " << ec.message();
+  });
+}
+
+// /readyz: 503 from the moment shutting down begins, while the same server
+// still answers; before that, 503 until the webhook's certificate loads (see
+// https_server_test.cpp) and the caches say ready.
+TEST(HttpServer, ReadyzIs503InLameDuck) {
+  bool shutting_down = false;
+  std::string caches = "caches not synced";
+  auto ready = [&] { return not_ready_reason(shutting_down, nullptr, [&] { return caches; }); };
+  with_server(health_routes({}, ready), {}, [&](HttpServer& server) -> asio::awaitable<void> {
+    auto answer = co_await fetch(server, http::verb::get, "/readyz");
+    EXPECT_EQ(answer.response.result_int(), 503);
+    EXPECT_EQ(answer.response.body(), "caches not synced");
+    caches.clear();
+    answer = co_await fetch(server, http::verb::get, "/readyz");
+    EXPECT_EQ(answer.response.result_int(), 200);
+    shutting_down = true;  // SIGTERM
+    server.begin_lame_duck();
+    answer = co_await fetch(server, http::verb::get, "/readyz");
+    EXPECT_EQ(answer.response.result_int(), 503);
+    EXPECT_EQ(answer.response.body(), "shutting down");
+    auto healthz = co_await fetch(server, http::verb::get, "/healthz");
+    EXPECT_EQ(healthz.response.result_int(), 200) << "alive: the kubelet must not restart it";
   });
 }
 

@@ -183,6 +183,33 @@ TEST(HttpsServer, WithoutACertificateConnectionsAreClosedUntilOneComes) {
   });
 }
 
+// Readiness waits for the webhook's serving certificate: without one the
+// API server's calls would fail their handshake (failurePolicy Ignore: the
+// deploy goes through without its budget).
+TEST(HttpsServer, NotReadyUntilTheServingCertificateLoads) {
+  auto source = std::make_shared<FakeSource>();
+  with_https(source, {}, [&](HttpServer& server) -> asio::awaitable<void> {
+    auto caches_synced = [] { return std::string{}; };
+    EXPECT_FALSE(server.serving_certificate_loaded());
+    EXPECT_EQ(not_ready_reason(false, &server, caches_synced),
+              "the webhook's serving certificate is not loaded");
+    auto broken = std::make_shared<ServingCertificate>();
+    broken->cert_pem = "not a certificate";
+    broken->key_pem = "not a key";
+    broken->generation = 1;
+    source->certificate = broken;
+    EXPECT_FALSE(server.serving_certificate_loaded()) << "a certificate that does not load";
+    source->certificate = std::make_shared<ServingCertificate>(make_certificate(7, 2));
+    EXPECT_TRUE(server.serving_certificate_loaded());
+    EXPECT_EQ(not_ready_reason(false, &server, caches_synced), "");
+    EXPECT_EQ(not_ready_reason(true, &server, caches_synced), "shutting down");
+    auto reply = co_await post(server.port(), http::verb::post, "abc");
+    EXPECT_EQ(reply.status, 200) << reply.error.message();
+    // A plain server has no certificate to wait for.
+    EXPECT_EQ(not_ready_reason(false, nullptr, caches_synced), "");
+  });
+}
+
 TEST(HttpsServer, AStalledHandshakeIsCutByTheTimeout) {
   auto source = std::make_shared<FakeSource>();
   source->certificate = std::make_shared<ServingCertificate>(make_certificate(1, 1));
