@@ -94,17 +94,35 @@ namespace {
 // What the figure adds to the samples' quantile, for the message:
 // "consumerSyncSeconds 1s" without declared consumers, else
 // "traefik 2.5s, the slowest consumer (kube-proxy 1s, traefik 2.5s)".
+// Every consumer's allowance: "kube-proxy 1s, traefik 2.5s".
+std::string consumers_text(const budget::ObservedSource& o) {
+  std::string all =
+      fmt::format("{} {}", budget::kServiceConsumer, detail::seconds_text(o.consumer_sync_seconds));
+  for (const auto& c : o.consumers)
+    all += fmt::format(", {} {}", c.name, detail::seconds_text(c.sync_seconds));
+  return all;
+}
+
 std::string allowance_text(const budget::ObservedSource& o) {
   if (o.consumers.empty()) {
     return "consumerSyncSeconds " + detail::seconds_text(o.consumer_sync_seconds);
   }
   const budget::DeclaredConsumer slowest = o.slowest_consumer();
-  std::string all =
-      fmt::format("{} {}", budget::kServiceConsumer, detail::seconds_text(o.consumer_sync_seconds));
-  for (const auto& c : o.consumers)
-    all += fmt::format(", {} {}", c.name, detail::seconds_text(c.sync_seconds));
   return fmt::format("{} {}, the slowest consumer ({})", slowest.name,
-                     detail::seconds_text(slowest.sync_seconds), all);
+                     detail::seconds_text(slowest.sync_seconds), consumers_text(o));
+}
+
+// Why a fallback was raised to the slowest allowance: "to cover the slowest
+// declared consumer, traefik 8s (kube-proxy 1s, traefik 8s)", or "to cover
+// consumerSyncSeconds 1s (kube-proxy)" without declared consumers.
+std::string floor_text(const budget::ObservedSource& o) {
+  if (o.consumers.empty()) {
+    return fmt::format("to cover consumerSyncSeconds {} ({})",
+                       detail::seconds_text(o.consumer_sync_seconds), budget::kServiceConsumer);
+  }
+  const budget::DeclaredConsumer slowest = o.slowest_consumer();
+  return fmt::format("to cover the slowest declared consumer, {} {} ({})", slowest.name,
+                     detail::seconds_text(slowest.sync_seconds), consumers_text(o));
 }
 
 }  // namespace
@@ -118,14 +136,21 @@ Measurement observed_measurement(const budget::PolicySpec& spec, const Window& w
           ? std::string()
           : fmt::format(" ({} implausible sample(s) above maxSeconds / safetyFactor = {} dropped)",
                         window.implausible, detail::seconds_text(implausible_above(spec)));
+  const budget::DeclaredConsumer slowest = o.slowest_consumer();
   if (window.count < static_cast<std::size_t>(o.min_samples) || !window.quantile) {
+    // docs/api.md, "Consumers": a measured figure is never below the slowest
+    // declared allowance (a quantile is >= 0), so neither is the fallback:
+    // max(fallback, allowance), the rule of Prometheus queries that did answer.
     return detail::fall_back(
         spec, "TooFewSamples",
         fmt::format("{} sample(s) of EndpointSlice propagation in the last {}{}, minSamples is {}",
                     window.count, span, dropped, o.min_samples),
-        last_good, now);
+        last_good, now,
+        detail::Floor{.seconds = slowest.sync_seconds,
+                      .consumer = slowest.name,
+                      .text = floor_text(o),
+                      .measured = false});
   }
-  const budget::DeclaredConsumer slowest = o.slowest_consumer();
   Measurement m;
   // Milliseconds are plenty, and spare the status float noise (samples are floats).
   m.seconds = std::round((*window.quantile + slowest.sync_seconds) * 1000) / 1000;

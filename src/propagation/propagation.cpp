@@ -108,7 +108,7 @@ bool usable(const std::optional<LastGood>& last_good, Clock::time_point now) {
 // `why` starts the message; `floor` (from queries that did succeed) raises it.
 Measurement fall_back(const budget::PolicySpec& spec, std::string reason, std::string why,
                       const std::optional<LastGood>& last_good, Clock::time_point now,
-                      std::optional<double> floor) {
+                      const std::optional<Floor>& floor) {
   Measurement m;
   m.source = budget::to_string(spec.propagation.source);
   m.metrics_available = false;
@@ -130,11 +130,11 @@ Measurement fall_back(const budget::PolicySpec& spec, std::string reason, std::s
                             core::format_rfc3339(last_good->sampled_at) + ", older than 1h)"
                       : " (no good value in the last hour)");
   }
-  if (floor && *floor > m.seconds) {
-    used += ", raised to " + seconds_text(*floor) +
-            " by the queries that did answer (they are a lower bound)";
-    m.seconds = *floor;
-    m.sampled_at = now;
+  if (floor && floor->seconds > m.seconds) {
+    used += ", raised to " + seconds_text(floor->seconds) + " " + floor->text;
+    m.seconds = floor->seconds;
+    m.consumer = floor->consumer;
+    if (floor->measured) m.sampled_at = now;
   }
   m.message = why + "; " + used;
   return m;
@@ -232,7 +232,13 @@ Measurement combine(const budget::PolicySpec& spec, const QueryResults& results,
     }
   }
   if (!first_reason.empty()) {
-    return fall_back(spec, first_reason, failures, last_good, now, best);
+    std::optional<detail::Floor> floor;
+    if (best) {
+      floor = detail::Floor{.seconds = *best,
+                            .text = "by the queries that did answer (they are a lower bound)",
+                            .measured = true};
+    }
+    return fall_back(spec, first_reason, failures, last_good, now, floor);
   }
   Measurement m;
   m.seconds = *best;

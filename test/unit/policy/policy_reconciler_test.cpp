@@ -304,6 +304,50 @@ TEST(PolicyReconciler, ARestartKeepsTheObservedFigureOfTheStatus) {
   EXPECT_EQ(world.status_writer.written.back()["propagation"]["source"], "Static");
 }
 
+// Issue 45, item 3: before minSamples, and after a restart with a stale
+// status, the figure was staticSeconds without the declared consumers: a
+// 5 s wait for traefik's 8 s, every termination late.
+TEST(PolicyReconciler, TheObservedFallbackCoversTheSlowestDeclaredConsumer) {
+  World world;
+  world.put_policy(policy({{"propagation",
+                            {{"source", "Observed"},
+                             {"staticSeconds", 5},
+                             {"observed",
+                              {{"minSamples", 20},
+                               {"consumerSyncSeconds", 1},
+                               {"consumers", {{{"name", "traefik"}, {"syncSeconds", 8}}}}}}}}}));
+  world.put_deployment(deployment("web"));
+  auto check = [&world](const char* when) {
+    SCOPED_TRACE(when);
+    const json& status = world.status_writer.written.back();
+    EXPECT_EQ(status["propagation"]["seconds"], 8);
+    EXPECT_EQ(status["propagation"]["consumer"], "traefik");
+    EXPECT_EQ(status["propagation"]["source"], "Static");  // still the staticSeconds fallback
+    EXPECT_THAT(status["propagation"]["message"].get<std::string>(),
+                HasSubstr("raised to 8s to cover the slowest declared consumer, traefik 8s"));
+    EXPECT_EQ(condition(status, "MetricsAvailable", "reason"), "TooFewSamples");
+    EXPECT_EQ(status["recommended"]["preStopSeconds"], 12);  // ceil(1.5 * 8)
+  };
+  {
+    Process first(world);
+    for (int i = 0; i < 3; ++i) first.samples.add("shop", kStart - std::chrono::seconds(10 + i), 2);
+    ASSERT_TRUE(first.reconcile_policy());
+    check("too few samples");
+    ASSERT_TRUE(first.reconcile_deployment());
+    ASSERT_EQ(world.writer.calls.size(), 1u);
+    EXPECT_EQ(world.writer.calls[0].configuration["spec"]["template"]["spec"]["containers"][0]
+                                                 ["lifecycle"]["preStop"]["sleep"]["seconds"],
+              12);
+  }
+  // A restart two hours on: the status is too old to seed, the same figure.
+  world.clock.advance(std::chrono::hours(2));
+  Process second(world);
+  ASSERT_TRUE(second.reconcile_policy());
+  check("a restart with a stale status");
+  ASSERT_TRUE(second.reconcile_deployment());
+  EXPECT_EQ(world.writer.calls.size(), 1u) << "the restart tuned the Deployment again";
+}
+
 TEST(PolicyReconciler, WhatTheStatusSeedsAndWhatNot) {
   auto spec = budget::parse_policy_spec(budget::Json(observed_policy()["spec"]));
   ASSERT_TRUE(spec);

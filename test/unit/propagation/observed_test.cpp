@@ -13,6 +13,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Clock = std::chrono::system_clock;
 
 // 2026-12-01T18:00:00Z
@@ -270,6 +271,62 @@ TEST(ObservedMeasurement, TheSlowestDeclaredConsumerIsAddedAndNamed) {
   m = observed_measurement(spec, Window{.count = 1, .quantile = 0.75}, std::nullopt, kNow);
   EXPECT_TRUE(m.fallback);
   EXPECT_EQ(m.consumer, "");
+}
+
+// Issue 45, item 3: the fallback kept the declared consumers out, so a
+// policy declaring traefik at 8 s waited for staticSeconds 5 s alone.
+TEST(ObservedMeasurement, AFallbackIsNeverBelowTheSlowestDeclaredConsumer) {
+  auto spec = observed_policy(/*min_samples=*/20, /*consumer_sync=*/1);
+  spec.propagation.static_seconds = 5;
+  spec.propagation.observed.consumers = {{"traefik", 8}};
+  const Window few{.count = 3, .quantile = 0.4};
+
+  // Too few samples, nothing good before: max(staticSeconds, 8s), named.
+  auto m = observed_measurement(spec, few, std::nullopt, kNow);
+  EXPECT_TRUE(m.fallback);
+  EXPECT_FALSE(m.metrics_available);
+  EXPECT_EQ(m.reason, "TooFewSamples");
+  EXPECT_DOUBLE_EQ(m.seconds, 8);
+  EXPECT_EQ(m.consumer, "traefik");
+  EXPECT_EQ(m.sampled_at, kNow);
+  EXPECT_THAT(m.message, HasSubstr("using staticSeconds 5s (no good value in the last hour), "
+                                   "raised to 8s to cover the slowest declared consumer, "
+                                   "traefik 8s (kube-proxy 1s, traefik 8s)"));
+  EXPECT_FALSE(m.last_good);  // a declared figure is no measurement to keep
+
+  // A restart with a stale status (no last good value younger than 1 h):
+  // the same.
+  m = observed_measurement(spec, Window{}, LastGood{.seconds = 9.5, .sampled_at = kNow - 2h}, kNow);
+  EXPECT_DOUBLE_EQ(m.seconds, 8);
+  EXPECT_EQ(m.consumer, "traefik");
+  EXPECT_THAT(m.message, HasSubstr("older than 1h), raised to 8s"));
+
+  // A last good value below the allowance (measured before the consumer was
+  // declared) is raised too; its time stays: the allowance is not a sample.
+  m = observed_measurement(spec, few, LastGood{.seconds = 2, .sampled_at = kNow - 5min}, kNow);
+  EXPECT_DOUBLE_EQ(m.seconds, 8);
+  EXPECT_EQ(m.sampled_at, kNow - 5min);
+  EXPECT_EQ(m.consumer, "traefik");
+  ASSERT_TRUE(m.last_good);
+  EXPECT_DOUBLE_EQ(m.last_good->seconds, 2);
+
+  // A fallback above the allowance is the fallback's own: no consumer.
+  m = observed_measurement(spec, few, LastGood{.seconds = 9.5, .sampled_at = kNow - 5min}, kNow);
+  EXPECT_DOUBLE_EQ(m.seconds, 9.5);
+  EXPECT_EQ(m.consumer, "");
+  spec.propagation.static_seconds = 12;
+  m = observed_measurement(spec, few, std::nullopt, kNow);
+  EXPECT_DOUBLE_EQ(m.seconds, 12);
+  EXPECT_EQ(m.consumer, "");
+  EXPECT_THAT(m.message, Not(HasSubstr("raised")));
+
+  // Without declared consumers, kube-proxy's consumerSyncSeconds is the floor.
+  auto plain = observed_policy(/*min_samples=*/20, /*consumer_sync=*/3);
+  plain.propagation.static_seconds = 2;
+  m = observed_measurement(plain, few, std::nullopt, kNow);
+  EXPECT_DOUBLE_EQ(m.seconds, 3);
+  EXPECT_EQ(m.consumer, "kube-proxy");
+  EXPECT_THAT(m.message, HasSubstr("raised to 3s to cover consumerSyncSeconds 3s (kube-proxy)"));
 }
 
 TEST(ObservedPolicy, ConsumersAreReadAndCheckedByName) {
