@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <exception>
 #include <expected>
@@ -89,11 +90,52 @@ std::string workload_write(const json& request) {
 }
 
 // Whether the request is a write of gracekeeper's own reconciler: its
-// server-side apply or hook patch, both under field manager "gracekeeper".
-bool own_write(const json& request) {
+// server-side apply or hook patch, both under field manager "gracekeeper",
+// sent as the operator's own user. Any client can name the field manager.
+bool own_write(const json& request, const std::string& own_user) {
+  if (own_user.empty()) return false;
   const auto options = request.find("options");
+  const auto user = request.find("userInfo");
   return options != request.end() && options->is_object() &&
-         string_member(*options, "fieldManager") == kFieldManager;
+         string_member(*options, "fieldManager") == kFieldManager && user != request.end() &&
+         user->is_object() && string_member(*user, "username") == own_user;
+}
+
+// The operations that remove gracekeeper's own hooks the plan no longer
+// states (ContainerPlan::Action::Remove: the wait fell to 0), as the
+// reconciler's server-side apply drops them: a container whose hook is
+// gracekeeper's (`deployment`, projected from `object`) and that
+// `configuration` leaves out loses its preStop, and its lifecycle when
+// nothing else is in it (budget::apply_plan does the same).
+json hook_removals(const json& object, const budget::Deployment& deployment,
+                   const json& configuration) {
+  json ops = json::array();
+  const json::json_pointer stated_at("/spec/template/spec/containers");
+  const json stated = configuration.contains(stated_at) && configuration[stated_at].is_array()
+                          ? configuration[stated_at]
+                          : json::array();
+  const json& containers = object["spec"]["template"]["spec"]["containers"];
+  if (!containers.is_array()) return ops;
+  for (std::size_t i = 0; i < containers.size(); ++i) {
+    const std::string name = string_member(containers[i], "name");
+    const auto projected = std::ranges::find(deployment.containers, name, &budget::Container::name);
+    if (projected == deployment.containers.end() || projected->sidecar ||
+        !projected->pre_stop.owned) {
+      continue;
+    }
+    if (std::ranges::any_of(stated,
+                            [&](const json& c) { return string_member(c, "name") == name; })) {
+      continue;
+    }
+    const auto lifecycle = containers[i].find("lifecycle");
+    if (lifecycle == containers[i].end() || !lifecycle->is_object() ||
+        !lifecycle->contains("preStop")) {
+      continue;
+    }
+    const std::string at = "/spec/template/spec/containers/" + std::to_string(i) + "/lifecycle";
+    ops.push_back({{"op", "remove"}, {"path", lifecycle->size() == 1 ? at : at + "/preStop"}});
+  }
+  return ops;
 }
 
 // A policy's figure as the reconciler would plan with it: this replica's
@@ -195,6 +237,7 @@ std::optional<json> plan_patch(const json& object, const std::string& kind,
     }
   }
   json patch = owned_fields_patch(object, configuration);
+  for (auto& op : hook_removals(object, *deployment, configuration)) patch.push_back(std::move(op));
   // Only the owned fields' values as they are (a dry-run of the manifest
   // just applied, say): nothing to change.
   if (object.patch(patch) == object) return std::nullopt;
@@ -314,7 +357,7 @@ AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {
     return answer;
   }
   answer.opted_in = true;
-  if (own_write(request)) {
+  if (own_write(request, in.own_user)) {
     // The reconciler's own write is its plan, on the leader's newest figure;
     // a replica planning it again from the status could undo a re-tune the
     // status does not show yet.

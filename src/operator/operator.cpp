@@ -22,6 +22,7 @@
 #include "controller_loop.h"
 #include "gracekeeper/admission/admission.h"
 #include "gracekeeper/admission/certs.h"
+#include "gracekeeper/admission/identity.h"
 #include "gracekeeper/admission/tls_directory.h"
 #include "gracekeeper/audit/termination_audit.h"
 #include "gracekeeper/core/json.h"
@@ -278,6 +279,11 @@ class Operator {
                             {"nativeSleep", capabilities.native_sleep ? "true" : "false"}});
     if (!start_http()) co_return;
     start_certificates();
+    // The webhook's own-write exception needs the operator's user (identity.h).
+    if (options_.webhook_port != 0) {
+      asio::co_spawn(io_, webhook::learn_own_user(client_, own_user_, shutting_down_),
+                     asio::detached);
+    }
     if (!start_webhook()) co_return;
 
     deployments_.add_handlers(rules_.deployment_handlers());
@@ -449,6 +455,7 @@ class Operator {
     // Until the Services are known a Deployment would look unserved and lose
     // its wait: admitted unchanged, with the reason.
     in.not_ready = policies_.has_synced() && services_.has_synced() ? "" : "caches not synced";
+    in.own_user = own_user_;
     AdmissionAnswer a = admit(body, in);
     const auto outcome = to_string(a.outcome);
     metrics_.observe_admission(outcome, a.opted_in,
@@ -673,6 +680,7 @@ class Operator {
   bool workers_started_ = false;
   static constexpr std::size_t kPolicyWorkers = 2;
   bool shutting_down_ = false;
+  std::string own_user_;  // the webhook's own writes are this user's ("" until known)
   static constexpr std::uint64_t kTrimAfterWork = 1000;  // reconciles + Event writes
   std::uint64_t work_at_last_trim_ = 0;
   int exit_code_ = 0;

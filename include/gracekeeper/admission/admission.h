@@ -8,10 +8,17 @@
 // to do. Everything comes from the informers' stores, which every replica
 // keeps: no API call per request.
 //
-// The reconciler's own writes (field manager "gracekeeper") are allowed
-// unchanged: on a replica that is not the leader the figure comes from the
-// policy's status, which can lag the leader's measurement by one status
-// write, and planning the write again with it would undo a re-tune.
+// The reconciler's own writes (field manager "gracekeeper", sent by the
+// operator's own user: identity.h) are allowed unchanged: on a replica that
+// is not the leader the figure comes from the policy's status, which can lag
+// the leader's measurement by one status write, and planning the write again
+// with it would undo a re-tune. Anyone else's write under that field manager
+// is planned like any other.
+//
+// The patch sets the owned fields (takeover.h) and removes gracekeeper's own
+// hook from a container the plan leaves without one (the wait fell to 0),
+// with the lifecycle when nothing else is left in it, as the reconciler's
+// server-side apply does when it no longer states the hook.
 //
 // It never refuses an object: anything else, and any internal error, is
 // allowed unchanged (an error adds a warning). Only a request that is not an
@@ -47,6 +54,9 @@ struct AdmissionInputs {
   // Why the stores cannot be trusted yet ("caches not synced"); "" when they
   // can. An opted-in Deployment is then allowed unchanged, with a warning.
   std::string not_ready{};
+  // The user the operator's own requests are sent as (identity.h); "" while
+  // unknown, when no request counts as the reconciler's own write.
+  std::string own_user{};
 };
 
 struct AdmissionAnswer {
@@ -54,7 +64,8 @@ struct AdmissionAnswer {
     Patched,     // allowed with the plan as a patch
     Unchanged,   // governed and opted in, nothing to change (compliant, DryRun, no figure yet)
     Ignored,     // not an opted-in Deployment being created or updated, no governing
-                 // policy, or the reconciler's own write (field manager "gracekeeper")
+                 // policy, or the reconciler's own write (field manager "gracekeeper"
+                 // and the operator's own user)
     Error,       // allowed unchanged after an internal error, with a warning
     BadRequest,  // not an AdmissionReview v1 with a uid: 400
   };

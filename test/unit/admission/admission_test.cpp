@@ -53,8 +53,10 @@ class AdmissionTest : public ::testing::Test {
   AdmissionInputs inputs(const PropagationBook* book) const {
     AdmissionInputs in{world.policies, world.services, book, {}, world.clock.now()};
     in.capabilities.native_sleep = true;
+    in.own_user = kOperator;
     return in;
   }
+  static constexpr const char* kOperator = "system:serviceaccount:gracekeeper-system:gracekeeper";
   AdmissionAnswer admit_review(const json& r, const PropagationBook* book) {
     return admit(r.dump(), inputs(book));
   }
@@ -179,7 +181,8 @@ TEST_F(AdmissionTest, AFollowerPlansWithTheFigureInThePolicysStatus) {
 
 // The leader's re-tune must not be planned again by a follower, whose figure
 // (the policy's status) can lag: a write under gracekeeper's own field
-// manager is allowed as it is. The same object from anyone else is planned.
+// manager, sent by the operator's own user, is allowed as it is. The same
+// object from anyone else is planned.
 TEST_F(AdmissionTest, TheReconcilersOwnWriteIsAllowedAsItIs) {
   const PropagationBook empty;  // a follower
   json r = review(deployment(), "UPDATE");
@@ -187,6 +190,7 @@ TEST_F(AdmissionTest, TheReconcilersOwnWriteIsAllowedAsItIs) {
                              {"apiVersion", "meta.k8s.io/v1"},
                              {"fieldManager", "gracekeeper"},
                              {"force", true}};
+  r["request"]["userInfo"] = {{"username", kOperator}, {"groups", {"system:serviceaccounts"}}};
   const AdmissionAnswer own = admit_review(r, &empty);
   EXPECT_EQ(own.outcome, Outcome::Ignored);
   EXPECT_TRUE(own.opted_in);
@@ -197,6 +201,85 @@ TEST_F(AdmissionTest, TheReconcilersOwnWriteIsAllowedAsItIs) {
   EXPECT_EQ(theirs.outcome, Outcome::Patched);
   r["request"]["options"] = "garbage";  // no options object: planned as anyone's
   EXPECT_EQ(admit_review(r, &empty).outcome, Outcome::Patched);
+}
+
+// Issue 45, item 9: any client can name field manager gracekeeper; only the
+// operator's own user makes a write gracekeeper's own. Anyone else's is
+// mutated like any other, and so is every write while the operator's user
+// is not known.
+TEST_F(AdmissionTest, TheFieldManagerGracekeeperFromAnotherUserIsPlanned) {
+  json r = review(deployment(), "CREATE");
+  r["request"]["options"] = {
+      {"kind", "PatchOptions"}, {"apiVersion", "meta.k8s.io/v1"}, {"fieldManager", "gracekeeper"}};
+  r["request"]["userInfo"] = {{"username", "mallory"}};
+  const AdmissionAnswer theirs = admit_review(r);
+  EXPECT_EQ(theirs.outcome, Outcome::Patched);
+  EXPECT_EQ(patched(deployment(), theirs)["spec"]["template"]["spec"]["containers"][0]["lifecycle"]
+                                         ["preStop"]["sleep"]["seconds"],
+            6);
+  // A name that only starts like the operator's, a user name of another
+  // type, none at all: planned.
+  for (const json& user : {json{{"username", std::string(kOperator) + "x"}}, json{{"username", 7}},
+                           json::object(), json("garbage")}) {
+    r["request"]["userInfo"] = user;
+    EXPECT_EQ(admit_review(r).outcome, Outcome::Patched) << user.dump();
+  }
+  r["request"].erase("userInfo");
+  EXPECT_EQ(admit_review(r).outcome, Outcome::Patched);
+
+  // The operator's user while the operator does not know it yet: planned too.
+  r["request"]["userInfo"] = {{"username", kOperator}};
+  AdmissionInputs unknown = inputs(&world.book);
+  unknown.own_user.clear();
+  EXPECT_EQ(admit(r.dump(), unknown).outcome, Outcome::Patched);
+  EXPECT_EQ(admit_review(r).outcome, Outcome::Ignored);
+}
+
+// Issue 45, item 9: when the wait falls to 0 (a figure of 0 s, minSeconds
+// 0), the plan removes gracekeeper's own hook; the patch removed nothing,
+// so the admitted object kept `sleep 6` with a record that no longer
+// claims it: a hook of the user's, for good.
+TEST_F(AdmissionTest, ADeployAfterTheWaitFellToZeroRemovesGracekeepersHook) {
+  json p = policy({{"preStop", {{"minSeconds", 0}}}});
+  world.put_policy(p);
+  world.meter.seconds = 4;
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  json original = deployment();
+  original["spec"]["template"]["spec"]["containers"].push_back(
+      {{"name", "proxy"},
+       {"image", "proxy:1"},
+       {"lifecycle", {{"postStart", {{"exec", {{"command", {"true"}}}}}}}}});
+  const json tuned = patched(original, admit_review(review(original)));
+  const json& tuned_containers = tuned["spec"]["template"]["spec"]["containers"];
+  ASSERT_EQ(tuned_containers[0]["lifecycle"]["preStop"]["sleep"]["seconds"], 6) << tuned.dump();
+  ASSERT_EQ(tuned_containers[1]["lifecycle"]["preStop"]["sleep"]["seconds"], 6) << tuned.dump();
+
+  // The figure falls to 0: the wait is 0. An hour on (churn control), a deploy.
+  world.meter.seconds = 0;
+  world.clock.advance(std::chrono::hours(1));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  json deployed = tuned;
+  deployed["spec"]["template"]["spec"]["containers"][0]["image"] = "app:2";
+  json r = review(deployed, "UPDATE");
+  r["request"]["oldObject"] = tuned;
+  const AdmissionAnswer a = admit_review(r);
+  ASSERT_EQ(a.outcome, Outcome::Patched);
+  const json stored = patched(deployed, a);
+  const json& containers = stored["spec"]["template"]["spec"]["containers"];
+  EXPECT_FALSE(containers[0].contains("lifecycle")) << containers[0].dump();  // none left
+  EXPECT_EQ(containers[1]["lifecycle"],
+            json({{"postStart", {{"exec", {{"command", {"true"}}}}}}}))  // the user's stays
+      << containers[1].dump();
+  EXPECT_EQ(stored["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 0 + 30 + 10);
+  EXPECT_EQ(containers[0]["image"], "app:2");
+
+  // Stored so, nothing is left to do: for the webhook, and for the reconciler.
+  const AdmissionAnswer again = admit_review(review(stored, "UPDATE"));
+  EXPECT_EQ(again.outcome, Outcome::Unchanged);
+  EXPECT_FALSE(response(again).contains("patch"));
+  world.put_deployment(stored);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_TRUE(world.writer.calls.empty()) << world.writer.calls[0].configuration.dump();
 }
 
 TEST_F(AdmissionTest, ADryRunRequestIsMutatedTheSameWay) {
