@@ -346,9 +346,8 @@ std::optional<AppliedRecord> parse_applied(const std::string& text) {
   return record;
 }
 
-// The wait gracekeeper recorded for this container, if it wrote one: per
-// container in the current format, else the one `preStop` of the older format
-// for every listed container.
+}  // namespace
+
 std::optional<std::int64_t> recorded_wait(const AppliedRecord& record, const std::string& name) {
   if (record.waits) {
     auto it = record.waits->find(name);
@@ -360,6 +359,17 @@ std::optional<std::int64_t> recorded_wait(const AppliedRecord& record, const std
   if (!listed) return std::nullopt;
   return record.pre_stop_seconds;
 }
+
+bool lengthened_by_user(const AppliedRecord& record, const Container& container) {
+  const PreStopHook& hook = container.pre_stop;
+  const auto recorded = recorded_wait(record, container.name);
+  if (container.sidecar || !recorded || *recorded == 0 || hook.owned || !hook.wait_ms) {
+    return false;
+  }
+  return *hook.wait_ms >= milliseconds_of(*recorded);
+}
+
+namespace {
 
 // A hook is gracekeeper's when it is a sleep of exactly the length recorded
 // for its container: a hook the user changed since is the user's.

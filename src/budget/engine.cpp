@@ -239,9 +239,7 @@ class Planner {
     plan_strategy();
     apply_churn_control();
     record_user_values();
-    plan_.set_back = ctx_.repairs_set_back && ctx_.now ? ctx_.now
-                     : d_.applied                      ? d_.applied->set_back
-                                                       : std::nullopt;
+    if (d_.applied) plan_.set_back = d_.applied->set_back;
     return std::move(plan_);
   }
 
@@ -280,10 +278,14 @@ class Planner {
     return std::find(targets_.begin(), targets_.end(), index) != targets_.end();
   }
 
-  bool serving(const Container& container) const {
-    if (ctx_.behind_service) return *ctx_.behind_service || waits_without_service();
-    return container.has_ports;
-  }
+  // Whether the pods need the wait: traffic may reach them. A Service
+  // selects them (in the cluster; offline, one among the inputs). Without
+  // any Service known (offline, none among the inputs) they count as
+  // served, ports declared or not: a Service reaches a port no container
+  // declares, and a missed wait loses requests where a false finding only
+  // costs a look. One rule for the pod, read by `plan` (which containers
+  // get the wait) and `check` (which lack it), so the two always agree.
+  bool served() const { return waits_without_service() || ctx_.behind_service.value_or(true); }
 
   // spec.preStop.withoutService: Wait gives pods no Service selects a wait too.
   bool waits_without_service() const {
@@ -326,7 +328,7 @@ class Planner {
       }
       if (!is_target(i)) continue;
       if (c.pre_stop.kind == PreStopHook::Kind::None) {
-        if (serving(c) && b.pre_stop_seconds > 0) {
+        if (served() && b.pre_stop_seconds > 0) {
           add("NoPreStopWait", Severity::Error, c.name,
               fmt::format("no preStop wait: the app can close its port while endpoints still "
                           "route to it; needs a wait of {}s",
@@ -337,8 +339,7 @@ class Planner {
         // The budget does not hold, whoever wrote the hook: requests are lost.
         add("PreStopTooShort", Severity::Error, c.name, too_short_message(c));
         plan_.budget_broken = true;
-      } else if (unknown_wait(c.pre_stop) && b.pre_stop_seconds > 0 &&
-                 (ctx_.behind_service != false || waits_without_service())) {
+      } else if (unknown_wait(c.pre_stop) && b.pre_stop_seconds > 0 && served()) {
         // Never counted as the wait: the budget is not known to hold.
         add("PreStopUnknownLength", Severity::Warning, c.name, unknown_length_message(c));
         plan_.budget_broken = true;
@@ -514,16 +515,19 @@ class Planner {
       const PreStopHook& hook = c.pre_stop;
       const bool user_hook = hook.kind != PreStopHook::Kind::None && !hook.owned;
 
-      if (hook.kind == PreStopHook::Kind::None &&
-          ((ctx_.behind_service == false && !waits_without_service()) || b.pre_stop_seconds == 0)) {
+      if (hook.kind == PreStopHook::Kind::None && (!served() || b.pre_stop_seconds == 0)) {
         // Nothing routes to these pods, or no wait is needed: no hook (never `sleep 0`).
         cp.pre_stop_seconds = 0;
-      } else if (user_hook &&
-                 (policy_.pre_stop.existing == ExistingHook::Keep || b.pre_stop_seconds == 0)) {
+      } else if (user_hook && (policy_.pre_stop.existing == ExistingHook::Keep ||
+                               b.pre_stop_seconds == 0 || lengthened(c))) {
         cp.pre_stop_seconds = hook_grace_seconds(hook, b.pre_stop_seconds);
         cp.user_hook_kept = true;
         add("ExistingPreStopKept", Severity::Info, c.name,
-            hook.length_ms
+            lengthened(c)
+                ? fmt::format("the preStop hook ({}) waits longer than the one gracekeeper "
+                              "wrote: the user's, kept and never shortened",
+                              describe(hook))
+            : hook.length_ms
                 ? fmt::format("the preStop hook ({}) was written by hand and is kept",
                               describe(hook))
                 : fmt::format("the preStop hook ({}) was written by hand and is kept; its length "
@@ -573,8 +577,9 @@ class Planner {
     const bool ours = d_.applied && d_.applied->grace_owned &&
                       d_.applied->grace_seconds == d_.grace_seconds && d_.grace_set;
     const std::int64_t threshold = policy_.changes.decrease_threshold_seconds;
-    // Never below the grace the user had before gracekeeper raised it.
-    const std::int64_t lowest = std::max(required, recorded_user_grace());
+    // Never below the grace the user had before gracekeeper raised it, or
+    // raised it to since.
+    const std::int64_t lowest = std::max(required, user_grace_floor());
 
     std::int64_t desired = d_.grace_seconds;
     if (d_.grace_seconds < required) {
@@ -640,9 +645,26 @@ class Planner {
     plan_.strategy = desired;
   }
 
-  std::int64_t recorded_user_grace() const {
+  // The lowest grace gracekeeper may write: the user's own, as recorded
+  // when gracekeeper first changed it, or the one the user raised it to
+  // since (user_raised_grace), whichever is newer.
+  std::int64_t user_grace_floor() const {
+    if (user_raised_grace()) return d_.grace_seconds;
     if (!d_.applied || !d_.applied->user) return 0;
     return d_.applied->user->grace_seconds.value_or(0);
+  }
+
+  // The grace is higher than the one gracekeeper last wrote, and gracekeeper
+  // did not write it: the user raised it since. It is the user's new value,
+  // recorded as theirs and never written below.
+  bool user_raised_grace() const {
+    return d_.applied && d_.applied->grace_owned && d_.grace_set &&
+           d_.grace_seconds > d_.applied->grace_seconds;
+  }
+
+  // A hook gracekeeper wrote that the user has since made wait longer.
+  bool lengthened(const Container& c) const {
+    return d_.applied && lengthened_by_user(*d_.applied, c);
   }
 
   bool changes(std::string_view field) const {
@@ -659,7 +681,9 @@ class Planner {
     UserValues user = d_.applied ? *d_.applied->user : UserValues{};
     const bool grace_ours = d_.applied && d_.applied->grace_owned &&
                             d_.applied->grace_seconds == d_.grace_seconds && d_.grace_set;
-    if (changes("terminationGracePeriodSeconds") && !user.grace_seconds && !grace_ours) {
+    if (user_raised_grace()) {
+      user.grace_seconds = d_.grace_seconds;  // the user's newest: what revert restores
+    } else if (changes("terminationGracePeriodSeconds") && !user.grace_seconds && !grace_ours) {
       user.grace_seconds = d_.grace_seconds;
     }
     if (changes("strategy") && !user.strategy) user.strategy = d_.strategy;

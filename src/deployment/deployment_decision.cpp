@@ -46,17 +46,22 @@ std::expected<const NamespaceInputs::Policy*, budget::Finding> governing(
 }
 
 // The fields gracekeeper.dev/applied says gracekeeper wrote that hold
-// another value now (see DeploymentDecision::set_back).
+// another value now (see DeploymentDecision::set_back). A value the user
+// raised since (a longer grace, a hook that waits longer) is theirs, not a
+// set-back; nor is a field gracekeeper never wrote.
 void find_set_back(const budget::Deployment& d, const budget::PolicySpec& policy,
                    DeploymentDecision& out) {
   if (!d.applied) return;
   const budget::AppliedRecord& a = *d.applied;
-  if (a.grace_owned && d.grace_seconds != a.grace_seconds) {
+  if (a.grace_owned && d.grace_seconds < a.grace_seconds) {
     out.set_back_paths.push_back(".spec.template.spec.terminationGracePeriodSeconds");
     out.set_back.push_back(
         fmt::format("terminationGracePeriodSeconds: {}s -> {}s", a.grace_seconds, d.grace_seconds));
   }
-  if (policy.rollout.manage && d.kind == "Deployment" &&
+  // gracekeeper wrote the strategy when it recorded the user's own (an
+  // annotation too old to record it: as before, taken as written).
+  const bool wrote_strategy = !a.user || a.user->strategy;
+  if (policy.rollout.manage && wrote_strategy && d.kind == "Deployment" &&
       d.strategy.type == budget::Strategy::Type::RollingUpdate &&
       !d.strategy.max_unavailable.is_zero()) {
     out.set_back_paths.push_back(".spec.strategy.rollingUpdate.maxUnavailable");
@@ -74,7 +79,8 @@ void find_set_back(const budget::Deployment& d, const budget::PolicySpec& policy
     const bool sleeps_only = hook.kind == budget::PreStopHook::Kind::Sleep ||
                              hook.kind == budget::PreStopHook::Kind::ExecSleep;
     if ((sleeps_only && hook.length_ms == budget::milliseconds_of(seconds)) ||
-        (seconds == 0 && hook.kind == budget::PreStopHook::Kind::None)) {
+        (seconds == 0 && hook.kind == budget::PreStopHook::Kind::None) ||
+        budget::lengthened_by_user(a, *c)) {
       continue;
     }
     out.set_back_paths.push_back(".spec.template.spec.containers[name=\"" + name +
@@ -90,6 +96,32 @@ void find_set_back(const budget::Deployment& d, const budget::PolicySpec& policy
   }
 }
 
+// The plan's change (budget::Change::field) that writes a set-back path.
+std::string change_field(std::string_view path) {
+  if (path == ".spec.template.spec.terminationGracePeriodSeconds") {
+    return "terminationGracePeriodSeconds";
+  }
+  if (path.starts_with(".spec.strategy")) return "strategy";
+  constexpr std::string_view prefix = ".spec.template.spec.containers[name=\"";
+  const auto end = path.find("\"]");
+  if (path.starts_with(prefix) && end != std::string_view::npos) {
+    return fmt::format("containers[{}].preStop", path.substr(prefix.size(), end - prefix.size()));
+  }
+  return {};
+}
+
+// Whether the plan writes back a field that was set back: a repair, whose
+// time is recorded (`setBack`) and which a FieldFight holds back. A plan
+// that changes other fields only (a set-back value that still holds the
+// budget is left as it is) repairs nothing.
+bool repairs_set_back(const budget::Plan& plan, const std::vector<std::string>& paths) {
+  return std::ranges::any_of(paths, [&](const std::string& path) {
+    const std::string field = change_field(path);
+    return std::ranges::any_of(plan.changes,
+                               [&](const budget::Change& c) { return c.field == field; });
+  });
+}
+
 // The valid policies whose selectors all match the Deployment.
 std::vector<std::string> contenders(const budget::Deployment& d, const DeploymentFacts& facts) {
   std::vector<std::string> names;
@@ -103,7 +135,7 @@ std::vector<std::string> contenders(const budget::Deployment& d, const Deploymen
 
 budget::Context planning_context(const budget::Deployment& d, const CachedPolicy& policy,
                                  const NamespaceInputs::Figure& propagation,
-                                 const DeploymentFacts& facts, bool repairs_set_back) {
+                                 const DeploymentFacts& facts) {
   budget::Context ctx;
   ctx.policy = &*policy.spec;
   ctx.policy_name = policy.name;
@@ -117,7 +149,6 @@ budget::Context planning_context(const budget::Deployment& d, const CachedPolicy
   ctx.behind_service = std::ranges::any_of(
       facts.ns->services, [&](const auto& service) { return selects(*service, d.pod_labels); });
   ctx.now = facts.now;
-  ctx.repairs_set_back = repairs_set_back;
   // A fallback that raises the figure (the source failed, staticSeconds is
   // higher) is no repair of a Deployment that holds the budget it was tuned
   // to: churn control applies, as to any other change.
@@ -374,9 +405,10 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
     out.wait_for_policy = true;  // its first measurement enqueues the namespace again
     return out;
   }
-  const budget::Context ctx = planning_context(d, governor, *propagation, facts,
-                                               !out.set_back.empty() && !facts.in_request);
-  const budget::Plan plan = budget::plan(d, ctx);
+  const budget::Context ctx = planning_context(d, governor, *propagation, facts);
+  budget::Plan plan = budget::plan(d, ctx);
+  const bool repair = !facts.in_request && repairs_set_back(plan, out.set_back_paths);
+  if (repair) plan.set_back = facts.now;
 
   out.state.violating = has_error(plan.findings);
   if (!plan.invalid.empty()) {
@@ -388,6 +420,7 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
   // The template's settings are not yet every pod's: an older template's
   // pods keep its wait and grace until the rollout is over.
   out.state.rolling = facts.rolling;
+  out.state.broken = plan.budget_broken;
   out.state.compliant = !out.state.violating && !plan.budget_broken && !facts.rolling;
   out.state.pending = plan.changed() || plan.deferred;
   if (plan.deferred && plan.due_at) {
@@ -395,7 +428,7 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
         std::max<std::chrono::nanoseconds>(*plan.due_at - facts.now, std::chrono::seconds(1));
   }
   if (plan.changed()) decide_changes(d, governor, plan, ctx, facts, out);
-  find_fight(d, facts, out);
+  if (repair) find_fight(d, facts, out);
   for (const auto& f : plan.findings) out.events.push_back(finding_event(f));
   return out;
 }

@@ -176,6 +176,17 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object);
 // project_deployment does: `applied`, and which hooks are gracekeeper's.
 void set_applied_annotation(Deployment&, std::string text);
 
+// The wait gracekeeper recorded for this container, if it wrote one: per
+// container in the current format, else the one `preStop` of the older format
+// for every listed container.
+std::optional<std::int64_t> recorded_wait(const AppliedRecord&, const std::string& container);
+
+// The container's hook is no longer the one gracekeeper wrote (per `record`),
+// and it waits at least as long: the user lengthened it. It is the user's
+// new value: kept, never set back to gracekeeper's shorter one, and no
+// set-back (docs/api.md, "What gracekeeper writes back").
+bool lengthened_by_user(const AppliedRecord& record, const Container&);
+
 bool is_deployment(const Json& object);
 
 // apps/v1 StatefulSet: planned for its preStop wait and grace only (it

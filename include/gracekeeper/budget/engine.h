@@ -50,10 +50,6 @@ struct Context {
   // the Deployment was tuned to, and the Deployment holds the budget of that
   // one: a change is no repair, and churn control applies to it.
   bool fallback_raise = false;
-  // The plan writes back fields another writer set back (the controller
-  // finds these: gracekeeper.dev/applied against the object). Recorded as
-  // the annotation's `setBack` time, `now`.
-  bool repairs_set_back = false;
 };
 
 // The numbers of the formula in docs/api.md, "The budget".
@@ -111,8 +107,9 @@ struct Plan {
   // the current value of each field this plan changes for the first time.
   // nullopt when the Deployment carries an older annotation without them.
   std::optional<UserValues> user;
-  // The annotation's `setBack` to write: now for a repair of a set-back,
-  // else the one recorded (AppliedRecord::set_back).
+  // The annotation's `setBack` to write: the one recorded
+  // (AppliedRecord::set_back). The controller sets it to now when the plan
+  // writes back a field another writer set back (a repair).
   std::optional<std::chrono::system_clock::time_point> set_back;
   // Annotation errors: the Deployment must be left as it was.
   FieldErrors invalid;

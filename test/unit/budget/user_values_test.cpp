@@ -130,6 +130,58 @@ TEST(UserValues, TheGraceNeverFallsBelowTheUsersOwn) {
   EXPECT_EQ(plan(project(object), ctx).grace_seconds, 15);
 }
 
+// Issue 45 item 4: gracekeeper tunes the grace 30 -> 66 and records 30 as
+// the user's; the user then sets 100. A rising figure takes the grace to
+// 120 and records 100 as the user's; a falling one brings it back to 100,
+// never to 66.
+TEST(UserValues, AGraceTheUserRaisedLaterIsTheirsAndAFloor) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 4);  // wait 6 + drain 50 + reserve 10 = 66
+  Json object = article("50");
+  tune(object, ctx);
+  ASSERT_EQ(object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 66);
+  ASSERT_EQ(record_of(object)["user"]["grace"], 30);
+
+  object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 100;  // the user
+  EXPECT_FALSE(plan(project(object), ctx).changed()) << "the user's 100 was lowered";
+
+  ctx.propagation_seconds = 40;  // wait 60 + 50 + 10 = 120
+  ASSERT_TRUE(tune(object, ctx).changed());
+  EXPECT_EQ(object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 120);
+  EXPECT_EQ(record_of(object)["user"]["grace"], 100);
+
+  ctx.propagation_seconds = 4;  // 66 would do
+  ctx.now = kTime + std::chrono::hours(2);
+  Plan lower = tune(object, ctx);
+  EXPECT_EQ(lower.grace_seconds, 100);
+  EXPECT_EQ(object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 100);
+  EXPECT_FALSE(plan(project(object), ctx).changed());
+}
+
+// The same for a hook: gracekeeper's sleep 6, lengthened by the user to 20,
+// is theirs: kept, under `existing: Replace` too, and the grace covers it.
+TEST(UserValues, AHookTheUserLengthenedIsKeptEvenUnderReplace) {
+  PolicySpec policy;
+  policy.pre_stop.existing = ExistingHook::Replace;
+  auto ctx = context_for(policy, 4);
+  Json object = article();
+  tune(object, ctx);  // sleep 6, grace 46
+  object["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"] =
+      Json::parse(R"({"sleep": {"seconds": 20}})");
+  Plan p = plan(project(object), ctx);
+  ASSERT_EQ(p.containers.size(), 1u);
+  EXPECT_EQ(p.containers[0].action, ContainerPlan::Action::Keep);
+  EXPECT_TRUE(p.containers[0].user_hook_kept);
+  EXPECT_EQ(p.grace_seconds, 60);  // 20 + 30 + 10
+  const auto kept = std::ranges::find(p.findings, "ExistingPreStopKept", &Finding::code);
+  ASSERT_NE(kept, p.findings.end());
+  EXPECT_NE(kept->message.find("longer than the one gracekeeper wrote"), std::string::npos);
+  // Shortened instead, it is replaced again (the budget needs 6 s).
+  object["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"] =
+      Json::parse(R"({"sleep": {"seconds": 3}})");
+  EXPECT_EQ(plan(project(object), ctx).containers[0].action, ContainerPlan::Action::SetSleep);
+}
+
 TEST(UserValues, AnOlderAnnotationNeverPassesGracekeepersValuesForTheUsers) {
   PolicySpec policy;
   auto ctx = context_for(policy, 10);

@@ -103,6 +103,23 @@ std::string recorded_set_back(const DeploymentDecision& d) {
   return json::parse(a.get<std::string>()).value("setBack", "");
 }
 
+json& grace_of(json& d) {
+  return d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"];
+}
+
+// tuned() (grace 46), the grace then raised to 70 by the user, and tuned
+// again at a figure of 30 s (grace 85), as the server holds it.
+json raised_then_retuned() {
+  Inputs in;
+  in.deployment = tuned();
+  grace_of(in.deployment) = 70;
+  in.seconds = 30;
+  in.now = kStart + std::chrono::seconds(4000);
+  json d = in.deployment;
+  merge(d, decide(in).write->configuration);
+  return d;
+}
+
 struct Row {
   std::string name;
   std::function<void(Inputs&)> given;
@@ -309,6 +326,86 @@ const Row kRows[] = {
        ASSERT_TRUE(d.write);
        EXPECT_TRUE(d.set_back.empty());
        EXPECT_EQ(recorded_set_back(d), core::format_rfc3339(kRepairedAt));
+     }},
+    {"AGraceTheUserRaisedIsNeitherASetBackNorLowered",
+     [](Inputs& in) {
+       in.deployment = tuned();  // 46 s
+       grace_of(in.deployment) = 70;
+       in.now = kStart + std::chrono::seconds(4000);
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_TRUE(d.set_back.empty());
+       EXPECT_FALSE(d.write);
+     }},
+    {"AGraceTheUserRaisedIsRecordedAsTheirs",
+     [](Inputs& in) {
+       in.deployment = tuned();
+       grace_of(in.deployment) = 70;
+       in.seconds = 30;  // wait 45 + drain 30 + reserve 10 = 85
+       in.now = kStart + std::chrono::seconds(4000);
+     },
+     [](const DeploymentDecision& d) {
+       ASSERT_TRUE(d.write);
+       EXPECT_EQ(
+           d.write->configuration["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 85);
+       const json a =
+           json::parse(d.write->configuration["metadata"]["annotations"]["gracekeeper.dev/applied"]
+                           .get<std::string>());
+       EXPECT_EQ(a["user"]["grace"], 70);
+       EXPECT_EQ(recorded_set_back(d), "");
+     }},
+    {"AGraceTheUserRaisedIsTheFloorWhenTheFigureFalls",
+     [](Inputs& in) {
+       in.deployment = raised_then_retuned();  // 85 s, the user's 70 recorded
+       in.seconds = 4;                         // 46 s would do
+       in.now = kStart + std::chrono::seconds(8000);
+     },
+     [](const DeploymentDecision& d) {
+       ASSERT_TRUE(d.write);
+       EXPECT_EQ(
+           d.write->configuration["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 70);
+     }},
+    {"AHookTheUserLengthenedIsNoSetBackAndIsKept",
+     [](Inputs& in) {
+       in.deployment = tuned();  // sleep 6
+       in.deployment["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"] =
+           json{{"sleep", {{"seconds", 20}}}};
+       grace_of(in.deployment) = 60;
+       in.policies.front()["spec"]["preStop"]["existing"] = "Replace";
+       in.now = kStart + std::chrono::seconds(4000);
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_TRUE(d.set_back.empty());
+       EXPECT_FALSE(d.write);
+     }},
+    {"AStrategyGracekeeperNeverWroteIsNoSetBack",
+     [](Inputs& in) {
+       in.deployment = testing::deployment();
+       in.deployment["spec"]["strategy"] =
+           json::parse(R"({"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})");
+       merge(in.deployment, decide(in).write->configuration);
+       in.deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] = 1;
+       in.now = kStart + std::chrono::seconds(60);
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_TRUE(d.set_back.empty());
+       ASSERT_TRUE(d.write);  // the budget is broken: repaired, but no fight to record
+       EXPECT_EQ(recorded_set_back(d), "");
+     }},
+    {"AWriteThatRepairsNoSetBackFieldRecordsNoSetBack",
+     [](Inputs& in) {
+       in.deployment = tuned();
+       // A hook set back by hand, kept (existing: Keep), and a risen figure.
+       in.deployment["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"] =
+           json{{"sleep", {{"seconds", 3}}}};
+       in.seconds = 8;
+       in.now = kStart + std::chrono::seconds(4000);
+     },
+     [](const DeploymentDecision& d) {
+       EXPECT_FALSE(d.set_back.empty());
+       ASSERT_TRUE(d.write);
+       EXPECT_EQ(recorded_set_back(d), "");
+       EXPECT_FALSE(d.fight_ends_in);
      }},
     {"AnInvalidAnnotationLeavesItUnchanged",
      [](Inputs& in) {
