@@ -418,6 +418,13 @@ class Planner {
   // never written (StatefulUpdate).
   void check_stateful_update() {
     const StatefulUpdate& u = d_.stateful;
+    if (d_.replicas == 1) {
+      add("SingleReplica", Severity::Info, "",
+          u.on_delete ? "one replica: when its pod is deleted to take a new template "
+                        "(OnDelete), there is no ready target until the new pod is ready"
+                      : "one replica: a StatefulSet replaces its pod in place, so each rollout "
+                        "leaves no ready target until the new pod is ready");
+    }
     if (u.on_delete) {
       add("OnDeleteStrategy", Severity::Info, "",
           "updateStrategy OnDelete: a pod takes a new template, with its wait and grace, only "
@@ -441,27 +448,43 @@ class Planner {
                       u.max_unavailable.to_string(), at_once, d_.replicas,
                       u.parallel ? " (podManagementPolicy Parallel)" : ""));
     }
-    if (d_.replicas == 1) {
-      add("SingleReplica", Severity::Info, "",
-          "one replica: a StatefulSet replaces its pod in place, so each rollout leaves no "
-          "ready target until the new pod is ready");
+  }
+
+  // The pods a rollout takes down at once, as the Deployment controller
+  // resolves the strategy: maxUnavailable rounds down (25% of 3 is 0), and
+  // when both it and the surge come to 0 the controller takes 1 down.
+  std::int64_t unavailable_pods(const Strategy& s) const {
+    const std::int64_t down = s.max_unavailable.resolve(d_.replicas, /*round_up=*/false);
+    if (down == 0 && d_.replicas > 0 && s.max_surge.resolve(d_.replicas, /*round_up=*/true) == 0) {
+      return 1;
     }
+    return down;
   }
 
   void check_strategy() {
     if (d_.kind != "Deployment") return check_stateful_update();
     const Strategy& s = d_.strategy;
     if (s.type == Strategy::Type::Recreate) {
-      add("RecreateStrategy", Severity::Warning, "",
+      // Every pod goes before a new one starts: at least as severe as
+      // maxUnavailable 1, so an error too, and the budget does not hold.
+      add("RecreateStrategy", Severity::Error, "",
           "Recreate stops every pod before starting new ones: all capacity is gone during a "
-          "rollout (reported, not converted)");
-    } else if (!s.max_unavailable.is_zero()) {
+          "rollout; use RollingUpdate (reported, not converted)");
+      plan_.budget_broken = true;
+    } else if (const std::int64_t down = unavailable_pods(s); down > 0) {
       add("CapacityDropOnRollout", Severity::Error, "",
           fmt::format("RollingUpdate with maxUnavailable {} ({} of {} replicas now) removes "
                       "serving pods before replacements are ready; use maxUnavailable 0",
-                      s.max_unavailable.to_string(),
-                      s.max_unavailable.resolve(d_.replicas, /*round_up=*/false), d_.replicas));
+                      s.max_unavailable.to_string(), down, d_.replicas));
       plan_.budget_broken = true;
+    } else if (s.max_unavailable.percent && s.max_unavailable.value > 0) {
+      // 0 pods now, as the controller rounds it: no capacity lost at this
+      // size, but a scale-up (an HPA) makes it a drop.
+      const std::int64_t from = (100 + s.max_unavailable.value - 1) / s.max_unavailable.value;
+      add("CapacityDropOnRollout", Severity::Warning, "",
+          fmt::format("RollingUpdate with maxUnavailable {} takes 0 of {} replicas down now, but "
+                      "1 from {} replicas on (a scale-up); use maxUnavailable 0",
+                      s.max_unavailable.to_string(), d_.replicas, from));
     }
     if (d_.replicas == 1) {
       const bool surges = s.type == Strategy::Type::RollingUpdate &&

@@ -104,7 +104,8 @@ TEST(Plan, ArticleSituationIsReportedAndFixed) {
   auto errors = codes(result.findings, Severity::Error);
   EXPECT_TRUE(has(errors, "BudgetExceeded"));
   EXPECT_TRUE(has(errors, "NoPreStopWait"));
-  EXPECT_TRUE(has(errors, "CapacityDropOnRollout"));
+  // 25% of 3 replicas is 0 pods as the controller rounds it: a warning now.
+  EXPECT_TRUE(has(codes(result.findings, Severity::Warning), "CapacityDropOnRollout"));
   EXPECT_TRUE(result.budget_broken);
 
   ASSERT_EQ(result.containers.size(), 1u);
@@ -265,7 +266,9 @@ TEST(Plan, RecreateIsReportedNotConverted) {
   Json object = article_deployment();
   object["spec"]["strategy"] = Json::parse(R"({"type": "Recreate"})");
   auto result = plan(project(object), ctx);
-  EXPECT_TRUE(has(codes(result.findings, Severity::Warning), "RecreateStrategy"));
+  // All capacity goes: at least as severe as maxUnavailable 1 (issue 45 item 7).
+  EXPECT_TRUE(has(codes(result.findings, Severity::Error), "RecreateStrategy"));
+  EXPECT_TRUE(result.budget_broken);
   EXPECT_FALSE(result.manage_strategy);
   apply_plan(object, result, ctx.policy_name, kTime);
   EXPECT_EQ(object["spec"]["strategy"], Json::parse(R"({"type": "Recreate"})"));
@@ -790,6 +793,8 @@ TEST(Plan, StatefulSetUpdateStrategyIsReportedNotWritten) {
   const auto on_delete = plan(project(object), ctx);
   EXPECT_TRUE(has(codes(on_delete.findings, Severity::Info), "OnDeleteStrategy"));
   EXPECT_FALSE(has(codes(on_delete.findings, Severity::Info), "PartitionedRollout"));
+  // One replica under OnDelete: its deletion leaves no ready target either.
+  EXPECT_TRUE(has(codes(on_delete.findings, Severity::Info), "SingleReplica"));
 
   // A bad value names its field.
   object["spec"]["updateStrategy"] = Json::parse(R"({"type": "Sometimes"})");
@@ -799,6 +804,63 @@ TEST(Plan, StatefulSetUpdateStrategyIsReportedNotWritten) {
   ASSERT_EQ(bad.error().size(), 2u);
   EXPECT_EQ(bad.error()[0].path, "spec.updateStrategy.type");
   EXPECT_EQ(bad.error()[1].path, "spec.podManagementPolicy");
+}
+
+// Issue 45 item 7: a percentage that resolves to 0 pods takes none down,
+// as the Deployment controller rounds it (down); both at 0, it takes 1.
+TEST(Plan, AnUnavailablePercentageThatRoundsToZeroIsNoError) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();  // 3 replicas: 25% is 0 pods
+  object["spec"]["strategy"] =
+      Json::parse(R"({"rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"}})");
+  auto three = plan(project(object), ctx);
+  EXPECT_FALSE(has(codes(three.findings, Severity::Error), "CapacityDropOnRollout"));
+  const auto warned = std::ranges::find(three.findings, "CapacityDropOnRollout", &Finding::code);
+  ASSERT_NE(warned, three.findings.end());
+  EXPECT_EQ(warned->severity, Severity::Warning);
+  EXPECT_NE(warned->message.find("0 of 3 replicas down now, but 1 from 4 replicas on"),
+            std::string::npos)
+      << warned->message;
+  EXPECT_EQ(three.strategy.max_unavailable, (IntOrPercent{0, false}));  // still written as 0
+  object["spec"]["replicas"] = 4;                                       // 1 pod
+  EXPECT_TRUE(
+      has(codes(plan(project(object), ctx).findings, Severity::Error), "CapacityDropOnRollout"));
+  object["spec"]["replicas"] = 3;
+  object["spec"]["strategy"]["rollingUpdate"]["maxSurge"] = 0;  // both 0 pods: 1 goes down
+  EXPECT_TRUE(
+      has(codes(plan(project(object), ctx).findings, Severity::Error), "CapacityDropOnRollout"));
+}
+
+// Issue 45 item 2: `plan` and `check` read one rule of which pods are
+// served. Offline without Services every pod counts as served, ports or
+// not: every app container gets the wait, and `check` names each that
+// lacks it. A Service among the inputs that selects none of them decides.
+TEST(Plan, PlanAndCheckAgreeOnWhichPodsAreServed) {
+  PolicySpec policy;
+  auto ctx = context_for(policy, 10);
+  Json object = article_deployment();
+  object["spec"]["template"]["spec"]["containers"].push_back(
+      Json::parse(R"({"name": "db-proxy", "image": "cloud-sql-proxy:2"})"));
+  auto served = plan(project(object), ctx);
+  ASSERT_EQ(served.containers.size(), 2u);
+  EXPECT_EQ(served.containers[1].action, ContainerPlan::Action::SetSleep);
+  std::size_t missing = 0;
+  for (const auto& f : served.findings) missing += f.code == "NoPreStopWait";
+  EXPECT_EQ(missing, 2u) << "check must name the port-less container plan gives a wait";
+
+  Json worker = article_deployment();
+  worker["spec"]["template"]["spec"]["containers"][0].erase("ports");
+  worker["spec"]["template"]["spec"]["containers"][0].erase("readinessProbe");
+  auto portless = plan(project(worker), ctx);
+  ASSERT_EQ(portless.containers.size(), 1u);
+  EXPECT_EQ(portless.containers[0].action, ContainerPlan::Action::SetSleep);
+  EXPECT_TRUE(has(codes(portless.findings, Severity::Error), "NoPreStopWait"));
+  ctx.behind_service = false;  // Services among the inputs, none selects it
+  auto alone = plan(project(worker), ctx);
+  EXPECT_EQ(alone.containers[0].action, ContainerPlan::Action::Keep);
+  EXPECT_FALSE(has(codes(alone.findings, Severity::Error), "NoPreStopWait"));
+  EXPECT_TRUE(has(codes(alone.findings, Severity::Info), "NotBehindService"));
 }
 
 // Issue 32 item 2: every app container gets the wait, with ports or not (a
