@@ -176,10 +176,10 @@ const std::vector<std::string> kBudgetFields = {
 
 std::vector<std::string> statefulset_fields() {
   std::vector<std::string> fields = kBudgetFields;
-  for (const char* field :
-       {"metadata.uid", "metadata.generation", "metadata.managedFields.manager",
-        "metadata.managedFields.operation", "status.observedGeneration", "status.replicas",
-        "status.updatedReplicas", "status.availableReplicas"}) {
+  for (const char* field : {"metadata.uid", "metadata.generation", "metadata.managedFields.manager",
+                            "metadata.managedFields.operation", "status.observedGeneration",
+                            "status.replicas", "status.updatedReplicas", "status.availableReplicas",
+                            "status.currentRevision", "status.updateRevision"}) {
     fields.emplace_back(field);
   }
   return fields;
@@ -256,8 +256,23 @@ bool RolloutStatus::complete(std::int64_t generation) const {
   return updated >= desired && replicas <= updated && available >= updated;
 }
 
+bool RolloutStatus::replacing(std::int64_t generation) const {
+  if (observed_generation < generation) return true;
+  if (stateful) {
+    // Pods below the partition keep the old revision for good: the
+    // revisions then stay apart, so count the pods above it.
+    if (partition > 0) return updated < std::max<std::int64_t>(desired - partition, 0);
+    return revisions_differ || updated < desired;
+  }
+  if (updated < desired || replicas > updated) return true;
+  // Every pod is new: replacing until the new ones are available for the
+  // first time (the controller then says NewReplicaSetAvailable, and keeps
+  // saying it when a pod is lost later).
+  return available < desired && progressing_reason != "NewReplicaSetAvailable";
+}
+
 bool RolloutStatus::in_flight(std::int64_t generation) const {
-  return !paused && !on_delete && !complete(generation);
+  return !paused && !on_delete && !deadline_exceeded && replacing(generation);
 }
 
 bool RolloutStatus::rolling(std::int64_t generation) const {
@@ -287,9 +302,10 @@ RolloutStatus rollout_status(const nlohmann::json& object) {
   if (const auto* conditions = member(*status, "conditions");
       conditions && conditions->is_array()) {
     for (const auto& c : *conditions) {
-      r.deadline_exceeded |= string_member(c, "type") == "Progressing" &&
-                             string_member(c, "status") == "False" &&
-                             string_member(c, "reason") == "ProgressDeadlineExceeded";
+      if (string_member(c, "type") != "Progressing") continue;
+      r.progressing_reason = string_member(c, "reason");
+      r.deadline_exceeded |= string_member(c, "status") == "False" &&
+                             r.progressing_reason == "ProgressDeadlineExceeded";
     }
   }
   return r;
@@ -304,6 +320,11 @@ RolloutStatus stateful_rollout_status(const nlohmann::json& object) {
   RolloutStatus r = rollout_status(object);
   r.stateful = true;
   r.paused = false;  // a StatefulSet has no spec.paused
+  if (const auto* status = member(object, "status")) {
+    const std::string current = string_member(*status, "currentRevision");
+    const std::string update = string_member(*status, "updateRevision");
+    r.revisions_differ = !update.empty() && current != update;
+  }
   if (const auto* spec = member(object, "spec")) {
     if (const auto* strategy = member(*spec, "updateStrategy")) {
       r.on_delete = string_member(*strategy, "type") == "OnDelete";

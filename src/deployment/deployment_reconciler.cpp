@@ -209,19 +209,70 @@ std::int64_t DeploymentReconciler::rollouts_in_flight(const std::string& key,
                                                       const std::string& policy_key) {
   const auto policy = split_key(policy_key);
   std::int64_t n = 0;
-  deps_.deployments.in_namespace(
-      policy.first, [&](const std::string& other, const CachedDeployment& c) {
-        if (other == key) return;
-        if (auto it = rolling_.find(other); it != rolling_.end()) {
-          if (c.generation < it->second) {
-            ++n;  // written; the watch has not brought the new generation yet
-            return;
-          }
-          rolling_.erase(it);
-        }
-        if (c.tuned_by == policy.second && c.rollout.in_flight(c.generation)) ++n;
-      });
+  deps_.deployments.in_namespace(policy.first, [&](const std::string& other,
+                                                   const CachedDeployment& c) {
+    if (other == key) return;
+    if (auto it = rolling_.find(other); it != rolling_.end()) {
+      if (c.generation < it->second) {
+        ++n;  // written; the watch has not brought the new generation yet
+        return;
+      }
+      rolling_.erase(it);
+    }
+    if (c.tuned_by == policy.second && c.rollout.in_flight(c.generation) && !stalled(other, c)) {
+      ++n;
+    }
+  });
   return n;
+}
+
+namespace {
+
+std::array<std::int64_t, 5> progress_counts(const CachedDeployment& c) {
+  return {c.generation, c.rollout.observed_generation, c.rollout.updated, c.rollout.available,
+          c.rollout.replicas};
+}
+
+}  // namespace
+
+bool DeploymentReconciler::stalled(const std::string& key, const CachedDeployment& c) const {
+  const auto it = progress_.find(key);
+  return it != progress_.end() && it->second.counts == progress_counts(c) &&
+         deps_.clock.now() - it->second.since >= deps_.stall_after;
+}
+
+std::optional<kube::EventRecord> DeploymentReconciler::note_progress(const std::string& key,
+                                                                     const CachedDeployment& c) {
+  const RolloutStatus& r = c.rollout;
+  const bool past_deadline = r.deadline_exceeded && r.replacing(c.generation);
+  if (!r.in_flight(c.generation) && !past_deadline) {
+    progress_.erase(key);
+    return std::nullopt;
+  }
+  const auto counts = progress_counts(c);
+  const TimePoint now = deps_.clock.now();
+  auto [it, moved] = progress_.try_emplace(key, Progress{counts, now});
+  if (!moved && it->second.counts != counts) {
+    it->second = Progress{counts, now};
+    moved = true;
+  }
+  // Come back when it would stall, with no other event needed.
+  if (moved && deps_.requeue && !past_deadline) deps_.requeue(key, deps_.stall_after);
+  if (!past_deadline && !stalled(key, c)) return std::nullopt;
+  const std::string why = past_deadline
+                              ? "is past its progressDeadlineSeconds"
+                              : fmt::format("made no progress for {}s", deps_.stall_after.count());
+  log::warn("rollout stalled", {{log_key(), key}, {"generation", std::to_string(c.generation)}});
+  return kube::EventRecord{
+      {},
+      kube::EventType::Warning,
+      "RolloutStalled",
+      "Tune",
+      fmt::format("the rollout of generation {} {} ({} of {} pods updated, {} available): it no "
+                  "longer holds a slot of changes.maxConcurrentRollouts, so other re-tunes of "
+                  "its policy go on; find why its new pods do not become ready (kubectl rollout "
+                  "status, kubectl describe)",
+                  c.generation, why, r.updated, r.desired, r.available)};
 }
 
 std::int64_t DeploymentReconciler::governed(const std::string& policy_key) const {
@@ -286,6 +337,7 @@ void DeploymentReconciler::forget(const std::string& key) {
   ledger_.forget(key);
   blocked_.erase(key);
   rolling_.erase(key);
+  progress_.erase(key);
 }
 
 boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::string key) {
@@ -298,6 +350,7 @@ boost::asio::awaitable<ReconcileResult> DeploymentReconciler::reconcile(std::str
   }
   DeploymentDecision decision = decide_and_remember(key, cached);
   if (decision.wait_for_policy) co_return Result::done();
+  if (auto stall = note_progress(key, *cached)) decision.events.push_back(std::move(*stall));
   if (co_await unblocked(key, cached, decision)) decision = decide(key, *cached);
 
   const auto [ns, name] = split_key(key);

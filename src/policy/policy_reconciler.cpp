@@ -37,7 +37,7 @@ DeploymentCounts PolicyReconciler::count(const DeploymentReconciler& controller,
         c.rolling += d.state.rolling;
         if (!d.state.compliant) {
           c.not_compliant.push_back(split_key(key).second);
-          c.only_rolling += d.state.rolling && !d.state.violating && !d.state.pending;
+          c.only_rolling += d.state.holds_but_rolling();
         }
       });
   return c;

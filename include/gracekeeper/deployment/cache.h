@@ -42,13 +42,27 @@ struct RolloutStatus {
   bool stateful = false;
   bool on_delete = false;
   std::int64_t partition = 0;
+  // A Deployment's Progressing condition's reason: NewReplicaSetAvailable
+  // once a rollout completed (it stays so when a pod is lost later).
+  std::string progressing_reason;
+  // A StatefulSet's status.currentRevision differs from its updateRevision:
+  // the controller has not finished rolling every pod to the new revision
+  // (set equal once all are updated and ready; a pod lost later leaves them).
+  bool revisions_differ = false;
 
   // The controller has seen `generation` and every replica is new and
   // available with no old pod left, or the rollout gave up.
   bool complete(std::int64_t generation) const;
-  // A rollout that holds a slot of changes.maxConcurrentRollouts: not
-  // complete, and able to move. A paused Deployment never moves, and one
-  // past its progress deadline has stalled: neither holds a slot.
+  // The controller is replacing pods for a new template: it has not
+  // observed `generation`, new pods are missing, old ones remain, or (a
+  // Deployment) the new ones are not yet available before its rollout
+  // first completed. A workload whose rollout finished and that later lost a
+  // pod (a crash loop, a node gone) is not replacing anything.
+  bool replacing(std::int64_t generation) const;
+  // A rollout that holds a slot of changes.maxConcurrentRollouts: replacing
+  // pods, and able to move. A paused Deployment never moves, and one past
+  // its progress deadline has stalled: neither holds a slot (the reconciler
+  // also releases a rollout that made no progress for a while: RolloutStalled).
   bool in_flight(std::int64_t generation) const;
   // Pods of an older template may still run or shut down: the controller
   // has not observed `generation` yet, some pods are not of the current

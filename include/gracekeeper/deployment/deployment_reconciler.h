@@ -13,6 +13,7 @@
 // (changes.maxConcurrentRollouts) comes from the store, like everything else.
 #pragma once
 
+#include <array>
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <functional>
@@ -59,6 +60,11 @@ class DeploymentReconciler {
     // The workloads of the other kind that a policy governs: a percentage
     // in changes.maxConcurrentRollouts resolves against both kinds.
     std::function<std::int64_t(const std::string& policy_key)> other_governed{};
+    // A rollout that made no progress (no change of its generation or pod
+    // counts) for this long has stalled: it holds no rollout slot, and a
+    // RolloutStalled Warning says so. The Deployment controller's default
+    // progressDeadlineSeconds; a StatefulSet has no deadline of its own.
+    std::chrono::seconds stall_after{600};
   };
   explicit DeploymentReconciler(Dependencies deps);
   DeploymentReconciler(const DeploymentReconciler&) = delete;
@@ -153,6 +159,11 @@ class DeploymentReconciler {
                                                         const CachedDeployment&,
                                                         const DeploymentDecision&);
   std::int64_t rollouts_in_flight(const std::string& key, const std::string& policy_key);
+  // Notes the progress of `key`'s rollout (and asks to be reconciled again
+  // when it would stall); the RolloutStalled Warning once it has stalled.
+  std::optional<kube::EventRecord> note_progress(const std::string& key, const CachedDeployment&);
+  // The rollout made no progress for stall_after, as note_progress saw it.
+  bool stalled(const std::string& key, const CachedDeployment&) const;
   // The log field that names the workload: "deployment" or "statefulset".
   std::string_view log_key() const {
     return deps_.kind == "StatefulSet" ? "statefulset" : "deployment";
@@ -169,6 +180,13 @@ class DeploymentReconciler {
   // the answer: the one after the snapshot's): in flight until the store
   // shows it (rollouts_in_flight).
   std::unordered_map<std::string, std::int64_t> rolling_;
+  // Rollouts in flight -> their progress as last seen, and since when
+  // (note_progress). In memory: after a restart a stall is timed again.
+  struct Progress {
+    std::array<std::int64_t, 5> counts{};  // generation, observed, updated, available, replicas
+    TimePoint since{};
+  };
+  std::unordered_map<std::string, Progress> progress_;
 
   // The last decision's counted part per Deployment, per namespace with the
   // inputs it was taken on (counted()). The snapshots are held, so a new

@@ -27,6 +27,13 @@ struct DeploymentState {
   bool rolling = false;
   bool pending = false;    // a change is due but held back (DryRun, churn control, conflict)
   bool violating = false;  // at least one error finding remains
+  // The settings do not hold the budget: an error, or a warning that breaks
+  // it (PreStopUnknownLength: the wait is not known to cover propagation).
+  bool broken = false;
+  // Rolling is the only reason it is not compliant: the settings hold and
+  // nothing is pending. BudgetHolds says `Rolling` only when every
+  // not-compliant workload is so; a broken budget is never hidden behind it.
+  bool holds_but_rolling() const { return rolling && !violating && !broken && !pending; }
 };
 
 struct DeploymentCounts {

@@ -17,6 +17,7 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 const json& pod_spec(const FakeWriter::Call& call) {
   return call.configuration["spec"]["template"]["spec"];
@@ -413,6 +414,33 @@ TEST_F(ClusterTruthTest, APausedDeploymentHoldsNoRolloutSlot) {
   EXPECT_EQ(world.writer.calls.back().key, "shop/web");
 }
 
+// A Deployment whose rollout finished and that later lost a pod (a crash
+// loop, a node gone) replaces nothing: it holds no slot, though it is not
+// complete in kubectl's sense (fewer pods available than desired).
+TEST(RolloutStatus, AFinishedRolloutThatLostAPodHoldsNoSlot) {
+  RolloutStatus r{3, 2, 3, 3, 2, false};  // every pod new, one not available
+  r.progressing_reason = "NewReplicaSetAvailable";
+  EXPECT_FALSE(r.complete(2));
+  EXPECT_FALSE(r.in_flight(2));
+  r.progressing_reason = "ReplicaSetUpdated";  // the rollout's last pod is not available yet
+  EXPECT_TRUE(r.in_flight(2));
+  r.progressing_reason = "NewReplicaSetAvailable";
+  EXPECT_TRUE(r.in_flight(3));  // a new template: replacing again
+}
+
+TEST(RolloutStatus, AStatefulSetHoldsASlotOnlyWhileItsRevisionsDiffer) {
+  RolloutStatus r{3, 2, 3, 3, 2, false};  // every pod at the update revision, one not ready
+  r.stateful = true;
+  EXPECT_FALSE(r.in_flight(2));  // finished, then lost a pod
+  r.revisions_differ = true;     // the last pod is not ready yet: still rolling
+  EXPECT_TRUE(r.in_flight(2));
+  r.partition = 2;  // pods below 2 keep the old revision for good: the one above is new
+  r.updated = 1;
+  EXPECT_FALSE(r.in_flight(2));
+  r.updated = 0;
+  EXPECT_TRUE(r.in_flight(2));
+}
+
 TEST(RolloutStatus, PausedAndStalledRolloutsHoldNoSlotButStillRoll) {
   RolloutStatus r{3, 2, 4, 1, 3, false};  // observed, one new pod of three, old ones left
   EXPECT_TRUE(r.in_flight(2));
@@ -430,6 +458,70 @@ TEST(RolloutStatus, PausedAndStalledRolloutsHoldNoSlotButStillRoll) {
   r.terminating = 1;          // every pod new, an old one still shutting down
   EXPECT_TRUE(r.rolling(2));
   EXPECT_FALSE(RolloutStatus{}.rolling(1));  // never observed: no pod exists yet
+}
+
+// A rollout that stopped moving (its new pods never become ready, and a
+// StatefulSet has no progress deadline) holds its slot for stall_after (10
+// minutes) of no progress, then frees it with a RolloutStalled Warning.
+TEST_F(ClusterTruthTest, AStalledRolloutFreesItsSlotWithAWarning) {
+  world.put_policy(policy({{"changes", {{"maxConcurrentRollouts", 1}}}}));
+  for (const std::string name : {"stuck", "web"}) {
+    world.put_deployment(deployment(name));
+    ASSERT_TRUE(world.reconcile_deployment("shop/" + name));
+    rollout_done(world, "shop/" + name);
+  }
+  world.meter.seconds = 8;
+  world.clock.advance(std::chrono::seconds(61));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/stuck"));  // re-tuned: takes the slot
+  ASSERT_EQ(world.writer.calls.size(), 3u);
+  // Its new pod never becomes ready: 1 of 3 new, the old ones stay.
+  json stuck = world.objects.at("shop/stuck");
+  stuck["status"] = {{"observedGeneration", stuck["metadata"]["generation"]},
+                     {"replicas", 4},
+                     {"updatedReplicas", 1},
+                     {"availableReplicas", 3}};
+  world.put_deployment(stuck);
+  ASSERT_TRUE(world.reconcile_deployment("shop/stuck"));  // notes its progress
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 3u) << "web went out while the slot was held";
+
+  world.clock.advance(std::chrono::seconds(599));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 3u) << "the slot was freed before 600 s";
+  EXPECT_THAT(world.events.reasons(), Not(Contains("RolloutStalled")));
+
+  world.clock.advance(std::chrono::seconds(1));
+  ASSERT_TRUE(world.reconcile_deployment("shop/stuck"));  // the requeue at the stall
+  EXPECT_THAT(world.events.reasons(), Contains("RolloutStalled"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_EQ(world.writer.calls.size(), 4u) << "a stalled rollout still held the slot";
+  EXPECT_EQ(world.writer.calls.back().key, "shop/web");
+  EXPECT_TRUE(std::ranges::any_of(world.requeued, [](const auto& r) {
+    return r.first == "shop/stuck" && r.second == std::chrono::seconds(600);
+  })) << "no reconcile was asked for at the stall";
+}
+
+// A warning that breaks the budget (a hook of unknown length, kept under
+// existing: Keep) is not hidden behind Rolling while old pods roll.
+TEST_F(ClusterTruthTest, ABrokenBudgetIsNotReportedAsRolling) {
+  json d = deployment("web");
+  d["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"] =
+      json{{"httpGet", {{"path", "/quit"}, {"port", 8080}}}};
+  world.put_deployment(d);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  json object = world.objects.at("shop/web");
+  object["status"] = {{"observedGeneration", object["metadata"]["generation"]},
+                      {"replicas", 4},
+                      {"updatedReplicas", 1},
+                      {"availableReplicas", 3}};
+  world.put_deployment(object);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  const json status = world.policy_objects.at("shop/default")["status"];
+  EXPECT_EQ(status["deployments"]["rolling"], 1);
+  EXPECT_EQ(condition(status, "BudgetHolds", "status"), "False");
+  EXPECT_EQ(condition(status, "BudgetHolds", "reason"), "NotCompliant");
 }
 
 // BudgetHolds describes the pods: a Deployment whose old pods still roll
