@@ -75,8 +75,9 @@ std::string offline_usage(std::string_view command) {
       "                               staticSeconds; Prometheus is only queried by `run`)\n"
       "      --all                    every Deployment, not only those annotated\n"
       "                               gracekeeper.dev/enabled: \"true\"\n"
-      "      --kubernetes-version V   target cluster version, e.g. 1.29 (default 1.30: native\n"
-      "                               preStop sleep action; older versions get exec sleep)\n"
+      "      --kubernetes-version V   target cluster version, e.g. 1.29 (default: a current\n"
+      "                               one; before 1.30 exec sleep instead of the native sleep\n"
+      "                               action, before 1.35 a StatefulSet's maxUnavailable is 1)\n"
       "  -o, --output FORMAT          {2}\n"
       "{3}"
       "  -h, --help                   this help\n",

@@ -256,11 +256,11 @@ int run_check(const OfflineOptions& options, Streams io) {
   // Findings are written as each Deployment is planned (bounded memory on large
   // inputs); the sink only starts once the whole input has been read cleanly.
   std::size_t counts[3] = {0, 0, 0};
-  std::size_t deployments = 0;
+  std::size_t deployments = 0, statefulsets = 0;
   const bool json = options.output == "json";
   bool first = true;
   auto write = [&](Evaluated&& e) {
-    ++deployments;
+    ++(e.deployment.kind == "StatefulSet" ? statefulsets : deployments);
     for (const auto& f : e.plan.findings) {
       ++counts[static_cast<int>(f.severity)];
       if (json) {
@@ -289,9 +289,15 @@ int run_check(const OfflineOptions& options, Streams io) {
   if (json) io.out << (first ? "[]\n" : "\n]\n");
   io.out.flush();
   print_notes("check", *loaded, io.err);
+  // Each kind under its own name: "in 2 Deployment(s) and 1 StatefulSet(s)".
+  std::string checked = fmt::format("{} Deployment(s)", deployments);
+  if (statefulsets > 0) {
+    checked = deployments > 0 ? fmt::format("{} and {} StatefulSet(s)", checked, statefulsets)
+                              : fmt::format("{} StatefulSet(s)", statefulsets);
+  }
   io.err << fmt::format(
-      "check: {} error(s), {} warning(s), {} info in {} Deployment(s){}\n", counts[2], counts[1],
-      counts[0], deployments,
+      "check: {} error(s), {} warning(s), {} info in {}{}\n", counts[2], counts[1], counts[0],
+      checked,
       loaded->skipped ? fmt::format("; {} not opted in (use --all)", loaded->skipped) : "");
   return counts[2] > 0 ? kExitFindings : kExitOk;
 }

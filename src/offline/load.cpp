@@ -436,7 +436,9 @@ class Evaluator {
     context.policy_name = out.policy_name;
     context.propagation_seconds =
         options_.propagation_seconds.value_or(spec.propagation.static_seconds);
-    context.capabilities.native_sleep = options_.kubernetes_minor >= 30;
+    const int minor = options_.kubernetes_minor;
+    context.capabilities.native_sleep = minor < 0 || minor >= 30;
+    context.capabilities.statefulset_max_unavailable = minor < 0 || minor >= 35;
     context.behind_service = behind_service(pending.deployment);
     out.plan = budget::plan(pending.deployment, context);
     out.applied = out.plan.changed() && spec.mode == budget::Mode::Enforce;

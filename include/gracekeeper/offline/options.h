@@ -13,10 +13,12 @@ struct Options {
   std::vector<std::string> files;         // -f, repeatable; "-" is stdin
   std::vector<std::string> policy_files;  // --policy, repeatable
   std::optional<double> propagation_seconds;
-  bool all = false;           // every Deployment, not only opted-in ones
-  int kubernetes_minor = 30;  // --kubernetes-version 1.N: native sleep from 1.30
-  bool in_place = false;      // plan -w: write the edited files back
-  bool diff = false;          // plan --diff: print a unified diff instead of the manifests
+  bool all = false;  // every Deployment, not only opted-in ones
+  // --kubernetes-version 1.N; -1 when not given: a current cluster. Native
+  // sleep from 1.30, a StatefulSet's maxUnavailable honoured from 1.35.
+  int kubernetes_minor = -1;
+  bool in_place = false;  // plan -w: write the edited files back
+  bool diff = false;      // plan --diff: print a unified diff instead of the manifests
 };
 
 }  // namespace gracekeeper::offline

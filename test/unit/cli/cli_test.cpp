@@ -601,6 +601,26 @@ TEST_F(CliTest, StatefulSetsArePlannedAndDaemonSetsReported) {
   EXPECT_EQ(silent.out, "");
 }
 
+// Issue 45 item 8: --kubernetes-version decides whether a StatefulSet's
+// maxUnavailable is honoured (1.35), and the summary names each kind.
+TEST_F(CliTest, KubernetesVersionDecidesStatefulSetMaxUnavailable) {
+  std::string sts = with(kArticle, "kind: Deployment", "kind: StatefulSet");
+  sts += std::string("---\n") + kArticle;  // and a Deployment
+  sts = with(sts, "spec:\n  replicas: 3\n",
+             "spec:\n  replicas: 3\n  updateStrategy:\n    rollingUpdate: {maxUnavailable: 2}\n");
+  const auto file = write("sts.yaml", sts);
+  auto current = run({"check", "-f", file});
+  EXPECT_THAT(current.out, HasSubstr("warning CapacityDropOnRollout: StatefulSet"));
+  EXPECT_THAT(current.err, HasSubstr("in 1 Deployment(s) and 1 StatefulSet(s)"));
+  auto old = run({"check", "--kubernetes-version", "1.34", "-f", file});
+  EXPECT_THAT(old.out, Not(HasSubstr("warning CapacityDropOnRollout: StatefulSet")));
+  EXPECT_THAT(run({"check", "--kubernetes-version", "1.35", "-f", file}).out,
+              HasSubstr("warning CapacityDropOnRollout: StatefulSet"));
+  const std::string only = with(kArticle, "kind: Deployment", "kind: StatefulSet");
+  EXPECT_THAT(run({"check", "-f", write("only.yaml", only)}).err,
+              HasSubstr(" info in 1 StatefulSet(s)\n"));
+}
+
 // Issue 18 item 4: a user's short hook kept under existing: Keep is an error
 // in `check`, and `plan` says it could not fix it.
 TEST_F(CliTest, KeptUserHookThatIsTooShortFailsCheck) {
