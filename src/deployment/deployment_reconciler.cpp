@@ -245,7 +245,11 @@ std::optional<kube::EventRecord> DeploymentReconciler::note_progress(const std::
                                                                      const CachedDeployment& c) {
   const RolloutStatus& r = c.rollout;
   const bool past_deadline = r.deadline_exceeded && r.replacing(c.generation);
-  if (!r.in_flight(c.generation) && !past_deadline) {
+  // Timed only for what a slot counts (a workload gracekeeper tuned), and
+  // once the controller has observed it: a control plane without one (or
+  // a workload just created) has nothing to time.
+  const bool timed = !c.tuned_by.empty() && r.observed_generation > 0;
+  if (!timed || (!r.in_flight(c.generation) && !past_deadline)) {
     progress_.erase(key);
     return std::nullopt;
   }
