@@ -22,7 +22,10 @@
 # from the figure and counted as implausible. Then staticSeconds goes up to
 # 30 (after a consumer traefik declared at 9 s made the figure 7.1 + 9 and
 # was removed again) and the operator restarts with no samples: the figure stays the one the
-# status holds (the last good value), and web is not tuned again.
+# status holds (the last good value), and web is not tuned again. Last, in a
+# namespace of its own, a policy declaring traefik at 8 s with staticSeconds
+# 5 and too few samples falls back to 8 s, not 5 (issue 45, item 3), and a
+# termination 0.5 s after its trigger is covered, not late.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -35,8 +38,11 @@ NS="op-obs-$SUFFIX"
 
 cleanup() {
   [ -n "${OP_PID:-}" ] && { kill -KILL "$OP_PID" 2>/dev/null; wait "$OP_PID" 2>/dev/null; }
-  k delete deployments,shutdownpolicies,endpointslices --all -n "$NS" --wait=false >/dev/null 2>&1
-  k delete namespace "$NS" --wait=false >/dev/null 2>&1
+  local ns
+  for ns in "$NS" ${NS_MAIN:+"$NS_MAIN"}; do
+    k delete deployments,shutdownpolicies,endpointslices --all -n "$ns" --wait=false >/dev/null 2>&1
+    k delete namespace "$ns" --wait=false >/dev/null 2>&1
+  done
   if [ "$FAILED" -gt 0 ]; then
     for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "# --- $f (last 30 lines)"; tail -30 "$f" | note; }; done
   fi
@@ -231,6 +237,42 @@ row=$(k get sdp -n "$NS" 2>&1 | awk 'NR == 2' | tr -s ' ')
 near "$(cut -d' ' -f4 <<<"$row")" "$figure" 0.01 && ok "kubectl get sdp: $row" || not_ok "kubectl get sdp: $row"
 expect "... web not tuned again: generation" "$(jp deployment "$NS" web '{.metadata.generation}')" "$generation"
 expect "... settings" "$(settings "$NS" web)" "19 59 0 1"
+
+# ------------------------------ too few samples: the fallback keeps the consumers
+# (issue 45, item 3) In a namespace of its own: staticSeconds 5 and traefik
+# declared at 8 s, no sample yet. The fallback was staticSeconds alone (5 s,
+# preStop 8): a termination 0.5 s after its trigger was late (8 - (0.5 + 8)).
+# Now it is max(staticSeconds, the slowest allowance) = 8 s, named: preStop 12.
+NS_MAIN=$NS
+NS="$NS_MAIN-fb"
+k create namespace "$NS" >/dev/null && serve "$NS"
+policy 1 5 '{name: traefik, syncSeconds: 8}'
+deployment "$NS" web "$OPTED"
+eventually 20 prop_near 8 0.001 \
+  && ok "too few samples, traefik declared at 8 s, staticSeconds 5: figure $(status '{.status.propagation.seconds}')" \
+  || not_ok "the fallback with a consumer at 8 s: $(status '{.status.propagation}')"
+expect "... status.propagation.consumer" "$(status '{.status.propagation.consumer}')" traefik
+expect "... source Static (the fallback), MetricsAvailable" \
+  "$(status '{.status.propagation.source}') $(condition MetricsAvailable status) $(condition MetricsAvailable reason)" \
+  "Static False TooFewSamples"
+status '{.status.propagation.message}' | grep -qF "using staticSeconds 5s (no good value in the last hour), raised to 8s to cover the slowest declared consumer, traefik 8s (kube-proxy 1s, traefik 8s)" \
+  && ok "... the message says so: $(status '{.status.propagation.message}')" \
+  || not_ok "... message: $(status '{.status.propagation.message}')"
+out=$(k get sdp -n "$NS" 2>&1)
+expect "... kubectl get sdp: CONSUMER" "$(column CONSUMER)" traefik
+eventually 20 settings_are "$NS" web "12 52 0 1" && ok "web waits 12 s (ceil(1.5 x 8) >= 8): $(settings "$NS" web)" \
+  || not_ok "web with the fallback of a consumer at 8 s: $(settings "$NS" web)"
+holds() { [ "$(condition BudgetHolds status)" = True ]; }
+eventually 10 holds && ok "... BudgetHolds True" || not_ok "BudgetHolds: $(condition BudgetHolds status) $(condition BudgetHolds message)"
+slice "" r r r r
+sleep 1  # cached, and web's rollout seen with its wait, before the change
+slice "$(ago 0.5)" t r r r
+eventually 10 observed_is 1 && ok "a termination 0.5 s after its trigger: audited" \
+  || not_ok "the termination in $NS: $(status '{.status.terminations}')"
+expect "... covered: 12 - (0.5 + traefik 8) > 0, not late" "$(status '{.status.terminations.late}')" 0
+k delete deployments,shutdownpolicies,endpointslices --all -n "$NS" --wait=false >/dev/null 2>&1
+k delete namespace "$NS" --wait=false >/dev/null 2>&1
+NS=$NS_MAIN
 
 stop_operator
 expect "SIGTERM: exit status" "$OP_EXIT" 0

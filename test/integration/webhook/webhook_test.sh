@@ -15,7 +15,10 @@
 # never reaches the webhook; with the webhook stopped (SIGSTOP) admissions
 # still succeed within the timeout and the reconciler repairs; bad input to
 # the endpoint (curl, and slow-loris clients) gets 4xx or allowed, and the
-# process keeps serving in bounded memory.
+# process keeps serving in bounded memory. A server-side apply under field
+# manager gracekeeper by another user is mutated (only the operator's own
+# user's writes pass unchanged), and a deploy after the wait fell to 0 loses
+# gracekeeper's hook through the webhook's patch (issue 45, item 9).
 #
 # usage: test/integration/webhook/webhook_test.sh GRACEKEEPER_BINARY
 #   Starts its own control plane (with controllers) and stops it on exit.
@@ -395,6 +398,71 @@ expect "... with no gracekeeper write of the Deployment since the rise (audit lo
   "$(gk_writes_since "$since" | grep -cE ' deployments/ .* 20[01]$')" 0
 eventually 20 bash -c "[ \"\$(kubectl get sdp -n $FNS default -o jsonpath='{.status.deployments.pending}')\" = 0 ]" &&
   ok "... and nothing is pending any more" || not_ok "pending: $(jp sdp "$FNS" default '{.status.deployments}')"
+
+# --------------- 9. field manager gracekeeper is gracekeeper's only from its user
+# (issue 45, item 9) The operator learns its own user from a SelfSubjectReview
+# at start: here the admin kubeconfig's, gracekeeper-admin. A write under
+# field manager gracekeeper from that user is the reconciler's own and passes
+# unchanged; from anyone else it is mutated like any other.
+own_user=$(jq -r 'select(.msg | startswith("the webhook'"'"'s own writes")) | .user' "$OP_LOG" | head -1)
+expect "the operator learned its own user (SelfSubjectReview)" "$own_user" gracekeeper-admin
+manifest impostor app:1 >"$WORK/impostor.yaml"
+own=$(k apply --server-side --field-manager=gracekeeper --dry-run=server -f "$WORK/impostor.yaml" -o json |
+  jq -r '.spec.template.spec.terminationGracePeriodSeconds')
+expect "field manager gracekeeper from the operator's own user (a dry run): admitted unchanged" "$own" 30
+k create rolebinding mallory-edit -n "$NS" --clusterrole=edit --user=mallory >/dev/null
+since=$(now_rfc3339)
+if k --as=mallory apply --server-side --field-manager=gracekeeper -f "$WORK/impostor.yaml" >"$WORK/impostor.out" 2>&1; then
+  expect "field manager gracekeeper from user mallory: stored tuned at generation 1" \
+    "$(generation impostor) $(settings "$NS" impostor)" "1 6 46 0 1"
+  mutations_of impostor "$since" | grep -q . &&
+    ok "... the audit log shows the webhook's mutation ($(mutations_of impostor "$since" | head -1))" ||
+    not_ok "... no mutation of mallory's apply in the audit log"
+else
+  not_ok "mallory's apply: $(cat "$WORK/impostor.out")"
+fi
+
+# ------------------ 10. the wait falls to 0: a deploy drops gracekeeper's hook
+# (issue 45, item 9) minSeconds 0 and a figure of 0 s make the wait 0: the
+# plan removes gracekeeper's own hook. The reconciler's re-tune waits for a
+# rollout slot (maxConcurrentRollouts 1, held by `busy`, whose new pods never
+# get ready without a node), so the next deploy of `zero` is where the
+# webhook puts it in, and its patch must remove the hook, not keep it.
+ZNS=wh-zero
+namespace_with_policy "$ZNS"
+k patch sdp default -n "$ZNS" --type merge \
+  -p '{"spec":{"preStop":{"minSeconds":0},"changes":{"minIntervalSeconds":0,"maxConcurrentRollouts":1}}}' >/dev/null
+zero_manifest() {  # NAME IMAGE
+  manifest "$1" "$2" | sed -e "s/namespace: $NS/namespace: $ZNS/" -e "s/replicas: 2/replicas: 1/"
+}
+zero_manifest busy app:1 | k apply -f - >/dev/null
+zero_manifest zero app:1 >"$WORK/zero-v1.yaml"
+zero_manifest zero app:2 >"$WORK/zero-v2.yaml"
+k apply -f "$WORK/zero-v1.yaml" >/dev/null
+expect "zero and busy created opted in: tuned at creation" \
+  "$(settings "$ZNS" zero); $(settings "$ZNS" busy)" "6 46 0 1; 6 46 0 1"
+zero_manifest busy app:2 | k apply -f - >/dev/null  # its new pod never gets ready: rolling
+zrolling() { [ "$(jp sdp "$ZNS" default '{.status.deployments.rolling}')" = 1 ]; }
+eventually 20 zrolling && ok "busy rolls out, holding the one rollout slot" ||
+  not_ok "busy not rolling: $(jp sdp "$ZNS" default '{.status.deployments}')"
+k patch sdp default -n "$ZNS" --type merge -p '{"spec":{"propagation":{"staticSeconds":0}}}' >/dev/null
+zpending() { [ "$(jp sdp "$ZNS" default '{.status.recommended.preStopSeconds}')" = 0 ]; }
+eventually 20 zpending && ok "the figure is 0 s: preStop 0 ($(jp sdp "$ZNS" default '{.status.deployments}'))" ||
+  not_ok "after staticSeconds 0: $(jp sdp "$ZNS" default '{.status.recommended} {.status.deployments}')"
+sleep 2  # time for a re-tune, were there a slot
+expect "... zero keeps its hook: its re-tune waits for a slot" "$(settings "$ZNS" zero)" "6 46 0 1"
+since=$(now_rfc3339)
+before_gen=$(jp deployment "$ZNS" zero '{.metadata.generation}')
+k apply -f "$WORK/zero-v2.yaml" >"$WORK/zero.out" 2>&1 || not_ok "zero's deploy: $(cat "$WORK/zero.out")"
+expect "a deploy of zero after the wait fell to 0: no hook, grace 0 + 30 + 10" "$(settings "$ZNS" zero)" "none 40 0 1"
+expect "... and no lifecycle left (gracekeeper's hook was all of it)" \
+  "$(k get deployment -n "$ZNS" zero -o json | jq -c '.spec.template.spec.containers[0] | has("lifecycle")')" false
+expect "... one generation" "$(jp deployment "$ZNS" zero '{.metadata.generation}')" "$((before_gen + 1))"
+mutations_of zero "$since" | grep -q . && ok "... by the webhook's mutation (audit log)" ||
+  not_ok "... no mutation of zero's deploy in the audit log"
+sleep 2
+expect "... and no gracekeeper write of zero since (audit log)" \
+  "$(gk_writes_since "$since" | grep -c ' deployments/ zero ')" 0
 
 stop_operator
 expect "the operator exits 0 on SIGTERM" "$OP_EXIT" 0
