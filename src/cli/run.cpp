@@ -63,6 +63,9 @@ constexpr const char* kRunUsage =
     "                                        renewed at 2/3 of its life\n"
     "      --webhook-ca-validity S           the CA, seconds (default 315360000)\n"
     "      --webhook-cert-resync S           re-read the Secret and caBundle (default 30)\n"
+    "      --shutdown-lame-duck-seconds S    after SIGTERM, /readyz says 503 while the webhook\n"
+    "                                        and /metrics keep answering S seconds, with\n"
+    "                                        Connection: close (default 10; 0: stop at once)\n"
     "      --log-format json|text            default json\n"
     "      --log-level debug|info|warn|error default info\n"
     "  -h, --help                            this help\n";
@@ -144,6 +147,14 @@ std::expected<void, std::string> add_extra_san(controller::OperatorOptions& o,
   return {};
 }
 
+std::expected<void, std::string> set_lame_duck(controller::OperatorOptions& o,
+                                               std::string_view flag, std::string_view value) {
+  auto number = parse_count(flag, value, 0, 600);
+  if (!number) return std::unexpected(number.error());
+  o.shutdown_lame_duck = std::chrono::seconds(*number);
+  return {};
+}
+
 std::expected<void, std::string> set_log_format(controller::OperatorOptions& o, std::string_view,
                                                 std::string_view value) {
   if (value != "json" && value != "text") {
@@ -165,7 +176,7 @@ std::expected<void, std::string> set_log_level(controller::OperatorOptions& o, s
 }
 
 using O = controller::OperatorOptions;
-constexpr std::array<std::pair<std::string_view, Setter>, 27> kValueFlags{{
+constexpr std::array<std::pair<std::string_view, Setter>, 28> kValueFlags{{
     {"--kubeconfig", &set_text<&O::kubeconfig>},
     {"--context", &set_text<&O::context>},
     {"--namespace", &set_text<&O::watch_namespace>},
@@ -192,6 +203,7 @@ constexpr std::array<std::pair<std::string_view, Setter>, 27> kValueFlags{{
     {"--webhook-cert-validity", &set_seconds<&O::webhook_cert_validity, 10L * 365 * 86400>},
     {"--webhook-ca-validity", &set_seconds<&O::webhook_ca_validity, 100L * 365 * 86400>},
     {"--webhook-cert-resync", &set_seconds<&O::webhook_cert_resync, 3600>},
+    {"--shutdown-lame-duck-seconds", &set_lame_duck},
     {"--log-format", &set_log_format},
     {"--log-level", &set_log_level},
 }};

@@ -15,6 +15,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <set>
@@ -359,12 +361,19 @@ class Operator {
           },
           asio::detached);
     };
+    // A loss this process did not ask for (the renew deadline passed, or
+    // another candidate took the Lease) ends it at once, as
+    // controller-runtime does: another replica may be leading already, so no
+    // queued write (apply, status, Event) may follow, and an orderly
+    // shutdown would drain them. The pod restarts as a follower. Also during
+    // a SIGTERM's drain: the workers still write until the Lease is released.
     le.on_stopped_leading = [this] {
       metrics_.set_leader(false);
-      if (!shutting_down_) {
-        log::error("lost leadership, exiting", {{"identity", identity()}});
-        begin_shutdown(1);
-      }
+      if (leaving_lease_) return;  // shutdown() cancelled the elector or released the Lease
+      log::error("lost leadership, exiting at once without sending queued writes",
+                 {{"identity", identity()}});
+      std::fflush(nullptr);
+      std::_Exit(1);
     };
     elector_.emplace(client_, le);
     log::info("waiting for leadership", {{"lease", le.namespace_ + "/" + le.name}});
@@ -388,15 +397,18 @@ class Operator {
 
   bool start_http() {
     server::Routes metrics = server::metrics_routes(metrics_);
-    server::Routes health =
-        server::health_routes([] { return std::string(); },
-                              [this]() -> std::string {
-                                if (shutting_down_) return "shutting down";
-                                if (!policies_.has_synced() || !deployments_.has_synced() ||
-                                    !services_.has_synced() || !statefulsets_.has_synced())
-                                  return "caches not synced";
-                                return {};
-                              });
+    server::Routes health = server::health_routes(
+        [] { return std::string(); },
+        [this]() -> std::string {
+          return server::not_ready_reason(shutting_down_, webhook_server_, [this]() -> std::string {
+            if (options_.webhook_port != 0 && !webhook_server_)
+              return "the webhook is not serving yet";
+            if (!policies_.has_synced() || !deployments_.has_synced() || !services_.has_synced() ||
+                !statefulsets_.has_synced())
+              return "caches not synced";
+            return {};
+          });
+        });
     std::map<std::string, server::Routes> by_address;
     if (options_.metrics_address != "0") by_address[options_.metrics_address].merge(metrics);
     if (options_.health_address != "0") by_address[options_.health_address].merge(health);
@@ -444,6 +456,7 @@ class Operator {
     log::info("serving the admission webhook",
               {{"port", std::to_string((*bound)->port())}, {"path", std::string(kWebhookPath)}});
     asio::co_spawn(io_, (*bound)->run(), asio::detached);
+    webhook_server_ = bound->get();
     http_.push_back(std::move(*bound));
     return true;
   }
@@ -567,13 +580,25 @@ class Operator {
       exit_code_ = std::max(exit_code_, code);
       return;
     }
-    shutting_down_ = true;
+    shutting_down_ = true;  // /readyz answers 503 from now on
     exit_code_ = code;
+    // Lame duck after a signal: the webhook and /metrics keep answering while
+    // the endpoint leaves their Services, each answer with Connection: close
+    // so that the API server's keep-alive connections move to another
+    // replica. A process that never started serving has nothing to hand over.
+    lame_duck_until_ = steady_clock::now();
+    if (code == 0) {
+      lame_duck_until_ += options_.shutdown_lame_duck;
+      for (auto& server : http_) server->begin_lame_duck();
+      log::info("lame duck: serving with Connection: close, then stopping",
+                {{"seconds", std::to_string(options_.shutdown_lame_duck.count())}});
+    }
     asio::co_spawn(io_, shutdown(), [this](std::exception_ptr) { io_.stop(); });
   }
 
-  // Stop taking work, let in-flight reconciles finish, hand the Lease over,
-  // then stop watching and serving.
+  // Stop taking work, let in-flight reconciles finish, hand the Lease over
+  // (during the lame duck), then at the lame duck's end stop serving and
+  // watching: the webhook answers from the informers' stores until then.
   asio::awaitable<void> shutdown() {
     const auto started = steady_clock::now();
     deployment_queue_.shut_down();
@@ -583,6 +608,7 @@ class Operator {
     const bool drained = co_await within(wait_for_workers(), options_.shutdown_timeout);
     if (!drained) log::warn("in-flight reconciles did not finish in time");
     if (elector_) {
+      leaving_lease_ = true;
       elector_cancel_.emit(asio::cancellation_type::terminal);
       if (elector_->is_leader() || elector_->observed_holder() == identity()) {
         co_await within(release(), std::chrono::milliseconds(1500));
@@ -591,12 +617,14 @@ class Operator {
     for (int i = 0; i < 50 && events_.in_flight() > 0; ++i) {
       co_await sleep_for(std::chrono::milliseconds(20));
     }
+    std::vector<server::HttpServer*> servers;
+    for (auto& server : http_) servers.push_back(server.get());
+    co_await server::stop_at(std::move(servers), lame_duck_until_);
     deployments_.stop();
     policies_.stop();
     services_.stop();
     statefulsets_.stop();
     slices_.stop();
-    for (auto& server : http_) server->stop();
     if (certs_) certs_->stop();
     log::info(
         "stopped",
@@ -671,6 +699,9 @@ class Operator {
   std::optional<kube::LeaderElector> elector_;
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;
+  server::HttpServer* webhook_server_ = nullptr;  // in http_, once bound
+  steady_clock::time_point lame_duck_until_{};    // when shutdown() stops the servers
+  bool leaving_lease_ = false;  // shutdown() stops the elector: not a loss to exit on
   // Self-managed webhook certificates (--webhook-cert-secret), on every
   // replica: each serves admissions. The admission server's TlsSource
   // (HttpServerOptions::tls) when --webhook-cert-secret is given.

@@ -44,8 +44,12 @@ struct OperatorOptions {
 
   std::size_t workers = 4;                       // Deployment reconcile workers
   std::chrono::seconds propagation_refresh{60};  // how often a policy's source is asked
-  std::string watch_namespace{};                 // "" = all namespaces
-  std::chrono::seconds shutdown_timeout{8};      // in-flight work gets this long after SIGTERM
+  std::string watch_namespace{};             // "" = all namespaces
+  std::chrono::seconds shutdown_timeout{8};  // in-flight work gets this long after SIGTERM
+  // After SIGTERM, /readyz says 503 at once while the webhook and /metrics
+  // keep answering this long (each answer with Connection: close), so the
+  // endpoint leaves their Services before they stop (--shutdown-lame-duck-seconds).
+  std::chrono::seconds shutdown_lame_duck{10};
   // The oldest kubelet's minor version (--min-kubelet-version 1.29), -1 when
   // not given: the native sleep action needs the API server and the
   // kubelets at 1.30 or later. Nodes are not read (no RBAC on nodes).
