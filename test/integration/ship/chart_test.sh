@@ -61,6 +61,12 @@ rejected 'serviceMonitor.interval: 30' --set serviceMonitor.interval=30
 rejected 'pdb.minAvailable: "half"' --set-string pdb.minAvailable=half
 rejected 'extraArgs without --' --set 'extraArgs={oops}'
 rejected 'terminationGracePeriodSeconds: 5 (the operator needs 10 s)' --set terminationGracePeriodSeconds=5
+rejected 'shutdown.lameDuckSeconds: -1' --set shutdown.lameDuckSeconds=-1
+rejected 'topologySpread.whenUnsatisfiable: Sometimes' --set topologySpread.whenUnsatisfiable=Sometimes
+# The grace period must cover the preStop sleep, the lame duck, the drain and a reserve.
+"$HELM" template gracekeeper "$CHART" --set terminationGracePeriodSeconds=24 >/dev/null 2>"$WORK/err" \
+  && not_ok "terminationGracePeriodSeconds 24 < 5 + 10 + 10 rendered" \
+  || ok "terminationGracePeriodSeconds below preStop + lame duck + 10 fails to render ($(grep -o 'is less than the preStop sleep' "$WORK/err"))"
 rejected 'resources.requests.gpu' --set resources.requests.gpu=1
 
 # ------------------------------------------------------------- what renders
@@ -73,8 +79,18 @@ dep() { jq -c "[.[] | select(.kind == \"Deployment\")][0] | $1" <<<"$d"; }
 expect "replicas" "$(dep .spec.replicas)" 2
 expect "image (no registry)" "$(dep '.spec.template.spec.containers[0].image')" '"gracekeeper:0.1.0"'
 expect "args" "$(dep '.spec.template.spec.containers[0].args | join(" ")')" \
-  '"--leader-elect --leader-election-namespace=$(POD_NAMESPACE) --metrics-bind-address=:8080 --health-probe-bind-address=:8081 --log-format=json --log-level=info --workers=4 --propagation-refresh=60"'
-expect "terminationGracePeriodSeconds" "$(dep .spec.template.spec.terminationGracePeriodSeconds)" 15
+  '"--leader-elect --leader-election-namespace=$(POD_NAMESPACE) --metrics-bind-address=:8080 --health-probe-bind-address=:8081 --log-format=json --log-level=info --shutdown-lame-duck-seconds=10 --workers=4 --propagation-refresh=60"'
+expect "terminationGracePeriodSeconds (preStop 5 + lame duck 10 + drain 8 + reserve 2)" "$(dep .spec.template.spec.terminationGracePeriodSeconds)" 25
+expect "a native preStop sleep" "$(dep '.spec.template.spec.containers[0].lifecycle')" '{"preStop":{"sleep":{"seconds":5}}}'
+expect "replicas spread across nodes" "$(dep '.spec as $s | $s.template.spec.topologySpreadConstraints[0] | [.maxSkew, .topologyKey, .whenUnsatisfiable, (.labelSelector.matchLabels == $s.selector.matchLabels)]')" \
+  '[1,"kubernetes.io/hostname","ScheduleAnyway",true]'
+dk=$(render --set webhook.enabled=false --kube-version 1.29.0)
+expect "before Kubernetes 1.30: no preStop sleep (no native sleep action)" \
+  "$(jq -c '[.[] | select(.kind == "Deployment")][0].spec.template.spec.containers[0].lifecycle' <<<"$dk")" null
+dl=$(render --set webhook.enabled=false --set shutdown.preStopSleepSeconds=0 --set shutdown.lameDuckSeconds=3 --set terminationGracePeriodSeconds=13 --set topologySpread.enabled=false)
+expect "shutdown values: no preStop, --shutdown-lame-duck-seconds=3, grace 13, no spread" \
+  "$(jq -c '[.[] | select(.kind == "Deployment")][0].spec.template.spec | [.containers[0].lifecycle, (.containers[0].args | map(select(startswith("--shutdown")))), .terminationGracePeriodSeconds, .topologySpreadConstraints]' <<<"$dl")" \
+  '[null,["--shutdown-lame-duck-seconds=3"],13,null]'
 expect "pod securityContext" "$(dep '.spec.template.spec.securityContext | [.runAsNonRoot, .runAsUser, .seccompProfile.type] | join(" ")')" '"true 65532 RuntimeDefault"'
 expect "container securityContext" "$(dep '.spec.template.spec.containers[0].securityContext | [.readOnlyRootFilesystem, .allowPrivilegeEscalation, (.capabilities.drop | join(","))] | join(" ")')" '"true false ALL"'
 expect "resources" "$(dep '.spec.template.spec.containers[0].resources | [.requests.cpu, .requests.memory, .limits.cpu, .limits.memory] | join(" ")')" '"50m 32Mi 500m 128Mi"'
@@ -166,7 +182,7 @@ expect "webhook.certManager.issuerRef: no Issuer of ours" \
 # ------------------------------------------------------------- chart == config/ (kustomize)
 k=$(kubectl kustomize "$ROOT/config/without-webhook" | yaml2json)
 expect "kustomize objects without the webhook" "$(kinds "$k")" \
-  "ClusterRole/gracekeeper ClusterRoleBinding/gracekeeper CustomResourceDefinition/shutdownpolicies.gracekeeper.dev Deployment/gracekeeper Namespace/gracekeeper-system Role/gracekeeper-leader-election RoleBinding/gracekeeper-leader-election Service/gracekeeper-metrics ServiceAccount/gracekeeper"
+  "ClusterRole/gracekeeper ClusterRoleBinding/gracekeeper CustomResourceDefinition/shutdownpolicies.gracekeeper.dev Deployment/gracekeeper Namespace/gracekeeper-system PodDisruptionBudget/gracekeeper Role/gracekeeper-leader-election RoleBinding/gracekeeper-leader-election Service/gracekeeper-metrics ServiceAccount/gracekeeper"
 same() {  # same WHAT JQ: the jq expression gives the same JSON on both
   local a b
   a=$(jq -cS "$2" <<<"$d")
@@ -179,8 +195,12 @@ same "Lease Role rules" '.[] | select(.kind == "Role") | .rules'
 same "ServiceAccount and namespace bound" '[.[] | select(.kind | endswith("Binding")) | .subjects] | sort'
 same "Deployment: replicas, grace, strategy" '.[] | select(.kind == "Deployment") | .spec | [.replicas, .template.spec.terminationGracePeriodSeconds, .strategy]'
 same "Deployment: security contexts" '.[] | select(.kind == "Deployment") | .spec.template.spec | [.securityContext, .containers[0].securityContext]'
-same "Deployment: image, args, env, ports, probes, resources" \
-  '.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0] | [.image, .args[:6], .env, .ports, .livenessProbe, .readinessProbe, .resources]'
+same "Deployment: image, args, env, ports, probes, resources, preStop" \
+  '.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0] | [.image, .args[:7], .env, .ports, .livenessProbe, .readinessProbe, .resources, .lifecycle]'
+same "Deployment: spread across nodes (each selecting its own pods)" \
+  '.[] | select(.kind == "Deployment") | .spec as $s | $s.template.spec.topologySpreadConstraints | map(del(.labelSelector)) + map(.labelSelector.matchLabels == $s.selector.matchLabels)'
+same "PodDisruptionBudget (minAvailable, selecting the Deployment's pods)" \
+  '(.[] | select(.kind == "Deployment") | .spec.selector.matchLabels) as $sel | .[] | select(.kind == "PodDisruptionBudget") | [.spec.minAvailable, .spec.selector.matchLabels == $sel]'
 same "metrics Service ports" '.[] | select(.kind == "Service") | .spec.ports'
 
 # The webhook: config/default == the chart's default, both with the webhook.
