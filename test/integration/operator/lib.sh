@@ -11,12 +11,14 @@ k() { kubectl --request-timeout=20s "$@"; }
 
 # start_operator NAME [FLAGS...]: runs `gracekeeper run` in the background,
 # logs to $WORK/NAME.log (JSON lines); sets OP_PID and OP_PORT (metrics and
-# health on one loopback port).
+# health on one loopback port). No lame duck on SIGTERM unless FLAGS give
+# --shutdown-lame-duck-seconds (the last one wins): the suites time their stops.
 start_operator() {
   local name=$1
   shift
   "$GK" run --kubeconfig "${GK_OPERATOR_KUBECONFIG:-$KUBECONFIG}" --metrics-bind-address 127.0.0.1:0 \
-    --health-probe-bind-address 127.0.0.1:0 --log-format json "$@" >"$WORK/$name.log" 2>&1 &
+    --health-probe-bind-address 127.0.0.1:0 --log-format json --shutdown-lame-duck-seconds 0 \
+    "$@" >"$WORK/$name.log" 2>&1 &
   OP_PID=$!
   OP_LOG="$WORK/$name.log"
   OP_PORT=""

@@ -16,7 +16,7 @@ WORK="$(mktemp -d)"
 
 cleanup() {
   for pid in ${OP_PID:-} ${RACER_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
-  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight op-fightend op-paused op-manage --wait=false >/dev/null 2>&1
+  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight op-fightend op-paused op-manage op-steal --wait=false >/dev/null 2>&1
   k delete clusterrolebinding gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
   k delete clusterrole gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
   if [ "$FAILED" -gt 0 ]; then
@@ -573,15 +573,73 @@ cold_status_writes=$(jq -r --arg since "$since" 'select(.stage == "ResponseCompl
 expect "cold start: status writes of the op-cold policy (audit log)" "$cold_status_writes" "1"
 stop_operator
 
-# ------------------------------------------------------------- leader election + SIGTERM
-start_operator op3 --leader-elect --leader-election-namespace default --leader-election-id gk-test-leader || not_ok "leader-elected operator ready"
+# ------------------------------------------------------------- leader election + SIGTERM (lame duck)
+start_operator op3 --leader-elect --leader-election-namespace default --leader-election-id gk-test-leader \
+  --shutdown-lame-duck-seconds 3 || not_ok "leader-elected operator ready"
 eventually 20 bash -c "kubectl get lease -n default gk-test-leader -o jsonpath='{.spec.holderIdentity}' | grep -q ." \
   && ok "the operator holds the Lease ($(jp lease default gk-test-leader '{.spec.holderIdentity}'))" || not_ok "no Lease holder"
 grep -q '^gracekeeper_leader 1' <(curl -sf "http://127.0.0.1:$OP_PORT/metrics") && ok "gracekeeper_leader is 1" || not_ok "gracekeeper_leader is not 1"
-stop_operator
-ms=$STOP_MS
-[ "$ms" -lt 10000 ] && ok "SIGTERM as leader: exited in ${ms} ms" || not_ok "SIGTERM as leader took ${ms} ms"
+# SIGTERM with a 3 s lame duck: /readyz says 503 at once, /metrics still
+# answers, with Connection: close, the Lease is released during the lame
+# duck, and the process exits after it.
+start=$(date +%s%N)
+kill -TERM "$OP_PID"
+sleep 0.3
+readyz=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$OP_PORT/readyz")
+expect "lame duck: /readyz at once" "$readyz" 503
+curl -s -D "$WORK/lame.headers" -o "$WORK/lame.metrics" "http://127.0.0.1:$OP_PORT/metrics"
+grep -q '^HTTP/1.1 200' "$WORK/lame.headers" && grep -q '^gracekeeper_build_info' "$WORK/lame.metrics" \
+  && ok "lame duck: /metrics still answers" || not_ok "lame duck: /metrics: $(head -1 "$WORK/lame.headers")"
+grep -qi '^Connection: close' "$WORK/lame.headers" && ok "lame duck: the answer says Connection: close" \
+  || not_ok "lame duck: no Connection: close: $(tr -d '\r' <"$WORK/lame.headers" | tr '\n' ' ')"
+eventually 3 bash -c "[ -z \"\$(kubectl get lease -n default gk-test-leader -o jsonpath='{.spec.holderIdentity}')\" ]" \
+  && kill -0 "$OP_PID" 2>/dev/null && ok "lame duck: the Lease is released while it still serves" \
+  || not_ok "lame duck: Lease holder '$(jp lease default gk-test-leader '{.spec.holderIdentity}')'"
+wait "$OP_PID" 2>/dev/null
+OP_EXIT=$?
+ms=$((($(date +%s%N) - start) / 1000000))
+expect "SIGTERM as leader: exit status" "$OP_EXIT" 0
+[ "$ms" -ge 3000 ] && [ "$ms" -lt 13000 ] && ok "SIGTERM as leader: exited after the 3 s lame duck, in ${ms} ms" \
+  || not_ok "SIGTERM as leader took ${ms} ms (want 3000-13000)"
 expect "the Lease was released" "$(jp lease default gk-test-leader '{.spec.holderIdentity}')" ""
+OP_PID=""
+
+# ------------------------------------------------------------- an unplanned Lease loss: exit at once
+# Another writer takes the Lease (as a candidate would that judged it
+# expired): the leader must stop writing at once and exit 1, without the
+# orderly drain (no queued Event or status written after it noticed).
+k create namespace op-steal >/dev/null 2>&1; serve op-steal 2>/dev/null
+policy op-steal default
+start_operator op-steal --leader-elect --leader-election-namespace default --leader-election-id gk-test-steal \
+  --lease-duration 4 --renew-deadline 3 --retry-period 1 || not_ok "operator ready (op-steal)"
+eventually 20 bash -c "kubectl get lease -n default gk-test-steal -o jsonpath='{.spec.holderIdentity}' | grep -q ." \
+  || not_ok "op-steal: no Lease holder"
+pids=()
+for i in $(seq 1 10); do deployment op-steal "s-$i" "$OPTED" & pids+=($!); done
+wait "${pids[@]}"
+steal() {
+  k get lease -n default gk-test-steal -o json |
+    jq --arg now "$(now_rfc3339)" '.spec.holderIdentity = "thief" | .spec.renewTime = $now | .spec.leaseDurationSeconds = 60' |
+    k replace -f - >/dev/null 2>&1
+}
+for i in 1 2 3 4 5; do steal && break; sleep 0.2; done
+start=$(date +%s%N)
+for i in $(seq 1 100); do kill -0 "$OP_PID" 2>/dev/null || break; sleep 0.1; done
+wait "$OP_PID" 2>/dev/null
+OP_EXIT=$?
+ms=$((($(date +%s%N) - start) / 1000000))
+expect "Lease taken by another: exit status" "$OP_EXIT" 1
+[ "$ms" -lt 3000 ] && ok "Lease taken by another: exited ${ms} ms after (retry period 1 s)" \
+  || not_ok "Lease taken by another: exited after ${ms} ms"
+lost=$(jq -r 'select(.msg | startswith("lost leadership")) | .ts' "$OP_LOG" | head -1)
+[ -n "$lost" ] && ok "... logging the loss" || not_ok "no 'lost leadership' line"
+late=$(jq -r --arg since "${lost:-9}" 'select(.stage == "ResponseComplete" and
+    (.userAgent // "" | startswith("gracekeeper")) and .requestReceivedTimestamp > $since and
+    (.verb | test("^(create|update|patch|delete)$"))) | "\(.verb) \(.objectRef.resource) \(.objectRef.name)"' "$CLUSTER/audit.log")
+expect "... writes received after it noticed (audit log)" "$(printf '%s' "$late" | grep -c . || true)" 0
+[ -n "$late" ] && printf '%s\n' "$late" | head | note
+expect "the thief keeps the Lease" "$(jp lease default gk-test-steal '{.spec.holderIdentity}')" thief
+k delete lease -n default gk-test-steal >/dev/null 2>&1
 OP_PID=""
 
 # ------------------------------------------------------------- a field conflict the other applier resolves
