@@ -623,6 +623,63 @@ TEST_F(CliTest, KubernetesVersionDecidesStatefulSetMaxUnavailable) {
               HasSubstr(" info in 1 StatefulSet(s)\n"));
 }
 
+// Issue 45 item 1: hook scripts read as the shell runs them, end to end.
+// Each hook below was once counted as a wait, and `check` passed it; each is
+// now PreStopUnknownLength. A hook whose `exec` has only redirections runs
+// on after it, and the grace `plan` gives covers the whole 75 s.
+
+// The articles' Deployment with one exec preStop hook (its command as a
+// JSON list); with the default policy the wait is 15 s and the reserve 10 s.
+std::string with_exec_hook(const std::string& command) {
+  return with(kArticle, "        - containerPort: 8080\n",
+              "        - containerPort: 8080\n        lifecycle:\n          preStop:\n"
+              "            exec:\n              command: " +
+                  command + "\n");
+}
+
+TEST_F(CliTest, HooksThatMayActBeforeTheSleepAreOfUnknownLength) {
+  const char* hooks[] = {
+      R"j(["sh", "-nc", "sleep 30"])j",
+      R"j(["bash", "-rc", "/bin/sleep 30"])j",
+      R"j(["sh", "-c", "X=$(nginx -s quit) sleep 30"])j",
+      R"j(["sh", "-c", "X=$(nginx -s quit); sleep 20"])j",
+      R"j(["sh", "-c", "sleep 20 >$(nginx -s quit)"])j",
+      R"j(["bash", "-c", "echo quit > /dev/tcp/127.0.0.1/9000; sleep 30"])j",
+      R"j(["sh", "-c", "printf x > /run/app.ctl; sleep 20"])j",
+  };
+  int i = 0;
+  for (const char* hook : hooks) {
+    SCOPED_TRACE(hook);
+    const auto file = write("hook-" + std::to_string(i) + ".yaml", with_exec_hook(hook));
+    auto checked = run({"check", "-f", file});
+    EXPECT_THAT(checked.out, HasSubstr("PreStopUnknownLength")) << checked.out << checked.err;
+    // Planned (the user's hook is kept), `check` still warns: never the wait.
+    auto planned = run({"plan", "-f", file});
+    ASSERT_EQ(planned.code, 0) << planned.err;
+    EXPECT_THAT(planned.err, HasSubstr("PreStopUnknownLength"));
+    EXPECT_THAT(planned.err, HasSubstr("not known to hold"));
+    auto again =
+        run({"check", "-f", write("planned-" + std::to_string(i++) + ".yaml", planned.out)});
+    EXPECT_EQ(again.code, 0) << again.out << again.err;
+    EXPECT_THAT(again.out, HasSubstr("warning PreStopUnknownLength"));
+  }
+}
+
+TEST_F(CliTest, AnExecWithOnlyRedirectionsDoesNotEndTheHook) {
+  const auto file =
+      write("exec.yaml",
+            with_exec_hook(R"j(["sh", "-c", "sleep 15; exec >/proc/1/fd/1 2>&1; sleep 60"])j"));
+  auto planned = run({"plan", "-f", file});
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  // 75 s of hook + 30 s of drain + 10 s of reserve.
+  EXPECT_THAT(planned.err, HasSubstr("terminationGracePeriodSeconds: 30s -> 115s"));
+  EXPECT_THAT(planned.err, Not(HasSubstr("PreStopUnknownLength")));
+  EXPECT_THAT(planned.out, HasSubstr("terminationGracePeriodSeconds: 115"));
+  auto checked = run({"check", "-f", write("planned.yaml", planned.out)});
+  EXPECT_EQ(checked.code, 0) << checked.out << checked.err;
+  EXPECT_THAT(checked.out, Not(HasSubstr("PreStopTooShort")));
+}
+
 // Issue 18 item 4: a user's short hook kept under existing: Keep is an error
 // in `check`, and `plan` says it could not fix it.
 TEST_F(CliTest, KeptUserHookThatIsTooShortFailsCheck) {
