@@ -43,6 +43,8 @@ constexpr const char* kRunUsage =
     "      --prometheus-ca-file FILE         CA bundle for an https Prometheus\n"
     "      --prometheus-bearer-token-file F  bearer token, re-read on every query\n"
     "      --propagation-refresh S           how often policies' sources are read (default 60)\n"
+    "      --rollout-stall-timeout S         a rollout with no progress for S seconds holds no\n"
+    "                                        rollout slot: RolloutStalled (default 600)\n"
     "      --workers N                       concurrent Deployment reconciles (default 4)\n"
     "      --min-kubelet-version V           the oldest kubelet in the cluster (e.g. 1.29), when\n"
     "                                        older than the API server: below 1.30, preStop\n"
@@ -176,7 +178,8 @@ std::expected<void, std::string> set_log_level(controller::OperatorOptions& o, s
 }
 
 using O = controller::OperatorOptions;
-constexpr std::array<std::pair<std::string_view, Setter>, 28> kValueFlags{{
+// (Sized by its entries, so that a new flag is one line.)
+constexpr auto kValueFlags = std::to_array<std::pair<std::string_view, Setter>>({
     {"--kubeconfig", &set_text<&O::kubeconfig>},
     {"--context", &set_text<&O::context>},
     {"--namespace", &set_text<&O::watch_namespace>},
@@ -191,6 +194,7 @@ constexpr std::array<std::pair<std::string_view, Setter>, 28> kValueFlags{{
     {"--prometheus-ca-file", &set_text<&O::prometheus_ca_file>},
     {"--prometheus-bearer-token-file", &set_text<&O::prometheus_token_file>},
     {"--propagation-refresh", &set_seconds<&O::propagation_refresh, 86400>},
+    {"--rollout-stall-timeout", &set_seconds<&O::rollout_stall_timeout, 86400>},
     {"--workers", &set_workers},
     {"--min-kubelet-version", &set_min_kubelet},
     {"--webhook-port", &set_webhook_port},
@@ -206,7 +210,7 @@ constexpr std::array<std::pair<std::string_view, Setter>, 28> kValueFlags{{
     {"--shutdown-lame-duck-seconds", &set_lame_duck},
     {"--log-format", &set_log_format},
     {"--log-level", &set_log_level},
-}};
+});
 
 // Parses the flags into `o`; an error names the flag. `help` when -h was given.
 std::expected<void, std::string> parse_run_flags(FlagCursor& cursor, O& o, bool& help) {

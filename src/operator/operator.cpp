@@ -134,7 +134,8 @@ class Operator {
              },
              [this](const std::string& policy_key) {
                return statefulset_reconciler_.governed(policy_key);
-             }}),
+             },
+             options_.rollout_stall_timeout}),
         statefulset_reconciler_(
             {statefulsets_.store(), policies_.store(), services_.store(), propagation_,
              *statefulset_writer_, *event_sink_, *clock_, metrics_,
@@ -148,7 +149,8 @@ class Operator {
              },
              [this](const std::string& policy_key) {
                return deployment_reconciler_.governed(policy_key);
-             }}),
+             },
+             options_.rollout_stall_timeout}),
         policy_reconciler_({policies_.store(), deployments_.store(), propagation_, *meter_,
                             *status_writer_, *clock_, metrics_, deployment_reconciler_,
                             [this](const std::string& ns) {

@@ -44,6 +44,8 @@ struct OperatorOptions {
 
   std::size_t workers = 4;                       // Deployment reconcile workers
   std::chrono::seconds propagation_refresh{60};  // how often a policy's source is asked
+  // A rollout with no progress for this long holds no rollout slot (RolloutStalled).
+  std::chrono::seconds rollout_stall_timeout{600};
   std::string watch_namespace{};             // "" = all namespaces
   std::chrono::seconds shutdown_timeout{8};  // in-flight work gets this long after SIGTERM
   // After SIGTERM, /readyz says 503 at once while the webhook and /metrics

@@ -248,6 +248,8 @@ TEST_F(CliTest, RunFlagsAreCheckedBeforeStarting) {
       {{"run", "--webhook-port", "9443"}, "--webhook-port needs --webhook-cert-dir"},
       {{"run", "--shutdown-lame-duck-seconds", "601"},
        "flag --shutdown-lame-duck-seconds: expected a whole number from 0 to 600, got \"601\""},
+      {{"run", "--rollout-stall-timeout", "0"},
+       "flag --rollout-stall-timeout: expected a whole number from 1 to 86400, got \"0\""},
       {{"run", "--frobnicate", "1"}, "unknown flag --frobnicate"},
       {{"run", "extra"}, "unexpected argument \"extra\""},
       {{"run", "--leader-elect", "--lease-duration", "5", "--renew-deadline", "10"},
