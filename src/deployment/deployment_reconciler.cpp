@@ -255,14 +255,18 @@ std::optional<kube::EventRecord> DeploymentReconciler::note_progress(const std::
   }
   const auto counts = progress_counts(c);
   const TimePoint now = deps_.clock.now();
-  auto [it, moved] = progress_.try_emplace(key, Progress{counts, now});
-  if (!moved && it->second.counts != counts) {
-    it->second = Progress{counts, now};
-    moved = true;
+  auto [it, added] = progress_.try_emplace(key, Progress{counts, now});
+  if (!added && it->second.counts != counts) it->second = Progress{counts, now};
+  if (!past_deadline && !stalled(key, c)) {
+    // Come back when it would stall, with no other event needed. Asked on
+    // every reconcile until then: a work queue keeps the earliest of the
+    // delays asked for a key, which may be one from before the last move.
+    const auto left = it->second.since + deps_.stall_after - now;
+    if (deps_.requeue) {
+      deps_.requeue(key, std::max<std::chrono::nanoseconds>(left, std::chrono::seconds(1)));
+    }
+    return std::nullopt;
   }
-  // Come back when it would stall, with no other event needed.
-  if (moved && deps_.requeue && !past_deadline) deps_.requeue(key, deps_.stall_after);
-  if (!past_deadline && !stalled(key, c)) return std::nullopt;
   const std::string why = past_deadline
                               ? "is past its progressDeadlineSeconds"
                               : fmt::format("made no progress for {}s", deps_.stall_after.count());
