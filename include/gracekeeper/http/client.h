@@ -15,6 +15,15 @@
 //    out may have created its object.
 // What is transient is the caller's to say (a Classifier): the Kubernetes
 // client reads a metav1.Status for it, others go by the status code.
+//
+// Retry-After outlives the call. An answer with Retry-After (a 429 of API
+// Priority and Fairness: 1 s, doubled while it keeps dropping, at most 32 s;
+// obeyed up to 60 s) holds its method and path, whatever the query, until
+// then (a POST: its path and body, since creates share a collection's path):
+// a later send() or stream() of the same request waits for it first,
+// whoever makes it (a work queue's requeue, an informer's rewatch). A send()
+// that gave up on its last attempt cannot be repeated by its caller sooner
+// than the server asked. Other requests are not held.
 #pragma once
 
 #include <chrono>
@@ -22,6 +31,8 @@
 #include <expected>
 #include <memory>
 #include <optional>
+#include <string>
+#include <unordered_map>
 
 #include "gracekeeper/http/transport.h"
 
@@ -60,10 +71,21 @@ class Client {
 
   const Options& options() const { return options_; }
 
+  // How long `req` (its method and path) is still held by a Retry-After,
+  // zero when it is not.
+  std::chrono::milliseconds held_for(const Request& req) const;
+
  private:
+  using Clock = std::chrono::steady_clock;
+  // Waits out the hold on `key`, if any; false when cancelled meanwhile.
+  boost::asio::awaitable<bool> wait_hold(const std::string& key);
+  // Holds `key` until now + retry_after (at most 60 s); a later hold wins.
+  void hold(const std::string& key, std::optional<std::chrono::seconds> retry_after);
+
   std::unique_ptr<Transport> transport_;
   Options options_;
   std::uint64_t jitter_state_;
+  std::unordered_map<std::string, Clock::time_point> held_until_;  // by hold_key
 };
 
 }  // namespace gracekeeper::http

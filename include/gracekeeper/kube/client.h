@@ -11,7 +11,9 @@
 // retried with jittered exponential backoff only when repeating it cannot do
 // something twice: the rule is http::Client's
 // (include/gracekeeper/http/client.h); what is transient is read from the
-// metav1.Status (ApiError::transient).
+// metav1.Status (ApiError::transient). A Retry-After (the header, or the
+// Status's retryAfterSeconds) also holds the same request after the call
+// gave up: its caller's retry waits for it too.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>

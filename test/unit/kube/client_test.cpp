@@ -327,6 +327,42 @@ TEST_F(ClientTest, TooManyRequestsIsRetriedHonouringRetryAfter) {
   EXPECT_EQ(transport_->requests.size(), 2u);  // POST too: the server refused it before acting
 }
 
+// A call that gave up on a 429 (its last attempt) leaves the request held:
+// the caller's retry (the work queue requeues a failed reconcile within
+// milliseconds) goes out no sooner than the Status's retryAfterSeconds. A
+// Deployment of another name is not held.
+TEST(ClientRetryAfter, AnApplyThatGaveUpOnA429IsHeldForItsRetryAfter) {
+  asio::io_context io;
+  auto t = std::make_unique<ScriptedTransport>(io.get_executor());
+  ScriptedTransport* transport = t.get();
+  ClientOptions options;
+  options.retry.attempts = 1;
+  Client client(std::move(t), options);
+  auto reply = [&](std::string raw) { transport->replies.push_back(Reply{.pieces = {raw}}); };
+  reply(http_response(
+      429, status_body(429, "TooManyRequests", "slow down", {{"retryAfterSeconds", 1}})));
+  reply(http_response(200, R"({"metadata":{"name":"api"}})"));
+  reply(http_response(200, R"({"metadata":{"name":"web"}})"));
+  ApplyOptions o;
+  o.field_manager = "gracekeeper";
+  o.force = true;
+  auto apply = [&](std::string name) {
+    return run_on(io, client.apply(resources::deployments, "ns", name,
+                                   json{{"metadata", {{"name", name}}}}, o));
+  };
+  auto first = apply("web");
+  ASSERT_FALSE(first);
+  EXPECT_EQ(first.error().reason, ApiError::Reason::TooManyRequests);
+  EXPECT_EQ(first.error().retry_after, std::chrono::seconds{1});
+
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(apply("api"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds{500});
+  ASSERT_TRUE(apply("web"));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds{900});
+  EXPECT_EQ(transport->requests.size(), 3u);
+}
+
 TEST_F(ClientTest, ServerErrorsRetriedForIdempotentCallsOnly) {
   for (int i = 0; i < 4; ++i) reply(http_response(503, "{}"));
   auto get = run(client_->get(resources::config_maps, "ns", "x"));
