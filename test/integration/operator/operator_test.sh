@@ -16,7 +16,7 @@ WORK="$(mktemp -d)"
 
 cleanup() {
   for pid in ${OP_PID:-} ${RACER_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
-  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight op-fightend op-paused op-manage op-steal --wait=false >/dev/null 2>&1
+  k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight op-fightend op-paused op-manage op-raise op-stall op-steal --wait=false >/dev/null 2>&1
   k delete clusterrolebinding gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
   k delete clusterrole gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
   if [ "$FAILED" -gt 0 ]; then
@@ -53,7 +53,7 @@ event_note() {
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
-for ns in op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight op-fightend op-paused op-manage; do k create namespace "$ns" >/dev/null && serve "$ns"; done
+for ns in op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight op-fightend op-paused op-manage op-raise op-stall; do k create namespace "$ns" >/dev/null && serve "$ns"; done
 
 # ------------------------------------------------------------- the basics
 # Without a node no rollout ever completes, so re-tunes are not spread here
@@ -154,14 +154,15 @@ eventually 10 bash -c "kubectl get deployment -n op-basic old-exec -o jsonpath='
   || not_ok "old-exec preStop: $(jp deployment op-basic old-exec '{.spec.template.spec.containers[0].lifecycle.preStop}')"
 expect "... with the exec handler gone" "$(jp deployment op-basic old-exec '{.spec.template.spec.containers[0].lifecycle.preStop}')" '{"sleep":{"seconds":6}}'
 
-# kubectl get shutdownpolicies: six governed, three compliant (web, batch,
-# old-exec); legacy keeps its httpGet hook, whose length cannot be known, so
-# its budget is not known to hold (PreStopUnknownLength); the bad-* ones are
-# left unchanged.
+# kubectl get shutdownpolicies: six governed, two compliant (web, old-exec);
+# batch is Recreate, which drops every pod (RecreateStrategy, an error);
+# legacy keeps its httpGet hook, whose length cannot be known, so its budget
+# is not known to hold (PreStopUnknownLength); the bad-* ones are left
+# unchanged.
 columns() { k get shutdownpolicies -n op-basic default --no-headers | awk '{print $2, $3, $4, $5, $6, $7, $8, $9}'; }
 eventually 10 bash -c "[ \"\$(kubectl get sdp -n op-basic default -o jsonpath='{.status.deployments.managed}')\" = 6 ]"
 expect "kubectl get shutdownpolicies columns (MODE SOURCE PROPAGATION PRESTOP GRACE MANAGED COMPLIANT READY)" \
-  "$(columns)" "Enforce Static 4 6 46 6 3 True"
+  "$(columns)" "Enforce Static 4 6 46 6 2 True"
 # Captured first: with pipefail, `head` closing the pipe early fails kubectl.
 header=$(k get shutdownpolicies -A 2>&1 | sed -n 1p)
 grep -q "MODE *SOURCE *PROPAGATION *CONSUMER *PRESTOP *GRACE *MANAGED *COMPLIANT *READY *AGE" <<<"$header" \
@@ -176,8 +177,8 @@ k patch sdp -n op-basic default --type merge -p '{"spec":{"propagation":{"static
 eventually 10 settings_are op-basic web "30 70 0 1" && ok "a new propagation figure re-tunes the Deployment (30 s wait, grace 70)" \
   || not_ok "after staticSeconds 20: '$(settings op-basic web)'"
 columns_are() { [ "$(columns)" = "$1" ]; }
-eventually 10 columns_are "Enforce Static 20 30 70 6 4 True"
-expect "status follows" "$(columns)" "Enforce Static 20 30 70 6 3 True"
+eventually 10 columns_are "Enforce Static 20 30 70 6 2 True"
+expect "status follows" "$(columns)" "Enforce Static 20 30 70 6 2 True"
 
 # What the schema can catch, it refuses at the API server.
 if k patch sdp -n op-basic default --type merge -p '{"spec":{"rollout":{"maxSurge":0}}}' >/dev/null 2>"$WORK/patch.err"; then
@@ -764,6 +765,77 @@ sleep 3
 expect "an exec sleep gracekeeper wrote is not rewritten" "$(gk_writes_since "$since" | grep -c ' old-exec ' || true)" "0"
 expect "... and still exec sleep" "$(jp deployment op-exec old-exec '{.spec.template.spec.containers[0].lifecycle.preStop}')" '{"exec":{"command":["sleep","6"]}}'
 expect "... with no ExecSleepNeedsBinary Event" "$(has_event op-exec old-exec ExecSleepNeedsBinary && echo yes || echo no)" "no"
+stop_operator
+OP_PID=""
+
+# ------------------------------------------- values the user raised, slots that free (issue 45)
+# One operator with an 8 s --rollout-stall-timeout, for the slots below.
+policy op-raise default '  changes: {minIntervalSeconds: 0}'
+policy op-stall default '  changes: {maxConcurrentRollouts: 1}'
+start_operator op-raise --rollout-stall-timeout 8 || not_ok "operator ready (op-raise)"
+applied_of() { jp deployment "$1" "$2" '{.metadata.annotations.gracekeeper\.dev/applied}'; }
+# A grace the user raised above gracekeeper's is theirs: no set-back (no
+# write, no setBack), recorded as theirs by the next write, and a floor.
+deployment op-raise web "$OPTED"
+eventually 10 settings_are op-raise web "6 46 0 1" || not_ok "op-raise: not tuned: '$(settings op-raise web)'"
+generation=$(jp deployment op-raise web '{.metadata.generation}')
+since=$(now_rfc3339)
+k patch deployment -n op-raise web --type merge \
+  -p '{"spec":{"template":{"spec":{"terminationGracePeriodSeconds":70}}}}' >/dev/null
+sleep 3
+expect "a raised grace is no set-back: no gracekeeper write" "$(gk_writes_since "$since" | grep -c ' web ' || true)" 0
+expect "... the user's 70 s stays" "$(settings op-raise web)" "6 70 0 1"
+expect "... and no setBack is recorded" "$(applied_of op-raise web | jq -r '.setBack // "none"')" none
+k patch sdp -n op-raise default --type merge -p '{"spec":{"propagation":{"staticSeconds":30}}}' >/dev/null
+eventually 10 settings_are op-raise web "45 85 0 1" || not_ok "op-raise: not re-tuned to 85: '$(settings op-raise web)'"
+expect "the re-tune records the user's raised grace" "$(applied_of op-raise web | jq -c '.user.grace')" 70
+k patch sdp -n op-raise default --type merge -p '{"spec":{"propagation":{"staticSeconds":4}}}' >/dev/null
+eventually 10 bash -c "$(declare -f k settings); [ \"\$(settings op-raise web | cut -d' ' -f1)\" = 6 ]" ||
+  not_ok "op-raise: the wait did not come down: '$(settings op-raise web)'"
+expect "the user's raised grace is a floor: the figure fell, the grace is 70, not 46" "$(settings op-raise web)" "6 70 0 1"
+
+# A finished rollout that lost a pod holds no slot, and one that stalls
+# frees its slot after --rollout-stall-timeout (8 s) with RolloutStalled.
+# No Deployment controller here: the test writes the status.
+stall_status() {  # NAME UPDATED AVAILABLE REPLICAS [REASON]
+  local gen
+  gen=$(jp deployment op-stall "$1" '{.metadata.generation}')
+  k patch deployment -n op-stall "$1" --subresource=status --type merge -p \
+    "{\"status\":{\"observedGeneration\":$gen,\"replicas\":$4,\"updatedReplicas\":$2,\"readyReplicas\":$3,\"availableReplicas\":$3,\"conditions\":[{\"type\":\"Progressing\",\"status\":\"True\",\"reason\":\"${5:-ReplicaSetUpdated}\"}]}}" >/dev/null
+}
+# crash: a hook of its own (sleep 30) and grace 100, so only its strategy is
+# tuned and the figure below changes nothing of it; it rolled out, then
+# lost a pod (a crash loop).
+deployment op-stall crash "$OPTED" "" '{"preStop":{"sleep":{"seconds":30}}}'
+k patch deployment -n op-stall crash --type merge \
+  -p '{"spec":{"template":{"spec":{"terminationGracePeriodSeconds":100}}}}' >/dev/null
+for d in stuck web; do deployment op-stall "$d" "$OPTED"; done
+eventually 10 settings_are op-stall crash "30 100 0 1" || not_ok "op-stall crash: not tuned: '$(settings op-stall crash)'"
+for d in stuck web; do
+  eventually 10 settings_are op-stall "$d" "6 46 0 1" || not_ok "op-stall $d: not tuned: '$(settings op-stall $d)'"
+done
+stall_status crash 3 2 3 NewReplicaSetAvailable
+stall_status stuck 3 3 3 NewReplicaSetAvailable
+stall_status web 3 3 3 NewReplicaSetAvailable
+k patch sdp -n op-stall default --type merge -p '{"spec":{"propagation":{"staticSeconds":8}}}' >/dev/null
+retuned_stall() { local d n=0; for d in stuck web; do settings_are op-stall "$d" "12 52 0 1" && n=$((n + 1)); done; echo $n; }
+eventually 10 bash -c "$(declare -f k jp settings settings_are retuned_stall); [ \"\$(retuned_stall)\" -ge 1 ]" \
+  && ok "a finished rollout that lost a pod holds no slot: a re-tune went out (maxConcurrentRollouts 1)" \
+  || not_ok "op-stall: no re-tune; crash (a lost pod) held the slot? $(event_reasons op-stall web)"
+first=""; for d in stuck web; do settings_are op-stall "$d" "12 52 0 1" && first="$d" && break; done
+other=stuck; [ "$first" = stuck ] && other=web
+stall_status "$first" 1 3 4  # one new pod that never becomes ready: stuck
+stalled_at=$(date +%s)
+sleep 4
+expect "a stuck rollout holds the only slot" "$(retuned_stall)" 1
+if eventually 20 settings_are op-stall "$other" "12 52 0 1"; then
+  ok "a stalled rollout frees its slot: $other re-tuned $(($(date +%s) - stalled_at)) s after $first stopped moving (stall timeout 8 s)"
+else
+  not_ok "the stalled rollout of $first kept its slot: $other is '$(settings op-stall $other)'"
+fi
+eventually 10 has_event op-stall "$first" RolloutStalled && ok "... with a RolloutStalled Warning on $first" ||
+  not_ok "no RolloutStalled on $first: $(event_reasons op-stall "$first")"
+expect "crash was left as it was" "$(settings op-stall crash)" "30 100 0 1"
 stop_operator
 OP_PID=""
 
