@@ -151,18 +151,55 @@ struct HttpServer::Impl {
     stopped = true;
     beast::error_code ignored;
     acceptor.close(ignored);
-    for (auto& [id, stream] : open) stream->close();  // their reads end with operation_aborted
+    for (auto& [id, c] : open) {
+      if (c.stream) c.stream->close();  // their reads end with operation_aborted
+    }
     drained.cancel();
+  }
+
+  // One accepted connection. `idle`: no request in hand (waiting for one, or
+  // reading its header); `fresh`: none yet on this connection.
+  struct Connection {
+    asio::ip::address peer;
+    beast::tcp_stream* stream = nullptr;  // once its coroutine has started
+    Clock::time_point idle_since;
+    bool idle = true;
+    bool fresh = true;
+    bool cut = false;  // closed to make room; not counted any more
+  };
+
+  // Room for one more connection from `peer`: closes the idle connection
+  // that has waited longest (of the peer, when the peer is at its limit)
+  // where a limit is reached. False: no room, none is idle.
+  bool make_room(const asio::ip::address& peer);
+  bool evict(const asio::ip::address* peer);
+  bool is_cut(std::uint64_t id) const {
+    auto it = open.find(id);
+    return it == open.end() || it->second.cut;
+  }
+  void set_idle(std::uint64_t id, bool idle) {
+    auto it = open.find(id);
+    if (it == open.end()) return;
+    if (idle && !it->second.idle) it->second.idle_since = Clock::now();
+    if (!idle) it->second.fresh = false;
+    it->second.idle = idle;
+  }
+  bool fresh(std::uint64_t id) const {
+    auto it = open.find(id);
+    return it != open.end() && it->second.fresh;
   }
 
   class Guard;
 
   static asio::awaitable<void> accept_loop(std::shared_ptr<Impl> self);
   // One connection, from accept to close: a coroutine per connection.
-  static asio::awaitable<void> serve(std::shared_ptr<Impl> self, tcp::socket socket);
-  static asio::awaitable<void> serve_tls(std::shared_ptr<Impl> self, tcp::socket socket);
+  static asio::awaitable<void> serve(std::shared_ptr<Impl> self, tcp::socket socket,
+                                     std::uint64_t id);
+  static asio::awaitable<void> serve_tls(std::shared_ptr<Impl> self, tcp::socket socket,
+                                         std::uint64_t id);
   template <class Stream>
-  static asio::awaitable<void> serve_requests(std::shared_ptr<Impl> self, Stream& stream);
+  static asio::awaitable<void> serve_requests(std::shared_ptr<Impl> self, Stream& stream,
+                                              std::uint64_t id);
   template <class Stream>
   asio::awaitable<void> respond(Stream& stream, const http::request<http::string_body>& request,
                                 bool& keep_alive);
@@ -189,15 +226,51 @@ struct HttpServer::Impl {
 
   std::size_t active = 0;  // spawned connection coroutines not yet ended
   std::uint64_t next_id = 0;
-  std::map<std::uint64_t, beast::tcp_stream*> open;  // the streams of running ones
-  asio::steady_timer drained;                        // run() waits on it for `active` to reach 0
+  std::map<std::uint64_t, Connection> open;  // accepted, their coroutines not yet ended
+  asio::steady_timer drained;                // run() waits on it for `active` to reach 0
 };
+
+bool HttpServer::Impl::evict(const asio::ip::address* peer) {
+  Connection* oldest = nullptr;
+  for (auto& [id, c] : open) {
+    if (c.cut || !c.idle || (peer && c.peer != *peer)) continue;
+    if (!oldest || (c.fresh && !oldest->fresh) ||
+        (c.fresh == oldest->fresh && c.idle_since < oldest->idle_since)) {
+      oldest = &c;
+    }
+  }
+  if (!oldest) return false;
+  oldest->cut = true;
+  if (oldest->stream) oldest->stream->close();  // else its coroutine closes it on start
+  ++stats.evicted;
+  return true;
+}
+
+bool HttpServer::Impl::make_room(const asio::ip::address& peer) {
+  std::size_t total = 0;
+  std::size_t of_peer = 0;
+  for (const auto& [id, c] : open) {
+    if (c.cut) continue;
+    ++total;
+    if (c.peer == peer) ++of_peer;
+  }
+  if (of_peer >= options.max_connections_per_peer) {
+    if (!evict(&peer)) return false;
+    --total;
+  }
+  if (total >= options.max_connections && !evict(nullptr)) return false;
+  return true;
+}
 
 // Keeps Impl's bookkeeping right however a connection coroutine ends.
 class HttpServer::Impl::Guard {
  public:
-  Guard(Impl& impl, beast::tcp_stream& stream) : impl_(impl), id_(impl.next_id++) {
-    impl_.open.emplace(id_, &stream);
+  Guard(Impl& impl, beast::tcp_stream& stream, std::uint64_t id) : impl_(impl), id_(id) {
+    auto it = impl_.open.find(id_);
+    if (it != impl_.open.end()) {
+      it->second.stream = &stream;
+      if (it->second.cut) stream.close();
+    }
   }
   ~Guard() {
     impl_.open.erase(id_);
@@ -211,15 +284,16 @@ class HttpServer::Impl::Guard {
   std::uint64_t id_;
 };
 
-asio::awaitable<void> HttpServer::Impl::serve(std::shared_ptr<Impl> self, tcp::socket socket) {
+asio::awaitable<void> HttpServer::Impl::serve(std::shared_ptr<Impl> self, tcp::socket socket,
+                                              std::uint64_t id) {
   if (self->options.tls) {
-    co_await serve_tls(std::move(self), std::move(socket));
+    co_await serve_tls(std::move(self), std::move(socket), id);
     co_return;
   }
   beast::tcp_stream stream{std::move(socket)};
-  Guard guard{*self, stream};
-  if (self->stopped) co_return;
-  co_await serve_requests(self, stream);
+  Guard guard{*self, stream, id};
+  if (self->stopped || self->is_cut(id)) co_return;
+  co_await serve_requests(self, stream, id);
   if (self->stopped) co_return;
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
@@ -245,13 +319,14 @@ std::shared_ptr<ssl::context> HttpServer::Impl::current_tls_context() {
   return tls_context;
 }
 
-asio::awaitable<void> HttpServer::Impl::serve_tls(std::shared_ptr<Impl> self, tcp::socket socket) {
+asio::awaitable<void> HttpServer::Impl::serve_tls(std::shared_ptr<Impl> self, tcp::socket socket,
+                                                  std::uint64_t id) {
   // Held by the connection: a rotation replaces the server's, not this one.
   const std::shared_ptr<ssl::context> context = self->current_tls_context();
   if (!context) {
     ++self->stats.tls_failures;
     beast::tcp_stream plain{std::move(socket)};
-    Guard guard{*self, plain};
+    Guard guard{*self, plain, id};
     plain.close();
     co_return;
   }
@@ -260,11 +335,11 @@ asio::awaitable<void> HttpServer::Impl::serve_tls(std::shared_ptr<Impl> self, tc
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
   TlsStream stream{std::move(socket), *context};
-  Guard guard{*self, stream.next_layer()};
-  if (self->stopped) co_return;
-  stream.next_layer().expires_after(self->options.timeout);
+  Guard guard{*self, stream.next_layer(), id};
+  if (self->stopped || self->is_cut(id)) co_return;
+  stream.next_layer().expires_after(std::min(self->options.header_timeout, self->options.timeout));
   auto [ec] = co_await stream.async_handshake(ssl::stream_base::server, use_nothrow);
-  if (self->stopped) co_return;
+  if (self->stopped || self->is_cut(id)) co_return;
   if (ec) {
     if (ec == beast::error::timeout) {
       ++self->stats.timeouts;
@@ -274,16 +349,34 @@ asio::awaitable<void> HttpServer::Impl::serve_tls(std::shared_ptr<Impl> self, tc
     stream.next_layer().close();
     co_return;
   }
-  co_await serve_requests(self, stream);
-  if (self->stopped) co_return;
+  co_await serve_requests(self, stream, id);
+  if (self->stopped || self->is_cut(id)) co_return;
   // close_notify, bounded: a client that never answers it is cut.
   stream.next_layer().expires_after(std::min(self->options.timeout, kLingerTime));
   co_await stream.async_shutdown(use_nothrow);
   stream.next_layer().close();
 }
 
+// How a read of a request ended.
+enum class ReadEnd { ok, closed, timeout, gone, refuse };
+
+ReadEnd read_end(const beast::error_code& ec) {
+  if (!ec) return ReadEnd::ok;
+  if (ec == http::error::end_of_stream || ec == ssl::error::stream_truncated ||
+      ec == asio::error::eof) {
+    return ReadEnd::closed;  // the client closed between requests
+  }
+  if (ec == beast::error::timeout) return ReadEnd::timeout;  // Beast has closed the socket
+  if (ec == http::error::partial_message || ec == asio::error::connection_reset ||
+      ec == asio::error::operation_aborted) {
+    return ReadEnd::gone;
+  }
+  return ReadEnd::refuse;
+}
+
 template <class Stream>
-asio::awaitable<void> HttpServer::Impl::serve_requests(std::shared_ptr<Impl> self, Stream& stream) {
+asio::awaitable<void> HttpServer::Impl::serve_requests(std::shared_ptr<Impl> self, Stream& stream,
+                                                       std::uint64_t id) {
   const auto limit = std::min<std::size_t>(self->options.max_request_bytes,
                                            std::numeric_limits<std::uint32_t>::max());
   const auto body_limit = std::max(limit, self->options.max_body_bytes);
@@ -291,24 +384,50 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(std::shared_ptr<Impl> sel
   // the parser moves body bytes out into the request.
   beast::flat_buffer buffer{limit + 1024};
   bool keep_alive = true;
+  // Why a read ends the connection; nullopt when it succeeded.
+  auto ended = [&](const beast::error_code& ec) -> std::optional<ReadEnd> {
+    if (self->stopped || self->is_cut(id)) return ReadEnd::gone;
+    const ReadEnd end = read_end(ec);
+    if (end == ReadEnd::ok) return std::nullopt;
+    if (end == ReadEnd::timeout) ++self->stats.timeouts;
+    return end;
+  };
   while (keep_alive && !self->stopped) {
+    self->set_idle(id, true);
+    // Waiting for a request: a new connection has header_timeout to start
+    // one, a kept-alive one `timeout`.
+    if (buffer.size() == 0) {
+      tcp_of(stream).expires_after(
+          self->fresh(id) ? std::min(self->options.header_timeout, self->options.timeout)
+                          : self->options.timeout);
+      auto [ec, n] = co_await stream.async_read_some(buffer.prepare(1024), use_nothrow);
+      if (auto end = ended(ec)) {
+        if (*end == ReadEnd::refuse) co_await self->refuse(stream, ec);
+        co_return;
+      }
+      buffer.commit(n);
+    }
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(limit));
     parser.body_limit(body_limit);
-    tcp_of(stream).expires_after(self->options.timeout);
-    auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_nothrow);
-    if (self->stopped) co_return;
-    if (ec == http::error::end_of_stream || ec == ssl::error::stream_truncated) {
-      break;  // the client closed between requests
+    // The header, from its first byte: header_timeout (slow-loris clients).
+    tcp_of(stream).expires_after(std::min(self->options.header_timeout, self->options.timeout));
+    {
+      auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, use_nothrow);
+      if (auto end = ended(ec)) {
+        if (*end == ReadEnd::refuse) co_await self->refuse(stream, ec);
+        co_return;
+      }
     }
-    if (ec == beast::error::timeout) {
-      ++self->stats.timeouts;  // Beast has closed the socket already
-      co_return;
-    }
-    if (ec == http::error::partial_message || ec == asio::error::connection_reset) co_return;
-    if (ec) {
-      co_await self->refuse(stream, ec);
-      co_return;
+    // A request in hand: not idle until it is answered.
+    self->set_idle(id, false);
+    if (!parser.is_done()) {
+      tcp_of(stream).expires_after(self->options.timeout);
+      auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_nothrow);
+      if (auto end = ended(ec)) {
+        if (*end == ReadEnd::refuse) co_await self->refuse(stream, ec);
+        co_return;
+      }
     }
     co_await self->respond(stream, parser.get(), keep_alive);
   }
@@ -511,7 +630,12 @@ asio::awaitable<void> HttpServer::Impl::accept_loop(std::shared_ptr<Impl> self) 
       co_await pause.async_wait(use_nothrow);
       continue;
     }
-    if (self->active >= self->options.max_connections) {
+    beast::error_code pec;
+    auto peer = socket.remote_endpoint(pec).address();
+    if (peer.is_v6() && peer.to_v6().is_v4_mapped()) {
+      peer = asio::ip::make_address_v4(asio::ip::v4_mapped, peer.to_v6());
+    }
+    if (pec || !self->make_room(peer)) {
       ++self->stats.rejected;
       beast::error_code ignored;
       socket.close(ignored);
@@ -519,7 +643,9 @@ asio::awaitable<void> HttpServer::Impl::accept_loop(std::shared_ptr<Impl> self) 
     }
     ++self->stats.connections;
     ++self->active;  // counted now, not when the coroutine starts, so the cap holds
-    asio::co_spawn(self->executor, Impl::serve(self, std::move(socket)),
+    const std::uint64_t id = self->next_id++;
+    self->open.emplace(id, Connection{.peer = peer, .idle_since = Clock::now()});
+    asio::co_spawn(self->executor, Impl::serve(self, std::move(socket), id),
                    [self](std::exception_ptr e) {
                      if (e) ++self->stats.io_errors;
                    });

@@ -56,8 +56,19 @@ struct HttpServerOptions {
   std::size_t max_request_bytes = std::size_t{8} * 1024;
   // The body's own limit when larger than max_request_bytes (a POST route's).
   std::size_t max_body_bytes = 0;
-  // Connections beyond this are closed as soon as they are accepted.
+  // The TLS handshake, and each request's header: a new connection must send
+  // a complete request header within this of being accepted (after the
+  // handshake), a kept-alive one within this of the header's first byte.
+  std::chrono::steady_clock::duration header_timeout = std::chrono::seconds{5};
+  // Open connections, on the listener and from one peer IP address. When a
+  // limit is reached, the connection (of that peer, for its limit) idle the
+  // longest is closed to make room: first those that never sent a complete
+  // request header, then kept-alive ones between requests. Only when none is
+  // idle (all are reading a body, handling or writing) is the new connection
+  // closed as soon as it is accepted. So idle connections, however many,
+  // cannot keep a probe or an admission out.
   std::size_t max_connections = 64;
+  std::size_t max_connections_per_peer = 32;
   // HTTPS with the certificate this gives when set; each connection asks for
   // current(), and a new TLS context is built only when its generation
   // changes. With no certificate yet, connections are closed unanswered.
@@ -67,7 +78,8 @@ struct HttpServerOptions {
 // Monotonic counters, for tests and logs.
 struct HttpServerStats {
   std::uint64_t connections = 0;       // accepted and served
-  std::uint64_t rejected = 0;          // closed at once: over max_connections
+  std::uint64_t rejected = 0;          // closed at once: over a limit, none idle
+  std::uint64_t evicted = 0;           // idle ones closed to make room for a new one
   std::uint64_t requests = 0;          // answered, whatever the status
   std::uint64_t bad_requests = 0;      // malformed or oversized: 400 / 413 / 431
   std::uint64_t timeouts = 0;          // connections cut by the timeout

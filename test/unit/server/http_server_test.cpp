@@ -6,6 +6,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -26,6 +27,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gracekeeper/metrics/metrics.h"
 
@@ -425,23 +427,131 @@ TEST(HttpServer, IdleKeepAliveConnectionIsClosedByTheTimeout) {
   });
 }
 
-TEST(HttpServer, ConnectionsBeyondTheCapAreClosed) {
+TEST(HttpServer, ConnectionsBeyondTheCapAreClosedWhenNoneIsIdle) {
   HttpServerOptions options;
   options.max_connections = 1;
   with_server(health_routes({}, {}), options, [](HttpServer& server) -> asio::awaitable<void> {
     auto first = co_await connect(server.port());
-    beast::flat_buffer buffer;
-    auto answer = co_await ask(first, buffer, http::verb::get, "/healthz");  // surely accepted
-    EXPECT_EQ(answer.response.result_int(), 200);
+    // A request whose body is on its way: busy, so it is not closed to make room.
+    co_await send_raw(first, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nab");
+    asio::steady_timer pause{co_await asio::this_coro::executor, 100ms};
+    co_await pause.async_wait(asio::use_awaitable);
 
     auto second = co_await connect(server.port());
     auto ended = co_await wait_closed(second);
     EXPECT_TRUE(ended == asio::error::eof || ended == asio::error::connection_reset)
         << ended.message();
     EXPECT_EQ(server.stats().rejected, 1u);
+    EXPECT_EQ(server.stats().evicted, 0u);
 
-    answer = co_await ask(first, buffer, http::verb::get, "/healthz");  // still served
+    co_await send_raw(first, "cde");
+    beast::flat_buffer buffer;
+    auto answer = co_await read_answer(first, buffer);  // still served
+    EXPECT_EQ(answer.response.result_int(), 200) << answer.error.message();
+  });
+}
+
+// Connects from `source` (any 127.x.y.z is loopback on Linux).
+asio::awaitable<beast::tcp_stream> connect_from(unsigned short port, asio::ip::address_v4 source) {
+  beast::tcp_stream stream{co_await asio::this_coro::executor};
+  stream.socket().open(tcp::v4());
+  stream.socket().bind(tcp::endpoint{source, 0});
+  stream.expires_after(5s);
+  co_await stream.async_connect(tcp::endpoint{asio::ip::address_v4::loopback(), port},
+                                asio::use_awaitable);
+  co_return stream;
+}
+
+// 100 connections that send nothing, from one peer or from 100, then a probe
+// and a POST from another connection: both answered, at once.
+void idle_flood(bool one_peer) {
+  Routes routes = health_routes({}, {});
+  PostRoutes post;
+  post.emplace("/mutate", [](std::string_view body) {
+    Response r;
+    r.body = "got " + std::string{body};
+    return r;
+  });
+  asio::io_context io;
+  auto bound = HttpServer::bind(io.get_executor(), "127.0.0.1:0", std::move(routes),
+                                std::move(post), HttpServerOptions{});
+  ASSERT_TRUE(bound) << bound.error();
+  HttpServer& server = **bound;
+  bool done = false;
+  asio::co_spawn(io, server.run(), asio::detached);
+  auto body = [&]() -> asio::awaitable<void> {
+    std::vector<beast::tcp_stream> idle;
+    for (unsigned i = 0; i < 100; ++i) {
+      const auto source =
+          one_peer ? asio::ip::address_v4{0x7f000001u} : asio::ip::address_v4{0x7f000100u + i};
+      idle.push_back(co_await connect_from(server.port(), source));
+    }
+    asio::steady_timer pause{co_await asio::this_coro::executor, 200ms};
+    co_await pause.async_wait(asio::use_awaitable);  // all accepted
+    EXPECT_LE(server.open_connections(), 100u);
+
+    const auto start = Clock::now();
+    auto probe = co_await fetch(server, http::verb::get, "/healthz");
+    EXPECT_EQ(probe.response.result_int(), 200) << probe.error.message();
+    auto stream = co_await connect(server.port());
+    beast::flat_buffer buffer;
+    co_await send_raw(stream, "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
+    auto answer = co_await read_answer(stream, buffer);
+    EXPECT_EQ(answer.response.result_int(), 200) << answer.error.message();
+    EXPECT_EQ(answer.response.body(), "got abc");
+    EXPECT_LT(Clock::now() - start, 1s);
+    // The limits held: the oldest idle ones were closed to make room.
+    const std::uint64_t limit = one_peer ? 32 : 64;
+    // (101: the probe's connection may have closed before the POST's came.)
+    EXPECT_GE(server.stats().evicted, 101u - limit);
+    EXPECT_LE(server.stats().evicted, 102u - limit);
+    EXPECT_EQ(server.stats().rejected, 0u);
+    EXPECT_EQ(server.stats().requests, 2u);
+    done = true;
+    server.stop();
+  };
+  asio::co_spawn(io, body(), [&](std::exception_ptr e) {
+    server.stop();
+    if (e) ADD_FAILURE() << "the test body threw";
+  });
+  io.run_for(10s);
+  EXPECT_TRUE(done);
+}
+
+TEST(HttpServer, AHundredIdleConnectionsFromOnePeerDoNotKeepOutAProbeOrARequest) {
+  idle_flood(true);
+}
+
+TEST(HttpServer, AHundredIdleConnectionsFromManyPeersDoNotKeepOutAProbeOrARequest) {
+  idle_flood(false);
+}
+
+TEST(HttpServer, ANewConnectionMustSendItsHeaderWithinTheHeaderTimeout) {
+  HttpServerOptions options;
+  options.header_timeout = 200ms;  // `timeout` stays 10 s
+  with_server(health_routes({}, {}), options, [](HttpServer& server) -> asio::awaitable<void> {
+    auto silent = co_await connect(server.port());
+    auto slow = co_await connect(server.port());
+    co_await send_raw(slow, "GET /healthz HTTP/1.1\r\nHost: lo");  // and no more
+    const auto start = Clock::now();
+    auto ended = co_await wait_closed(silent);
+    EXPECT_TRUE(ended == asio::error::eof || ended == asio::error::connection_reset)
+        << ended.message();
+    ended = co_await wait_closed(slow);
+    EXPECT_TRUE(ended == asio::error::eof || ended == asio::error::connection_reset)
+        << ended.message();
+    EXPECT_GE(Clock::now() - start, 150ms);
+    EXPECT_LT(Clock::now() - start, 2s);
+    EXPECT_EQ(server.stats().timeouts, 2u);
+    // A kept-alive connection between requests waits `timeout`, not header_timeout.
+    auto kept = co_await connect(server.port());
+    beast::flat_buffer buffer;
+    auto answer = co_await ask(kept, buffer, http::verb::get, "/healthz");
     EXPECT_EQ(answer.response.result_int(), 200);
+    asio::steady_timer pause{co_await asio::this_coro::executor, 400ms};
+    co_await pause.async_wait(asio::use_awaitable);
+    answer = co_await ask(kept, buffer, http::verb::get, "/healthz");
+    EXPECT_EQ(answer.response.result_int(), 200) << answer.error.message();
   });
 }
 
