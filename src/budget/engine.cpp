@@ -520,6 +520,24 @@ class Planner {
     }
   }
 
+  // Why a user's hook is kept, and what it counts as.
+  std::string kept_hook_message(const Container& c) const {
+    const PreStopHook& hook = c.pre_stop;
+    if (lengthened(c)) {
+      return fmt::format(
+          "the preStop hook ({}) waits longer than the one gracekeeper wrote: the user's, kept "
+          "and never shortened",
+          describe(hook));
+    }
+    if (hook.length_ms) {
+      return fmt::format("the preStop hook ({}) was written by hand and is kept", describe(hook));
+    }
+    return fmt::format(
+        "the preStop hook ({}) was written by hand and is kept; its length is unknown: the grace "
+        "leaves it {}s, but it does not count as the wait",
+        describe(hook), plan_.budget.pre_stop_seconds);
+  }
+
   // The preStop each target container should have.
   void plan_containers() {
     const Budget& b = plan_.budget;
@@ -545,18 +563,7 @@ class Planner {
                                b.pre_stop_seconds == 0 || lengthened(c))) {
         cp.pre_stop_seconds = hook_grace_seconds(hook, b.pre_stop_seconds);
         cp.user_hook_kept = true;
-        add("ExistingPreStopKept", Severity::Info, c.name,
-            lengthened(c)
-                ? fmt::format("the preStop hook ({}) waits longer than the one gracekeeper "
-                              "wrote: the user's, kept and never shortened",
-                              describe(hook))
-            : hook.length_ms
-                ? fmt::format("the preStop hook ({}) was written by hand and is kept",
-                              describe(hook))
-                : fmt::format("the preStop hook ({}) was written by hand and is kept; its length "
-                              "is unknown: the grace leaves it {}s, but it does not count as the "
-                              "wait",
-                              describe(hook), b.pre_stop_seconds));
+        add("ExistingPreStopKept", Severity::Info, c.name, kept_hook_message(c));
       } else if (hook.owned && hook.kind == desired_kind && hook.seconds &&
                  *hook.seconds >= b.pre_stop_seconds &&
                  *hook.seconds - b.pre_stop_seconds < std::max<std::int64_t>(threshold, 1)) {

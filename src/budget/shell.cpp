@@ -444,6 +444,53 @@ bool env_assigns(const std::vector<std::string>& argv) {
   return i < argv.size() && is_assignment(argv[i]);
 }
 
+// One simple command of a script, from tokens[i] on: its words (after any
+// leading assignments), and whether an assignment or a redirection that is
+// not harmless may act before it runs. `i` moves past the command and its
+// separator; nullopt when the script is not read (another operator, a
+// redirection without a target).
+struct SimpleCommand {
+  std::vector<std::string> words;
+  bool before = false;
+};
+
+std::optional<SimpleCommand> next_command(const std::vector<Token>& tokens, std::size_t& i) {
+  SimpleCommand out;
+  for (; i < tokens.size() && (tokens[i].word || tokens[i].redirect); ++i) {
+    const Token& t = tokens[i];
+    if (t.redirect) {
+      ++i;  // the redirection's target
+      if (i >= tokens.size() || !tokens[i].word) return std::nullopt;
+      if (!harmless_redirect(t.text, tokens[i].text)) out.before = true;
+      continue;
+    }
+    if (out.words.empty() && is_assignment(t.text)) {
+      out.before = true;
+      continue;
+    }
+    out.words.push_back(t.text);
+  }
+  if (i < tokens.size()) {
+    const std::string& separator = tokens[i].text;
+    if (separator != ";" && separator != "\n" && separator != "&&") return std::nullopt;
+    ++i;
+  }
+  return out;
+}
+
+// The words without their quotes; a word that expands something reads as
+// "$" (no program, no duration). `plain`: none did.
+std::vector<std::string> unquoted(const std::vector<std::string>& words, bool& plain) {
+  std::vector<std::string> argv;
+  plain = true;
+  for (const auto& word : words) {
+    auto text = plain_word(word);
+    plain = plain && text.has_value();
+    argv.push_back(text ? std::move(*text) : std::string("$"));
+  }
+  return argv;
+}
+
 // The sleeps of a -c script: simple commands joined by `;`, `&&` or
 // newlines. The first command that is not a sleep (and does not do nothing)
 // ends the wait: it may tell the app to stop (`nginx -s quit`); the sleeps
@@ -466,50 +513,22 @@ std::optional<HookLength> script_length(std::string_view script) {
   };
   std::size_t i = 0;
   while (i < tokens->size()) {
-    std::vector<std::string> words;
-    bool before = false;  // an assignment or redirection that may act first
-    for (; i < tokens->size() && ((*tokens)[i].word || (*tokens)[i].redirect); ++i) {
-      const Token& t = (*tokens)[i];
-      if (t.redirect) {
-        ++i;  // the redirection's target
-        if (i >= tokens->size() || !(*tokens)[i].word) return std::nullopt;
-        if (!harmless_redirect(t.text, (*tokens)[i].text)) before = true;
-        continue;
-      }
-      if (words.empty() && is_assignment(t.text)) {
-        before = true;
-        continue;
-      }
-      words.push_back(t.text);
-    }
-    if (i < tokens->size()) {
-      const std::string& separator = (*tokens)[i].text;
-      if (separator != ";" && separator != "\n" && separator != "&&") return std::nullopt;
-      ++i;
-    }
-    if (words.empty()) {
-      if (before) acts();  // `X=$(nginx -s quit)`, `> /run/app.ctl`
-      continue;
-    }
-    if (reserved(words.front())) return std::nullopt;
+    auto command = next_command(*tokens, i);
+    if (!command) return std::nullopt;
+    std::vector<std::string>& words = command->words;
+    if (!words.empty() && reserved(words.front())) return std::nullopt;
     // `exec` with a program ends the script; with only redirections
     // (`exec >/proc/1/fd/1 2>&1`) it changes the shell's own and goes on.
-    const bool exec = words.front() == "exec";
+    const bool exec = !words.empty() && words.front() == "exec";
     if (exec) words.erase(words.begin());
     if (words.empty()) {
-      if (before) acts();
+      if (command->before) acts();  // `X=$(nginx -s quit)`, `> /run/app.ctl`
       continue;
     }
     const bool last = exec || words.front() == "exit";
-    // A word that expands something reads as "$": no program, no duration.
-    std::vector<std::string> argv;
     bool plain = true;
-    for (const auto& word : words) {
-      auto text = plain_word(word);
-      plain = plain && text.has_value();
-      argv.push_back(text ? std::move(*text) : std::string("$"));
-    }
-    if (before || env_assigns(argv)) acts();
+    const std::vector<std::string> argv = unquoted(words, plain);
+    if (command->before || env_assigns(argv)) acts();
     const std::size_t program = program_index(argv);
     if (program < argv.size() && basename(argv[program]) == "sleep") {
       auto sleep = sleep_arguments(argv, program + 1);
