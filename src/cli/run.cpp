@@ -13,6 +13,7 @@
 #ifdef GRACEKEEPER_HAVE_OPERATOR
 #include "gracekeeper/admission/certs.h"  // check_san
 #include "gracekeeper/operator/operator.h"
+#include "gracekeeper/server/http_server.h"  // parse_tls_version, parse_cipher_suites
 #endif
 
 namespace gracekeeper::cli {
@@ -68,6 +69,9 @@ constexpr const char* kRunUsage =
     "      --shutdown-lame-duck-seconds S    after SIGTERM, /readyz says 503 while the webhook\n"
     "                                        and /metrics keep answering S seconds, with\n"
     "                                        Connection: close (default 10; 0: stop at once)\n"
+    "      --tls-min-version 1.2|1.3         the webhook's oldest TLS version (default 1.2)\n"
+    "      --tls-cipher-suites LIST          the webhook's TLS 1.2 cipher suites, OpenSSL\n"
+    "                                        names separated by commas (default: OpenSSL's)\n"
     "      --log-format json|text            default json\n"
     "      --log-level debug|info|warn|error default info\n"
     "  -h, --help                            this help\n";
@@ -149,6 +153,24 @@ std::expected<void, std::string> add_extra_san(controller::OperatorOptions& o,
   return {};
 }
 
+std::expected<void, std::string> set_tls_min_version(controller::OperatorOptions& o,
+                                                     std::string_view flag,
+                                                     std::string_view value) {
+  auto version = server::parse_tls_version(value);
+  if (!version) return std::unexpected(fmt::format("flag {}: {}", flag, version.error()));
+  o.tls_min_version = *version == server::TlsVersion::v1_3 ? "1.3" : "1.2";
+  return {};
+}
+
+std::expected<void, std::string> set_tls_cipher_suites(controller::OperatorOptions& o,
+                                                       std::string_view flag,
+                                                       std::string_view value) {
+  auto list = server::parse_cipher_suites(value);
+  if (!list) return std::unexpected(fmt::format("flag {}: {}", flag, list.error()));
+  o.tls_cipher_suites = std::move(*list);
+  return {};
+}
+
 std::expected<void, std::string> set_lame_duck(controller::OperatorOptions& o,
                                                std::string_view flag, std::string_view value) {
   auto number = parse_count(flag, value, 0, 600);
@@ -208,6 +230,8 @@ constexpr auto kValueFlags = std::to_array<std::pair<std::string_view, Setter>>(
     {"--webhook-ca-validity", &set_seconds<&O::webhook_ca_validity, 100L * 365 * 86400>},
     {"--webhook-cert-resync", &set_seconds<&O::webhook_cert_resync, 3600>},
     {"--shutdown-lame-duck-seconds", &set_lame_duck},
+    {"--tls-min-version", &set_tls_min_version},
+    {"--tls-cipher-suites", &set_tls_cipher_suites},
     {"--log-format", &set_log_format},
     {"--log-level", &set_log_level},
 });
@@ -276,6 +300,11 @@ int run_command(std::span<const std::string_view> args, std::ostream& out, std::
   if (o.webhook_cert_validity < std::chrono::seconds(10) ||
       o.webhook_ca_validity < std::chrono::seconds(10)) {
     return fail("--webhook-cert-validity and --webhook-ca-validity must be at least 10 seconds");
+  }
+  if (o.tls_min_version == "1.3" && !o.tls_cipher_suites.empty()) {
+    return fail(
+        "--tls-cipher-suites names TLS 1.2 suites, and --tls-min-version 1.3 refuses TLS 1.2 "
+        "(TLS 1.3 suites are not configurable)");
   }
   return controller::run_operator(o);
 #endif

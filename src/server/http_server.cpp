@@ -1,5 +1,8 @@
 #include "gracekeeper/server/http_server.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <array>
 #include <boost/asio/as_tuple.hpp>
@@ -113,13 +116,23 @@ beast::tcp_stream& tcp_of(TlsStream& s) {
   return s.next_layer();
 }
 
-// A server context for one certificate: TLS 1.2 and later.
+// A server context for one certificate: TLS 1.2 and later, or 1.3 only.
 std::expected<std::shared_ptr<ssl::context>, std::string> make_tls_context(
-    const ServingCertificate& certificate) {
+    const ServingCertificate& certificate, const HttpServerOptions& options) {
   auto context = std::make_shared<ssl::context>(ssl::context::tls_server);
   context->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
                        ssl::context::single_dh_use);
+  SSL_CTX* native = context->native_handle();
+  const int min_version =
+      options.tls_min_version == TlsVersion::v1_3 ? TLS1_3_VERSION : TLS1_2_VERSION;
+  if (SSL_CTX_set_min_proto_version(native, min_version) != 1) {
+    return std::unexpected(std::string{"cannot set the minimum TLS version"});
+  }
+  if (!options.tls_cipher_suites.empty() &&
+      SSL_CTX_set_cipher_list(native, options.tls_cipher_suites.c_str()) != 1) {
+    return std::unexpected("no cipher suite of \"" + options.tls_cipher_suites + "\" is known");
+  }
   beast::error_code ec;
   context->use_certificate_chain(asio::buffer(certificate.cert_pem), ec);
   if (ec) return std::unexpected("the serving certificate: " + ec.message());
@@ -136,6 +149,47 @@ Response text(int status, std::string body) {
 }
 
 }  // namespace
+
+std::expected<TlsVersion, std::string> parse_tls_version(std::string_view text) {
+  if (text == "1.2" || text == "VersionTLS12") return TlsVersion::v1_2;
+  if (text == "1.3" || text == "VersionTLS13") return TlsVersion::v1_3;
+  return std::unexpected("expected 1.2 or 1.3, got \"" + std::string{text} + "\"");
+}
+
+std::expected<std::string, std::string> parse_cipher_suites(std::string_view text) {
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> probe{SSL_CTX_new(TLS_server_method()),
+                                                          &SSL_CTX_free};
+  if (!probe) return std::unexpected(std::string{"OpenSSL cannot make a TLS context"});
+  std::string list;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto end = std::min(text.find_first_of(",:", start), text.size());
+    const std::string name{text.substr(start, end - start)};
+    start = end + 1;
+    if (name.empty()) return std::unexpected(std::string{"an empty cipher suite name"});
+    // Each name must be a suite's own: a typo would otherwise vanish from a
+    // list that still has others, and OpenSSL's keywords (HIGH, !aNULL)
+    // select more than the name says.
+    bool known = SSL_CTX_set_cipher_list(probe.get(), name.c_str()) == 1;
+    if (known) {
+      known = false;
+      STACK_OF(SSL_CIPHER)* selected = SSL_CTX_get_ciphers(probe.get());
+      for (int k = 0; k < sk_SSL_CIPHER_num(selected); ++k) {
+        if (name == SSL_CIPHER_get_name(sk_SSL_CIPHER_value(selected, k))) known = true;
+      }
+    }
+    ERR_clear_error();
+    if (!known) {
+      std::string why = "unknown TLS 1.2 cipher suite \"" + name +
+                        "\" (OpenSSL names, such as ECDHE-ECDSA-AES128-GCM-SHA256)";
+      if (name.starts_with("TLS_")) why += "; TLS 1.3 suites are not configurable";
+      return std::unexpected(why);
+    }
+    if (!list.empty()) list += ':';
+    list += name;
+  }
+  return list;
+}
 
 struct HttpServer::Impl {
   Impl(tcp::acceptor a, Routes r, PostRoutes p, HttpServerOptions o)
@@ -305,7 +359,7 @@ std::shared_ptr<ssl::context> HttpServer::Impl::current_tls_context() {
   if (!certificate) return nullptr;
   if ((!tls_context || certificate->generation != tls_generation) &&
       certificate->generation != broken_generation) {
-    auto made = make_tls_context(*certificate);
+    auto made = make_tls_context(*certificate, options);
     if (!made) {
       // Tried once per generation; the old certificate, if any, still serves.
       broken_generation = certificate->generation;

@@ -38,6 +38,12 @@ struct OperatorOptions {
   int webhook_port = 0;
   // tls.crt and tls.key of its serving certificate.
   std::optional<std::filesystem::path> webhook_cert_dir{};
+  // The webhook's oldest TLS version, "1.2" or "1.3" (--tls-min-version), and
+  // its TLS 1.2 cipher suites, an OpenSSL cipher list ("" = OpenSSL's
+  // default; --tls-cipher-suites). Checked by the CLI
+  // (server::parse_tls_version, server::parse_cipher_suites).
+  std::string tls_min_version = "1.2";
+  std::string tls_cipher_suites{};
 
   std::string log_format = "json";  // json | text
   std::string log_level = "info";   // debug | info | warn | error

@@ -48,6 +48,19 @@ using Routes = std::map<std::string, Handler, std::less<>>;
 using PostHandler = std::function<Response(std::string_view body)>;
 using PostRoutes = std::map<std::string, PostHandler, std::less<>>;
 
+// The oldest TLS version an HTTPS server accepts.
+enum class TlsVersion { v1_2, v1_3 };
+
+// "1.2" or "1.3" (also "VersionTLS12" / "VersionTLS13", as Kubernetes
+// components write it); the error names the accepted values.
+std::expected<TlsVersion, std::string> parse_tls_version(std::string_view text);
+
+// A list of TLS 1.2 cipher suites by their OpenSSL names, separated by
+// commas or colons ("ECDHE-ECDSA-AES128-GCM-SHA256,ECDHE-RSA-AES128-GCM-SHA256"):
+// the OpenSSL cipher list, or an error naming the first name this OpenSSL
+// does not know (a TLS 1.3 suite among them: those are not configurable).
+std::expected<std::string, std::string> parse_cipher_suites(std::string_view text);
+
 struct HttpServerOptions {
   // Limit for each read of a request and each write of a response; an idle
   // keep-alive connection is closed after it too.
@@ -73,6 +86,12 @@ struct HttpServerOptions {
   // current(), and a new TLS context is built only when its generation
   // changes. With no certificate yet, connections are closed unanswered.
   std::shared_ptr<const TlsSource> tls{};
+  // HTTPS: the oldest version accepted; a client offering only older ones
+  // fails its handshake.
+  TlsVersion tls_min_version = TlsVersion::v1_2;
+  // HTTPS: the TLS 1.2 cipher suites, an OpenSSL cipher list
+  // (parse_cipher_suites); "" is OpenSSL's default. TLS 1.3 keeps its own.
+  std::string tls_cipher_suites{};
 };
 
 // Monotonic counters, for tests and logs.

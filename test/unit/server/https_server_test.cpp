@@ -3,6 +3,7 @@
 // loopback sockets; certificates made with OpenSSL
 // (test/support/self_signed.h).
 #include <gtest/gtest.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -229,6 +230,110 @@ TEST(HttpsServer, AStalledHandshakeIsCutByTheTimeout) {
     Reply r = co_await post(server.port(), http::verb::post, "still serving");
     EXPECT_EQ(r.status, 200);
   });
+}
+
+struct Handshake {
+  beast::error_code error;
+  std::string version;  // negotiated, e.g. "TLSv1.2"
+  std::string cipher;
+};
+
+// A TLS handshake by an OpenSSL client limited to versions [min, max] and,
+// when given, to `ciphers` (TLS 1.2). Security level 0, so the client itself
+// would speak TLS 1.1: a refusal is the server's.
+asio::awaitable<Handshake> handshake(unsigned short port, int min, int max,
+                                     std::string ciphers = "") {
+  ssl::context context(ssl::context::tls_client);
+  context.set_verify_mode(ssl::verify_none);
+  SSL_CTX* native = context.native_handle();
+  SSL_CTX_set_security_level(native, 0);
+  SSL_CTX_set_min_proto_version(native, min);
+  SSL_CTX_set_max_proto_version(native, max);
+  if (ciphers.empty()) ciphers = "DEFAULT:@SECLEVEL=0";
+  EXPECT_EQ(SSL_CTX_set_cipher_list(native, ciphers.c_str()), 1) << ciphers;
+  beast::ssl_stream<beast::tcp_stream> stream(co_await asio::this_coro::executor, context);
+  stream.next_layer().expires_after(5s);
+  const tcp::endpoint endpoint{asio::ip::address_v4::loopback(), port};
+  Handshake out;
+  auto [cec] = co_await stream.next_layer().async_connect(endpoint, use_nothrow);
+  if (cec) {
+    out.error = cec;
+    co_return out;
+  }
+  auto [hec] = co_await stream.async_handshake(ssl::stream_base::client, use_nothrow);
+  out.error = hec;
+  if (!hec) {
+    out.version = SSL_get_version(stream.native_handle());
+    out.cipher = SSL_CIPHER_get_name(SSL_get_current_cipher(stream.native_handle()));
+  }
+  co_return out;
+}
+
+TEST(HttpsServer, TlsOneOneIsRefusedAndOneTwoAndOneThreeServed) {
+  auto source = std::make_shared<FakeSource>();
+  source->certificate = std::make_shared<ServingCertificate>(make_certificate(1, 1));
+  with_https(source, {}, [&](HttpServer& server) -> asio::awaitable<void> {
+    auto old = co_await handshake(server.port(), TLS1_1_VERSION, TLS1_1_VERSION);
+    EXPECT_TRUE(old.error) << "TLS 1.1 was accepted: " << old.version;
+    EXPECT_EQ(server.stats().tls_failures, 1u);  // the server refused it
+    auto v12 = co_await handshake(server.port(), TLS1_2_VERSION, TLS1_2_VERSION);
+    EXPECT_FALSE(v12.error) << v12.error.message();
+    EXPECT_EQ(v12.version, "TLSv1.2");
+    auto v13 = co_await handshake(server.port(), TLS1_3_VERSION, TLS1_3_VERSION);
+    EXPECT_FALSE(v13.error) << v13.error.message();
+    EXPECT_EQ(v13.version, "TLSv1.3");
+  });
+}
+
+TEST(HttpsServer, MinimumVersionOneThreeRefusesOneTwo) {
+  auto source = std::make_shared<FakeSource>();
+  source->certificate = std::make_shared<ServingCertificate>(make_certificate(1, 1));
+  HttpServerOptions options;
+  options.tls_min_version = TlsVersion::v1_3;
+  with_https(source, options, [&](HttpServer& server) -> asio::awaitable<void> {
+    auto v12 = co_await handshake(server.port(), TLS1_2_VERSION, TLS1_2_VERSION);
+    EXPECT_TRUE(v12.error) << "TLS 1.2 was accepted";
+    auto v13 = co_await handshake(server.port(), TLS1_2_VERSION, TLS1_3_VERSION);
+    EXPECT_FALSE(v13.error) << v13.error.message();
+    EXPECT_EQ(v13.version, "TLSv1.3");
+    Reply r = co_await post(server.port(), http::verb::post, "abc");
+    EXPECT_EQ(r.status, 200) << r.error.message();
+  });
+}
+
+TEST(HttpsServer, CipherSuitesLimitTlsOneTwo) {
+  auto source = std::make_shared<FakeSource>();
+  source->certificate = std::make_shared<ServingCertificate>(make_certificate(1, 1));
+  HttpServerOptions options;
+  auto list = parse_cipher_suites("ECDHE-ECDSA-AES256-GCM-SHA384");
+  ASSERT_TRUE(list) << list.error();
+  options.tls_cipher_suites = *list;
+  with_https(source, options, [&](HttpServer& server) -> asio::awaitable<void> {
+    auto other = co_await handshake(server.port(), TLS1_2_VERSION, TLS1_2_VERSION,
+                                    "ECDHE-ECDSA-AES128-GCM-SHA256");
+    EXPECT_TRUE(other.error) << "a suite not in the list was negotiated: " << other.cipher;
+    auto listed = co_await handshake(server.port(), TLS1_2_VERSION, TLS1_2_VERSION,
+                                     "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384");
+    EXPECT_FALSE(listed.error) << listed.error.message();
+    EXPECT_EQ(listed.cipher, "ECDHE-ECDSA-AES256-GCM-SHA384");
+  });
+}
+
+TEST(HttpsServer, TlsFlagValuesAreChecked) {
+  EXPECT_EQ(parse_tls_version("1.2"), TlsVersion::v1_2);
+  EXPECT_EQ(parse_tls_version("VersionTLS13"), TlsVersion::v1_3);
+  EXPECT_EQ(parse_tls_version("1.1").error(), "expected 1.2 or 1.3, got \"1.1\"");
+  EXPECT_EQ(parse_cipher_suites("ECDHE-ECDSA-AES128-GCM-SHA256,ECDHE-RSA-AES128-GCM-SHA256"),
+            "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256");
+  auto typo = parse_cipher_suites("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA257");
+  ASSERT_FALSE(typo);
+  EXPECT_NE(typo.error().find("\"ECDHE-RSA-AES128-GCM-SHA257\""), std::string::npos)
+      << typo.error();
+  EXPECT_FALSE(parse_cipher_suites("HIGH"));  // a keyword, not a suite
+  auto v13 = parse_cipher_suites("TLS_AES_128_GCM_SHA256");
+  ASSERT_FALSE(v13);
+  EXPECT_NE(v13.error().find("TLS 1.3 suites are not configurable"), std::string::npos);
+  EXPECT_FALSE(parse_cipher_suites(""));
 }
 
 }  // namespace
