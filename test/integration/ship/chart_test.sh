@@ -149,6 +149,12 @@ expect "webhook: the Service sends 443 to the pod's port webhook (9443)" \
 hd() { local o=""; [ "$1" = -S ] && { o=-S; shift; }; jq -c $o "[.[] | select(.kind == \"Deployment\")][0].spec.template.spec | $1" <<<"$dh"; }
 expect "webhook: self-managed certificate flags" "$(hd '.containers[0].args | map(select(startswith("--webhook")))')" \
   '["--webhook-port=9443","--webhook-cert-secret=gracekeeper-webhook-certs","--webhook-service=gracekeeper-webhook","--webhook-config=gracekeeper"]'
+expect "webhook: TLS flags (1.2 and later, OpenSSL's suites)" "$(hd '.containers[0].args | map(select(startswith("--tls")))')" '["--tls-min-version=1.2"]'
+dt=$(render --set webhook.enabled=true --set webhook.tlsMinVersion=1.3 --set 'webhook.tlsCipherSuites={ECDHE-ECDSA-AES128-GCM-SHA256,ECDHE-RSA-AES128-GCM-SHA256}')
+expect "webhook.tlsMinVersion, webhook.tlsCipherSuites: the flags" \
+  "$(jq -c '[.[] | select(.kind == "Deployment")][0].spec.template.spec.containers[0].args | map(select(startswith("--tls")))' <<<"$dt")" \
+  '["--tls-min-version=1.3","--tls-cipher-suites=ECDHE-ECDSA-AES128-GCM-SHA256,ECDHE-RSA-AES128-GCM-SHA256"]'
+rejected 'webhook.tlsMinVersion: 1.1' --set-string webhook.tlsMinVersion=1.1
 expect "webhook: container port" "$(hd -S '.containers[0].ports | map(select(.name == "webhook"))')" '[{"containerPort":9443,"name":"webhook","protocol":"TCP"}]'
 expect "webhook: the Secret's Role (create; get and update of one name)" \
   "$(jq -cS '.[] | select(.kind == "Role" and .metadata.name == "gracekeeper-webhook-certs") | .rules' <<<"$dh")" \
