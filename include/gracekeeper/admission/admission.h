@@ -38,10 +38,11 @@
 
 namespace gracekeeper::controller {
 
-// The largest AdmissionReview read: the API server's own limit on a request
-// body. An UPDATE's review carries the object and the old object, each at
-// most 1.5 MiB in etcd.
-inline constexpr std::size_t kMaxAdmissionBytes = std::size_t{3} * 1024 * 1024;
+// The largest AdmissionReview read: 7 MiB, controller-runtime's limit. An
+// UPDATE's review carries the object and the old object, each up to 1.5 MiB
+// in etcd and larger as JSON, so the API server's 3 MiB request limit is
+// too small here.
+inline constexpr std::size_t kMaxAdmissionBytes = std::size_t{7} * 1024 * 1024;
 
 struct AdmissionInputs {
   kube::Store<CachedPolicy> policies;

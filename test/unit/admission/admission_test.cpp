@@ -412,6 +412,39 @@ TEST_F(AdmissionTest, BadRequestsGetA4xxNamingWhatIsWrong) {
   expect_bad(std::string(kMaxAdmissionBytes + 1, ' '), 413, "the limit is");
 }
 
+TEST_F(AdmissionTest, TheBodyLimitIsControllerRuntimes7MiB) {
+  EXPECT_EQ(kMaxAdmissionBytes, std::size_t{7} << 20);
+  // At the limit the body is read (and is no JSON); one byte more is 413.
+  const AdmissionAnswer at = admit(std::string(kMaxAdmissionBytes, ' '), inputs(&world.book));
+  EXPECT_EQ(at.status, 400) << at.error;
+  const AdmissionAnswer over = admit(std::string(kMaxAdmissionBytes + 1, ' '), inputs(&world.book));
+  EXPECT_EQ(over.status, 413) << over.error;
+}
+
+TEST_F(AdmissionTest, AnUpdateOfA1Point4MBDeploymentIsAdmittedAndMutated) {
+  json big = deployment();
+  json& env = big["spec"]["template"]["spec"]["containers"][0]["env"];
+  env = json::array();
+  for (int i = 0; big.dump().size() < 1'400'000;) {
+    for (int k = 0; k < 100; ++k, ++i) {
+      env.push_back({{"name", "CONFIG_" + std::to_string(i)}, {"value", std::string(128, 'v')}});
+    }
+  }
+  const json admitted = patched(big, admit_review(review(big)));
+  // `kubectl apply` of the original manifest again: an UPDATE whose review
+  // carries the old object too (2.8 MB in all).
+  json r = review(big, "UPDATE");
+  r["request"]["oldObject"] = admitted;
+  const std::string body = r.dump();
+  EXPECT_GT(body.size(), std::size_t{2'800'000});
+  const AdmissionAnswer a = admit(body, inputs(&world.book));
+  EXPECT_EQ(a.outcome, Outcome::Patched) << a.error;
+  const json stored = patched(big, a);
+  EXPECT_EQ(stored, admitted);
+  EXPECT_NE(stored["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+            big["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]);
+}
+
 TEST_F(AdmissionTest, BeforeTheStoresSyncedAnOptedInDeploymentIsAllowedWithAWarning) {
   AdmissionInputs in = inputs(&world.book);
   in.not_ready = "caches not synced";
