@@ -416,6 +416,14 @@ bool is_statefulset(const Json& object) {
          api_version->is_string() && api_version->get<std::string>().starts_with("apps/");
 }
 
+bool is_pod(const Json& object) {
+  if (!object.is_object()) return false;
+  auto kind = object.find("kind");
+  auto api_version = object.find("apiVersion");
+  return kind != object.end() && *kind == "Pod" && api_version != object.end() &&
+         *api_version == "v1";
+}
+
 bool opted_in(const Deployment& deployment) {
   auto it = deployment.annotations.find(kAnnotationEnabled);
   return it != deployment.annotations.end() && it->second == "true";
@@ -499,11 +507,11 @@ void check_unique_name(Reader& reader, const Container& container, const Deploym
 
 // Native sidecars: initContainers with `restartPolicy: Always`. A plain init
 // container has exited before the app starts and is not read.
-void read_sidecars(Reader& reader, const Json& pod_spec, Deployment& out) {
-  const Json* init = reader.array(pod_spec, "initContainers", "spec.template.spec.initContainers");
+void read_sidecars(Reader& reader, const Json& pod_spec, Deployment& out, std::string_view at) {
+  const Json* init = reader.array(pod_spec, "initContainers", fmt::format("{}.initContainers", at));
   if (init == nullptr) return;
   for (std::size_t i = 0; i < init->size(); ++i) {
-    const std::string path = fmt::format("spec.template.spec.initContainers[{}]", i);
+    const std::string path = fmt::format("{}.initContainers[{}]", at, i);
     const Json& item = (*init)[i];
     if (!item.is_object()) {
       reader.fail(path, "expected a container (a mapping), got " + describe(item));
@@ -518,27 +526,30 @@ void read_sidecars(Reader& reader, const Json& pod_spec, Deployment& out) {
   }
 }
 
-void read_pod_spec(Reader& reader, const Json& pod_spec, Deployment& out) {
+// A pod spec at `at`: "spec.template.spec" in a workload, "spec" in a Pod.
+void read_pod_spec(Reader& reader, const Json& pod_spec, Deployment& out,
+                   std::string_view at = "spec.template.spec") {
   if (auto grace = reader.integer(pod_spec, "terminationGracePeriodSeconds",
-                                  "spec.template.spec.terminationGracePeriodSeconds", 0,
+                                  fmt::format("{}.terminationGracePeriodSeconds", at), 0,
                                   std::numeric_limits<std::int64_t>::max())) {
     out.grace_seconds = *grace;
     out.grace_set = true;
   }
-  const Json* containers = reader.array(pod_spec, "containers", "spec.template.spec.containers");
+  const std::string list = fmt::format("{}.containers", at);
+  const Json* containers = reader.array(pod_spec, "containers", list);
   if (containers == nullptr || containers->empty()) {
     if (containers != nullptr || missing(pod_spec, "containers")) {
-      reader.fail("spec.template.spec.containers", "required: at least one container");
+      reader.fail(list, "required: at least one container");
     }
   } else {
     for (std::size_t i = 0; i < containers->size(); ++i) {
-      const std::string path = fmt::format("spec.template.spec.containers[{}]", i);
+      const std::string path = fmt::format("{}[{}]", list, i);
       Container container = read_container(reader, (*containers)[i], path);
       check_unique_name(reader, container, out, path);
       out.containers.push_back(std::move(container));
     }
   }
-  read_sidecars(reader, pod_spec, out);
+  read_sidecars(reader, pod_spec, out, at);
 }
 
 // The object's metadata: its name (required), namespace, labels and
@@ -584,8 +595,9 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
   if (!object.is_object()) {
     return std::unexpected(FieldErrors{{"", "expected a Deployment object (a mapping)"}});
   }
-  if (auto kind = object.find("kind"); kind != object.end() && *kind == "StatefulSet") {
-    out.kind = "StatefulSet";
+  if (auto kind = object.find("kind");
+      kind != object.end() && (*kind == "StatefulSet" || *kind == "Pod")) {
+    out.kind = kind->get<std::string>();
   }
   read_metadata(reader, object, out);
 
@@ -594,6 +606,14 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
     if (missing(object, "spec"))
       reader.fail("spec", fmt::format("required: a {} needs a spec", out.kind));
     return std::unexpected(std::move(errors));
+  }
+  if (out.kind == "Pod") {
+    // What runs: the pod's own spec (after every mutating webhook), its
+    // labels; no replicas, no rollout.
+    out.pod_labels = out.labels;
+    read_pod_spec(reader, *spec, out, "spec");
+    if (!errors.empty()) return std::unexpected(std::move(errors));
+    return out;
   }
   out.replicas =
       reader

@@ -462,6 +462,7 @@ class Planner {
   }
 
   void check_strategy() {
+    if (d_.kind == "Pod") return;  // a Pod has no rollout of its own
     if (d_.kind != "Deployment") return check_stateful_update();
     const Strategy& s = d_.strategy;
     if (s.type == Strategy::Type::Recreate) {
@@ -563,7 +564,9 @@ class Planner {
                                b.pre_stop_seconds == 0 || lengthened(c))) {
         cp.pre_stop_seconds = hook_grace_seconds(hook, b.pre_stop_seconds);
         cp.user_hook_kept = true;
-        add("ExistingPreStopKept", Severity::Info, c.name, kept_hook_message(c));
+        // (A Pod's hooks are its workload's: none is the user's or gracekeeper's to tell.)
+        if (d_.kind != "Pod")
+          add("ExistingPreStopKept", Severity::Info, c.name, kept_hook_message(c));
       } else if (hook.owned && hook.kind == desired_kind && hook.seconds &&
                  *hook.seconds >= b.pre_stop_seconds &&
                  *hook.seconds - b.pre_stop_seconds < std::max<std::int64_t>(threshold, 1)) {

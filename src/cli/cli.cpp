@@ -137,6 +137,17 @@ void summarise(const Evaluated& e, std::ostream& summary) {
                              f.code, escaped(f.message));
     }
   }
+  if (e.deployment.kind == "Pod") {
+    const bool broken = std::ranges::any_of(
+        e.plan.findings, [](const auto& f) { return f.severity != budget::Severity::Info; });
+    if (broken) {
+      summary << fmt::format(
+          "{}: {}: not changed: a Pod's preStop and grace are fixed when it is created; `check` "
+          "says what breaks the budget, to fix in its workload's template or in what mutated it\n",
+          escaped(e.position.format()), object_name(e));
+    }
+    return;
+  }
   if (!e.plan.changed()) return;
   summary << fmt::format("{} (policy {}){}:\n", object_name(e), escaped(e.policy_name),
                          e.applied ? "" : " [DryRun: not applied]");
@@ -256,11 +267,12 @@ int run_check(const OfflineOptions& options, Streams io) {
   // Findings are written as each Deployment is planned (bounded memory on large
   // inputs); the sink only starts once the whole input has been read cleanly.
   std::size_t counts[3] = {0, 0, 0};
-  std::size_t deployments = 0, statefulsets = 0;
+  std::size_t deployments = 0, statefulsets = 0, pods = 0;
   const bool json = options.output == "json";
   bool first = true;
   auto write = [&](Evaluated&& e) {
-    ++(e.deployment.kind == "StatefulSet" ? statefulsets : deployments);
+    const std::string& kind = e.deployment.kind;
+    ++(kind == "StatefulSet" ? statefulsets : kind == "Pod" ? pods : deployments);
     for (const auto& f : e.plan.findings) {
       ++counts[static_cast<int>(f.severity)];
       if (json) {
@@ -290,10 +302,15 @@ int run_check(const OfflineOptions& options, Streams io) {
   io.out.flush();
   print_notes("check", *loaded, io.err);
   // Each kind under its own name: "in 2 Deployment(s) and 1 StatefulSet(s)".
-  std::string checked = fmt::format("{} Deployment(s)", deployments);
-  if (statefulsets > 0) {
-    checked = deployments > 0 ? fmt::format("{} and {} StatefulSet(s)", checked, statefulsets)
-                              : fmt::format("{} StatefulSet(s)", statefulsets);
+  std::vector<std::string> kinds;
+  if (deployments > 0 || (statefulsets == 0 && pods == 0)) {
+    kinds.push_back(fmt::format("{} Deployment(s)", deployments));
+  }
+  if (statefulsets > 0) kinds.push_back(fmt::format("{} StatefulSet(s)", statefulsets));
+  if (pods > 0) kinds.push_back(fmt::format("{} Pod(s)", pods));
+  std::string checked = kinds.front();
+  for (std::size_t i = 1; i < kinds.size(); ++i) {
+    checked += (i + 1 == kinds.size() ? " and " : ", ") + kinds[i];
   }
   io.err << fmt::format(
       "check: {} error(s), {} warning(s), {} info in {}{}\n", counts[2], counts[1], counts[0],

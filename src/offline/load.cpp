@@ -88,8 +88,8 @@ bool has_type_fields(const Json& value) {
 }
 
 // Kinds gracekeeper acts on, for telling a misspelt kind from an unrelated one.
-constexpr std::array<std::string_view, 6> kKnownKinds{"Deployment",     "StatefulSet", "DaemonSet",
-                                                      "ShutdownPolicy", "Service",     "List"};
+constexpr std::array<std::string_view, 7> kKnownKinds{
+    "Deployment", "StatefulSet", "DaemonSet", "Pod", "ShutdownPolicy", "Service", "List"};
 
 // An apps/v1 workload gracekeeper does not govern, opted in all the same.
 bool is_opted_in_daemonset(const Json& value) {
@@ -241,7 +241,8 @@ class Evaluator {
     if (!check_identity(value, position)) return;
     if (budget::is_policy(value)) {
       take_policy(document, value, address.items);
-    } else if (budget::is_deployment(value) || budget::is_statefulset(value)) {
+    } else if (budget::is_deployment(value) || budget::is_statefulset(value) ||
+               budget::is_pod(value)) {
       take_deployment(document, value, address, position);
     } else if (is_opted_in_daemonset(value)) {
       take_unsupported(value, address, position);
@@ -309,8 +310,10 @@ class Evaluator {
       for (const auto& e : deployment.error()) error(item_error(document, address.items, e));
       return;
     }
-    // --all takes in every Deployment; a StatefulSet only when opted in.
-    if (!budget::opted_in(*deployment)) {
+    // --all takes in every Deployment; a StatefulSet only when opted in. A
+    // Pod is always judged: it has no opt-in of its own (the annotation is
+    // its workload's), and one is given to see what runs.
+    if (deployment->kind != "Pod" && !budget::opted_in(*deployment)) {
       if (deployment->kind != "Deployment") return;
       if (!options_.all) {
         ++loaded_.skipped;
@@ -441,6 +444,9 @@ class Evaluator {
     context.capabilities.statefulset_max_unavailable = minor < 0 || minor >= 35;
     context.behind_service = behind_service(pending.deployment);
     out.plan = budget::plan(pending.deployment, context);
+    // A Pod's preStop and grace cannot change: judged, never planned (the
+    // fix is its workload's template).
+    if (pending.deployment.kind == "Pod") out.plan.changes.clear();
     out.applied = out.plan.changed() && spec.mode == budget::Mode::Enforce;
     out.deployment = std::move(pending.deployment);
     emit(std::move(out));

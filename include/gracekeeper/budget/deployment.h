@@ -151,7 +151,7 @@ struct AppliedRecord {
 };
 
 struct Deployment {
-  std::string kind = "Deployment";  // or StatefulSet: no strategy is managed
+  std::string kind = "Deployment";  // or StatefulSet (no strategy managed), or Pod (checked only)
   std::string name;
   std::string namespace_;
   std::map<std::string, std::string> labels;
@@ -192,6 +192,10 @@ bool is_deployment(const Json& object);
 // apps/v1 StatefulSet: planned for its preStop wait and grace only (it
 // replaces its pods in place; its updateStrategy is reported, not written).
 bool is_statefulset(const Json& object);
+
+// v1 Pod (`kubectl get pod -o yaml`): checked as it runs, never planned
+// (its preStop and grace cannot change; its workload's template can).
+bool is_pod(const Json& object);
 
 // A value for "expected X, got Y" messages: `string "abc"`, `number .inf`,
 // `null`, `a mapping`, `a list`.

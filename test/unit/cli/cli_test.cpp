@@ -690,6 +690,56 @@ TEST_F(CliTest, AnExecWithOnlyRedirectionsDoesNotEndTheHook) {
   EXPECT_THAT(checked.out, Not(HasSubstr("PreStopTooShort")));
 }
 
+// Issue 48 item 5: `check` judges a Pod as it runs, from `kubectl get pod
+// -o yaml`: here the tuned template's 15 s wait and 55 s grace, after a
+// policy engine cut the grace to 20 s and a mesh injected istio-proxy
+// without a wait. `plan` never changes a Pod (its fields are fixed).
+TEST_F(CliTest, CheckJudgesAPodAsItRuns) {
+  const std::string pod = R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: checkout-7d9c5b8f6-x2x9k
+  namespace: shop-prod
+  labels: {app: checkout, pod-template-hash: 7d9c5b8f6}
+  ownerReferences:
+  - {apiVersion: apps/v1, kind: ReplicaSet, name: checkout-7d9c5b8f6, uid: u1, controller: true}
+spec:
+  terminationGracePeriodSeconds: 20
+  containers:
+  - name: checkout
+    image: checkout:1.4.2
+    ports: [{containerPort: 8080}]
+    lifecycle: {preStop: {sleep: {seconds: 15}}}
+    readinessProbe: {httpGet: {path: /ready, port: 8080}}
+  - name: istio-proxy
+    image: proxyv2:1.28.0
+    ports: [{containerPort: 15090, name: http-envoy-prom}]
+    readinessProbe: {httpGet: {path: /healthz/ready, port: 15021}}
+status:
+  phase: Running
+)";
+  const auto file = write("pod.yaml", pod);
+  auto checked = run({"check", "-f", file});
+  EXPECT_EQ(checked.code, 1) << checked.out << checked.err;
+  EXPECT_THAT(checked.out,
+              HasSubstr("error BudgetExceeded: Pod shop-prod/checkout-7d9c5b8f6-x2x9k"));
+  EXPECT_THAT(checked.out, HasSubstr("terminationGracePeriodSeconds 20s"));
+  EXPECT_THAT(checked.out, HasSubstr("container istio-proxy: no preStop wait"));
+  EXPECT_THAT(checked.out, Not(HasSubstr("CapacityDropOnRollout")));
+  EXPECT_THAT(checked.out, Not(HasSubstr("ExistingPreStopKept")));
+  EXPECT_THAT(checked.err, HasSubstr(" in 1 Pod(s)\n"));
+  auto planned = run({"plan", "-f", file});
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  EXPECT_EQ(planned.out, pod);
+  EXPECT_THAT(planned.err, HasSubstr("not changed: a Pod's preStop and grace are fixed"));
+  // A bad field names its path in the Pod.
+  auto bad = run({"check", "-f",
+                  write("bad.yaml", with(pod, "terminationGracePeriodSeconds: 20",
+                                         "terminationGracePeriodSeconds: soon"))});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("spec.terminationGracePeriodSeconds: expected an integer"));
+}
+
 // Issue 18 item 4: a user's short hook kept under existing: Keep is an error
 // in `check`, and `plan` says it could not fix it.
 TEST_F(CliTest, KeptUserHookThatIsTooShortFailsCheck) {
