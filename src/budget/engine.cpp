@@ -714,11 +714,10 @@ class Planner {
     UserValues user = d_.applied ? *d_.applied->user : UserValues{};
     const bool grace_ours = d_.applied && d_.applied->grace_owned &&
                             d_.applied->grace_seconds == d_.grace_seconds && d_.grace_set;
-    if (user_raised_grace()) {
-      user.grace_seconds = d_.grace_seconds;  // the user's newest: what revert restores
-    } else if (changes("terminationGracePeriodSeconds") && !user.grace_seconds && !grace_ours) {
-      user.grace_seconds = d_.grace_seconds;
-    }
+    // The user's newest (what revert restores), or the first change's.
+    const bool first_change =
+        changes("terminationGracePeriodSeconds") && !user.grace_seconds && !grace_ours;
+    if (user_raised_grace() || first_change) user.grace_seconds = d_.grace_seconds;
     if (changes("strategy") && !user.strategy) user.strategy = d_.strategy;
     for (const ContainerPlan& cp : plan_.containers) {
       if (cp.action == ContainerPlan::Action::Keep || user.pre_stop.contains(cp.name)) continue;
