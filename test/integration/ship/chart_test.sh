@@ -155,6 +155,11 @@ expect "webhook.tlsMinVersion, webhook.tlsCipherSuites: the flags" \
   "$(jq -c '[.[] | select(.kind == "Deployment")][0].spec.template.spec.containers[0].args | map(select(startswith("--tls")))' <<<"$dt")" \
   '["--tls-min-version=1.3","--tls-cipher-suites=ECDHE-ECDSA-AES128-GCM-SHA256,ECDHE-RSA-AES128-GCM-SHA256"]'
 rejected 'webhook.tlsMinVersion: 1.1' --set-string webhook.tlsMinVersion=1.1
+dp=$(render --set networkPolicy.enabled=true --set-json 'networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]')
+expect "networkPolicy: off by default" "$(jq -c '[.[] | select(.kind == "NetworkPolicy")] | length' <<<"$dh")" 0
+expect "networkPolicy: the webhook's port from anywhere, metrics from monitoring, health from anywhere" \
+  "$(jq -c '.[] | select(.kind == "NetworkPolicy") | [.spec.podSelector.matchLabels == ([$d[] | select(.kind == "Deployment")][0].spec.selector.matchLabels), .spec.policyTypes, [.spec.ingress[] | [.ports[0].port, (.from // "any")]]]' --argjson d "$dp" <<<"$dp")" \
+  '[true,["Ingress"],[[9443,"any"],[8080,[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]],[8081,"any"]]]'
 expect "webhook: container port" "$(hd -S '.containers[0].ports | map(select(.name == "webhook"))')" '[{"containerPort":9443,"name":"webhook","protocol":"TCP"}]'
 expect "webhook: the Secret's Role (create; get and update of one name)" \
   "$(jq -cS '.[] | select(.kind == "Role" and .metadata.name == "gracekeeper-webhook-certs") | .rules' <<<"$dh")" \
