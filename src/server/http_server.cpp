@@ -530,7 +530,22 @@ asio::awaitable<void> HttpServer::Impl::respond(Stream& stream,
                                                 bool& keep_alive) {
   const bool head = request.method() == http::verb::head;
   const char* allow = "GET, HEAD";
-  Response answer = handle(request, allow);
+  std::optional<Response> refused;
+  if (options.authorize) {
+    std::string path{request.target()};
+    path = path.substr(0, path.find_first_of("?#"));
+    std::string authorization{request[http::field::authorization]};
+    if (routes.contains(path) || post_routes.contains(path)) {
+      try {
+        refused = co_await options.authorize(std::move(path), std::move(authorization));
+      } catch (const std::exception& e) {
+        ++stats.handler_errors;
+        refused = text(500, std::string{"internal error: "} + e.what() + "\n");
+      }
+      if (stopped) co_return;
+    }
+  }
+  Response answer = refused ? std::move(*refused) : handle(request, allow);
   if (stopped) co_return;  // stop() ran inside the handler
   if (answer.status < 100 || answer.status > 599) {
     ++stats.handler_errors;

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,12 @@ using Routes = std::map<std::string, Handler, std::less<>>;
 // Called for POST on its path with the request's body.
 using PostHandler = std::function<Response(std::string_view body)>;
 using PostRoutes = std::map<std::string, PostHandler, std::less<>>;
+// Asked before a route's handler, with the request's path (no query) and its
+// Authorization header ("" when none): an answer (401, 403) ends the
+// request there; nullopt lets it through. It may suspend (a TokenReview);
+// an exception is a 500.
+using Authorizer = std::function<boost::asio::awaitable<std::optional<Response>>(
+    std::string path, std::string authorization)>;
 
 // The oldest TLS version an HTTPS server accepts.
 enum class TlsVersion { v1_2, v1_3 };
@@ -92,6 +99,8 @@ struct HttpServerOptions {
   // HTTPS: the TLS 1.2 cipher suites, an OpenSSL cipher list
   // (parse_cipher_suites); "" is OpenSSL's default. TLS 1.3 keeps its own.
   std::string tls_cipher_suites{};
+  // When set, every request with a route is asked of it first.
+  Authorizer authorize{};
 };
 
 // Monotonic counters, for tests and logs.

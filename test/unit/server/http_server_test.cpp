@@ -555,6 +555,46 @@ TEST(HttpServer, ANewConnectionMustSendItsHeaderWithinTheHeaderTimeout) {
   });
 }
 
+TEST(HttpServer, TheAuthorizerIsAskedBeforeTheHandler) {
+  metrics::Metrics metrics;
+  HttpServerOptions options;
+  std::vector<std::string> asked;
+  options.authorize = [&](std::string path,
+                          std::string authorization) -> asio::awaitable<std::optional<Response>> {
+    asked.push_back(path + " " + authorization);
+    if (path != "/metrics") co_return std::nullopt;                       // the probes stay open
+    asio::steady_timer review{co_await asio::this_coro::executor, 10ms};  // a TokenReview
+    co_await review.async_wait(asio::use_awaitable);
+    if (!authorization.starts_with("Bearer ")) co_return Response{401, "text/plain", "no token\n"};
+    if (authorization != "Bearer good") co_return Response{403, "text/plain", "forbidden\n"};
+    co_return std::nullopt;
+  };
+  with_server(routes_with(metrics_routes(metrics), health_routes({}, {})), options,
+              [&](HttpServer& server) -> asio::awaitable<void> {
+                auto with_token = [&](std::string header) -> asio::awaitable<Answer> {
+                  auto stream = co_await connect(server.port());
+                  beast::flat_buffer buffer;
+                  std::string request =
+                      "GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n" + header + "\r\n";
+                  co_await send_raw(stream, request);
+                  co_return co_await read_answer(stream, buffer);
+                };
+                auto none = co_await with_token("");
+                EXPECT_EQ(none.response.result_int(), 401);
+                auto bad = co_await with_token("Authorization: Bearer bad\r\n");
+                EXPECT_EQ(bad.response.result_int(), 403);
+                auto good = co_await with_token("Authorization: Bearer good\r\n");
+                EXPECT_EQ(good.response.result_int(), 200);
+                EXPECT_NE(good.response.body().find("# TYPE"), std::string::npos);
+                auto probe = co_await fetch(server, http::verb::get, "/healthz");
+                EXPECT_EQ(probe.response.result_int(), 200);
+                auto missing = co_await fetch(server, http::verb::get, "/nothing");
+                EXPECT_EQ(missing.response.result_int(), 404);
+                EXPECT_EQ(asked.size(), 4u) << "asked for each routed request, not for a 404";
+                EXPECT_EQ(asked.front(), "/metrics ");
+              });
+}
+
 TEST(HttpServer, StopEndsRunPromptlyWithIdleConnectionsOpen) {
   asio::io_context io;
   HttpServerOptions options;
