@@ -321,6 +321,31 @@ awk '{ for (i = 3; i <= NF; i++) if ($i > 15) bad = 1 } END { exit bad || NF < 2
   ok "the slow-loris connections were cut by the server's timeout (10 s)" || not_ok "slow loris: $closed"
 code=$(post -d "$(review admission.k8s.io/v1 u4 Deployment "$object")")
 expect "after the bad input the process still serves" "$code $(kill -0 "$OP_PID" && echo alive)" "200 alive"
+
+# Idle connections (issue 46 item 5): 100 to the webhook's port and 100 to
+# the health port, open and silent. Each listener closes the longest-idle
+# one to make room, so a review and a probe are still answered.
+python3 - "$PORT" "$OP_PORT" >"$WORK/idle.log" 2>&1 <<'PY' &
+import socket, sys, time
+held = []
+for port in (int(sys.argv[1]), int(sys.argv[2])):
+    for _ in range(100):
+        held.append(socket.create_connection(("127.0.0.1", port)))
+print("open", len(held), flush=True)
+time.sleep(30)
+PY
+LORIS_PID=$!
+idle_open() { grep -q "open 200" "$WORK/idle.log"; }
+eventually 10 idle_open || not_ok "the idle connections: $(cat "$WORK/idle.log")"
+start=$(date +%s%N)
+code=$(post -d "$(review admission.k8s.io/v1 u5 Deployment "$object")")
+probe=$(curl -s --max-time 5 -w ' %{http_code}' "http://127.0.0.1:$OP_PORT/healthz")
+ms=$((($(date +%s%N) - start) / 1000000))
+expect "with 100 idle connections on each port, a review and /healthz are answered (${ms} ms)" \
+  "$code $(jq -c '.response | [.uid, .allowed, .patchType]' "$WORK/answer") $probe" '200 ["u5",true,"JSONPatch"] ok 200'
+kill "$LORIS_PID" 2>/dev/null
+wait "$LORIS_PID" 2>/dev/null
+LORIS_PID=""
 rss_after=$(awk '/VmRSS/ { print $2 }' /proc/$OP_PID/status)
 echo "# operator RSS: ${rss_before} kB before the bad input, ${rss_after} kB after"
 [ "$rss_after" -lt 102400 ] && ok "memory stays bounded (RSS ${rss_after} kB)" || not_ok "RSS ${rss_after} kB"
