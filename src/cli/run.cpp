@@ -69,6 +69,10 @@ constexpr const char* kRunUsage =
     "      --shutdown-lame-duck-seconds S    after SIGTERM, /readyz says 503 while the webhook\n"
     "                                        and /metrics keep answering S seconds, with\n"
     "                                        Connection: close (default 10; 0: stop at once)\n"
+    "      --metrics-secure                  /metrics only with a bearer token the API server\n"
+    "                                        authenticates (else 401) whose user may get\n"
+    "                                        /metrics (else 403): TokenReview, "
+    "SubjectAccessReview\n"
     "      --tls-min-version 1.2|1.3         the webhook's oldest TLS version (default 1.2)\n"
     "      --tls-cipher-suites LIST          the webhook's TLS 1.2 cipher suites, OpenSSL\n"
     "                                        names separated by commas (default: OpenSSL's)\n"
@@ -249,6 +253,11 @@ std::expected<void, std::string> parse_run_flags(FlagCursor& cursor, O& o, bool&
       o.leader_elect = true;
       continue;
     }
+    if (flag == "--metrics-secure") {
+      if (auto ok = cursor.no_value(); !ok) return ok;
+      o.metrics_secure = true;
+      continue;
+    }
     if (!flag.starts_with("-")) {
       return std::unexpected(fmt::format("unexpected argument \"{}\"", flag));
     }
@@ -300,6 +309,9 @@ int run_command(std::span<const std::string_view> args, std::ostream& out, std::
   if (o.webhook_cert_validity < std::chrono::seconds(10) ||
       o.webhook_ca_validity < std::chrono::seconds(10)) {
     return fail("--webhook-cert-validity and --webhook-ca-validity must be at least 10 seconds");
+  }
+  if (o.metrics_secure && o.metrics_address == "0") {
+    return fail("--metrics-secure needs --metrics-bind-address (it is 0: no /metrics)");
   }
   if (o.tls_min_version == "1.3" && !o.tls_cipher_suites.empty()) {
     return fail(

@@ -415,7 +415,14 @@ class Operator {
     if (options_.metrics_address != "0") by_address[options_.metrics_address].merge(metrics);
     if (options_.health_address != "0") by_address[options_.health_address].merge(health);
     for (auto& [address, routes] : by_address) {
-      auto bound = server::HttpServer::bind(io_.get_executor(), address, std::move(routes));
+      server::HttpServerOptions http_options;
+      if (options_.metrics_secure && routes.contains("/metrics")) {
+        http_options.authorize = [this](std::string path, std::string authorization) {
+          return authorize_metrics(std::move(path), std::move(authorization));
+        };
+      }
+      auto bound = server::HttpServer::bind(io_.get_executor(), address, std::move(routes),
+                                            std::move(http_options));
       if (!bound) {
         log::error("cannot serve HTTP", {{"address", address}, {"error", bound.error()}});
         begin_shutdown(1);
@@ -426,6 +433,68 @@ class Operator {
       http_.push_back(std::move(*bound));
     }
     return true;
+  }
+
+  // --metrics-secure, as controller-runtime's filter: a bearer token the API
+  // server authenticates (TokenReview), whose user may get the
+  // nonResourceURL /metrics (SubjectAccessReview). Answers are kept 10 s
+  // per token; a failed review is not kept.
+  asio::awaitable<std::optional<server::Response>> authorize_metrics(std::string path,
+                                                                     std::string authorization) {
+    if (path != "/metrics") co_return std::nullopt;  // the probes stay open
+    auto deny = [](int status, std::string why) {
+      server::Response r;
+      r.status = status;
+      r.body = std::move(why) + "\n";
+      return r;
+    };
+    constexpr std::string_view kBearer = "Bearer ";
+    if (!authorization.starts_with(kBearer) || authorization.size() == kBearer.size()) {
+      co_return deny(401, "Unauthorized: a bearer token is needed");
+    }
+    std::string token = authorization.substr(kBearer.size());
+    const auto now = steady_clock::now();
+    if (auto it = metrics_auth_.find(token); it != metrics_auth_.end() && it->second.until > now) {
+      co_return it->second.answer;
+    }
+    static const kube::Resource token_reviews{"authentication.k8s.io", "v1", "tokenreviews", false};
+    static const kube::Resource access_reviews{"authorization.k8s.io", "v1", "subjectaccessreviews",
+                                               false};
+    nlohmann::json review = {{"apiVersion", "authentication.k8s.io/v1"},
+                             {"kind", "TokenReview"},
+                             {"spec", {{"token", token}}}};
+    auto reviewed = co_await client_.create(token_reviews, "", std::move(review));
+    if (!reviewed) {
+      log::warn("metrics: the TokenReview failed", {{"error", reviewed.error().format()}});
+      co_return deny(401, "Unauthorized: the token could not be reviewed");
+    }
+    std::optional<server::Response> answer;
+    const nlohmann::json status = reviewed->value("status", nlohmann::json::object());
+    if (!status.value("authenticated", false)) {
+      answer = deny(401, "Unauthorized");
+    } else {
+      const nlohmann::json user = status.value("user", nlohmann::json::object());
+      nlohmann::json spec = {{"user", user.value("username", "")},
+                             {"nonResourceAttributes", {{"path", "/metrics"}, {"verb", "get"}}}};
+      for (const char* key : {"groups", "uid", "extra"}) {
+        if (user.contains(key)) spec[key] = user[key];
+      }
+      nlohmann::json access = {{"apiVersion", "authorization.k8s.io/v1"},
+                               {"kind", "SubjectAccessReview"},
+                               {"spec", std::move(spec)}};
+      auto decided = co_await client_.create(access_reviews, "", std::move(access));
+      if (!decided) {
+        log::warn("metrics: the SubjectAccessReview failed", {{"error", decided.error().format()}});
+        co_return deny(403, "Forbidden: the access could not be reviewed");
+      }
+      if (!decided->value("status", nlohmann::json::object()).value("allowed", false)) {
+        answer = deny(403, "Forbidden: user \"" + user.value("username", std::string{}) +
+                               "\" may not get /metrics");
+      }
+    }
+    if (metrics_auth_.size() >= 1024) metrics_auth_.clear();
+    metrics_auth_[std::move(token)] = {now + std::chrono::seconds(10), answer};
+    co_return answer;
   }
 
   // The admission webhook, on every replica: it answers from the stores,
@@ -706,7 +775,12 @@ class Operator {
   asio::cancellation_signal elector_cancel_;
   std::vector<std::unique_ptr<server::HttpServer>> http_;
   server::HttpServer* webhook_server_ = nullptr;  // in http_, once bound
-  steady_clock::time_point lame_duck_until_{};    // when shutdown() stops the servers
+  struct MetricsAuth {
+    steady_clock::time_point until;
+    std::optional<server::Response> answer;  // nullopt: allowed
+  };
+  std::map<std::string, MetricsAuth> metrics_auth_;  // by bearer token, for 10 s
+  steady_clock::time_point lame_duck_until_{};       // when shutdown() stops the servers
   bool leaving_lease_ = false;  // shutdown() stops the elector: not a loss to exit on
   // Self-managed webhook certificates (--webhook-cert-secret), on every
   // replica: each serves admissions. The admission server's TlsSource

@@ -27,7 +27,11 @@ struct OperatorOptions {
   std::chrono::milliseconds retry_period{2'000};
 
   std::string metrics_address = ":8080";  // "0" disables
-  std::string health_address = ":8081";   // "0" disables
+  // /metrics only for a bearer token the API server authenticates
+  // (TokenReview, else 401) whose user may get the nonResourceURL /metrics
+  // (SubjectAccessReview, else 403); --metrics-secure.
+  bool metrics_secure = false;
+  std::string health_address = ":8081";  // "0" disables
 
   std::string prometheus_url{};  // "" = no Prometheus: such policies use their fallback
   std::optional<std::filesystem::path> prometheus_ca_file{};
