@@ -160,6 +160,11 @@ expect "networkPolicy: off by default" "$(jq -c '[.[] | select(.kind == "Network
 expect "networkPolicy: the webhook's port from anywhere, metrics from monitoring, health from anywhere" \
   "$(jq -c '.[] | select(.kind == "NetworkPolicy") | [.spec.podSelector.matchLabels == ([$d[] | select(.kind == "Deployment")][0].spec.selector.matchLabels), .spec.policyTypes, [.spec.ingress[] | [.ports[0].port, (.from // "any")]]]' --argjson d "$dp" <<<"$dp")" \
   '[true,["Ingress"],[[9443,"any"],[8080,[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]],[8081,"any"]]]'
+dm=$(render --set metrics.secure=true --set serviceMonitor.enabled=true)
+expect "metrics.secure: the flag, the reviews' RBAC, a metrics-reader ClusterRole, the scraper's token" \
+  "$(jq -c '[([.[] | select(.kind == "Deployment")][0].spec.template.spec.containers[0].args | map(select(. == "--metrics-secure")) | length), ([.[] | select(.kind == "ClusterRole" and .metadata.name == "gracekeeper")][0].rules | map(select(.resources == ["tokenreviews"] or .resources == ["subjectaccessreviews"]) | .verbs[0]) | join(",")), ([.[] | select(.kind == "ClusterRole" and .metadata.name == "gracekeeper-metrics-reader")][0].rules), ([.[] | select(.kind == "ServiceMonitor")][0].spec.endpoints[0].bearerTokenFile)]' <<<"$dm")" \
+  '[1,"create,create",[{"nonResourceURLs":["/metrics"],"verbs":["get"]}],"/var/run/secrets/kubernetes.io/serviceaccount/token"]'
+expect "metrics.secure off by default: no flag" "$(jq -c '[.[] | select(.kind == "Deployment")][0].spec.template.spec.containers[0].args | map(select(. == "--metrics-secure")) | length' <<<"$dh")" 0
 expect "webhook: container port" "$(hd -S '.containers[0].ports | map(select(.name == "webhook"))')" '[{"containerPort":9443,"name":"webhook","protocol":"TCP"}]'
 expect "webhook: the Secret's Role (create; get and update of one name)" \
   "$(jq -cS '.[] | select(.kind == "Role" and .metadata.name == "gracekeeper-webhook-certs") | .rules' <<<"$dh")" \
