@@ -14,7 +14,6 @@ namespace gracekeeper::kube {
 namespace asio = boost::asio;
 using nlohmann::json;
 using std::chrono::steady_clock;
-using std::chrono::system_clock;
 
 LeaseRecord lease_record_from_json(const json& lease) {
   LeaseRecord r;
