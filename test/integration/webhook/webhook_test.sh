@@ -492,5 +492,23 @@ expect "... and no gracekeeper write of zero since (audit log)" \
 stop_operator
 expect "the operator exits 0 on SIGTERM" "$OP_EXIT" 0
 OP_PID=""
+
+# --metrics-secure (issue 46 item 5): /metrics for a token the API server
+# authenticates (TokenReview, else 401) whose user may get /metrics
+# (SubjectAccessReview, else 403); the probes stay open.
+start_operator secure --metrics-secure
+metrics_code() { curl -s -o "$WORK/metrics.out" -w '%{http_code}' "$@" "http://127.0.0.1:$OP_PORT/metrics"; }
+k create serviceaccount scraper -n "$NS" >/dev/null
+token=$(k create token scraper -n "$NS")
+expect "--metrics-secure: no token 401, a bad one 401, one without RBAC 403; /healthz open" \
+  "$(metrics_code) $(metrics_code -H 'Authorization: Bearer nonsense') $(metrics_code -H "Authorization: Bearer $token") $(curl -s "http://127.0.0.1:$OP_PORT/healthz")" "401 401 403 ok"
+k create clusterrole gk-metrics-reader --verb=get --non-resource-url=/metrics >/dev/null
+k create clusterrolebinding gk-metrics-reader --clusterrole=gk-metrics-reader --serviceaccount="$NS:scraper" >/dev/null
+token=$(k create token scraper -n "$NS")  # a new token: the old one's 403 is kept 10 s
+granted() { [ "$(metrics_code -H "Authorization: Bearer $token")" = 200 ]; }
+eventually 10 granted && ok "--metrics-secure: with get on /metrics, 200 ($(grep -c '^# TYPE' "$WORK/metrics.out") metric families)" ||
+  not_ok "--metrics-secure: with the role: $(metrics_code -H "Authorization: Bearer $token")"
+stop_operator
+OP_PID=""
 k delete mutatingwebhookconfiguration "$HOOK" >/dev/null
 finish
