@@ -59,10 +59,16 @@ class FakeLeaseServer final : public detail::Transport {
   std::optional<json> lease{};
   int version = 0;
   bool down = false;
+  // Each request waits this long before it is answered (a stopped API server).
+  std::chrono::milliseconds hang{0};
 
   asio::awaitable<std::expected<detail::HttpResponse, detail::TransportError>> send(
       const detail::HttpRequest& r) override {
     namespace http = boost::beast::http;
+    if (hang.count() > 0) {
+      asio::steady_timer wait(co_await asio::this_coro::executor, hang);
+      co_await wait.async_wait(asio::use_awaitable);
+    }
     if (down) co_return std::unexpected(detail::TransportError{.message = "down"});
     if (r.method == http::verb::get) {
       if (!lease) co_return status(404, "NotFound");
@@ -221,6 +227,28 @@ TEST(LeaderElector, StopsLeadingWhenRenewalFailsPastTheDeadline) {
   EXPECT_EQ(a.stopped, 1);
   EXPECT_TRUE(a.returned) << "run() returns after losing leadership";
   EXPECT_FALSE(a.elector.is_leader());
+}
+
+// An acquire attempt that hangs (a stopped API server) and takes the Lease
+// only after longer than the renew deadline, which counts from the
+// attempt's start, would make a leader that steps down at its first
+// renewal (issue 46, the faults suite): it renews at once instead, and
+// leads from that quick answer.
+TEST(LeaderElector, AHungAcquireIsGivenUpSoTheNewLeaderStays) {
+  asio::io_context io;
+  FakeLeaseServer server;
+  server.hang = 1500ms;  // the renew deadline is 300 ms, an attempt may take 1 s
+  Candidate a(io, server, "a");
+  spawn_run(io, a);
+  run_for(io, 200ms);
+  EXPECT_EQ(a.started, 0);
+  server.hang = 0ms;  // the API server is back
+  run_for(io, 1800ms);
+  EXPECT_EQ(a.started, 1);
+  EXPECT_EQ(a.stopped, 0) << "the new leader stepped down at its first renewal";
+  EXPECT_TRUE(a.elector.is_leader());
+  a.cancel.emit(asio::cancellation_type::terminal);
+  run_for(io, 20ms);
 }
 
 // A follower's wall clock 20 s ahead of the leader's (leases of 1 s): under
