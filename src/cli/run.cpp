@@ -162,7 +162,7 @@ std::expected<void, std::string> set_tls_min_version(controller::OperatorOptions
                                                      std::string_view value) {
   auto version = server::parse_tls_version(value);
   if (!version) return std::unexpected(fmt::format("flag {}: {}", flag, version.error()));
-  o.tls_min_version = *version == server::TlsVersion::v1_3 ? "1.3" : "1.2";
+  o.tls_min_version = *version == server::TlsVersion::Tls13 ? "1.3" : "1.2";
   return {};
 }
 

@@ -505,7 +505,7 @@ class Operator {
     o.max_body_bytes = kMaxAdmissionBytes;
     // Checked by the CLI already; a bad value here is a programming error.
     o.tls_min_version =
-        server::parse_tls_version(options_.tls_min_version).value_or(server::TlsVersion::v1_2);
+        server::parse_tls_version(options_.tls_min_version).value_or(server::TlsVersion::Tls12);
     o.tls_cipher_suites = options_.tls_cipher_suites;
     if (certs_) {
       o.tls = certs_;  // null until the Secret is read: handshakes fail until then

@@ -125,7 +125,7 @@ std::expected<std::shared_ptr<ssl::context>, std::string> make_tls_context(
                        ssl::context::single_dh_use);
   SSL_CTX* native = context->native_handle();
   const int min_version =
-      options.tls_min_version == TlsVersion::v1_3 ? TLS1_3_VERSION : TLS1_2_VERSION;
+      options.tls_min_version == TlsVersion::Tls13 ? TLS1_3_VERSION : TLS1_2_VERSION;
   if (SSL_CTX_set_min_proto_version(native, min_version) != 1) {
     return std::unexpected(std::string{"cannot set the minimum TLS version"});
   }
@@ -151,8 +151,8 @@ Response text(int status, std::string body) {
 }  // namespace
 
 std::expected<TlsVersion, std::string> parse_tls_version(std::string_view text) {
-  if (text == "1.2" || text == "VersionTLS12") return TlsVersion::v1_2;
-  if (text == "1.3" || text == "VersionTLS13") return TlsVersion::v1_3;
+  if (text == "1.2" || text == "VersionTLS12") return TlsVersion::Tls12;
+  if (text == "1.3" || text == "VersionTLS13") return TlsVersion::Tls13;
   return std::unexpected("expected 1.2 or 1.3, got \"" + std::string{text} + "\"");
 }
 
@@ -412,20 +412,20 @@ asio::awaitable<void> HttpServer::Impl::serve_tls(std::shared_ptr<Impl> self, tc
 }
 
 // How a read of a request ended.
-enum class ReadEnd { ok, closed, timeout, gone, refuse };
+enum class ReadEnd { Ok, Closed, Timeout, Gone, Refuse };
 
 ReadEnd read_end(const beast::error_code& ec) {
-  if (!ec) return ReadEnd::ok;
+  if (!ec) return ReadEnd::Ok;
   if (ec == http::error::end_of_stream || ec == ssl::error::stream_truncated ||
       ec == asio::error::eof) {
-    return ReadEnd::closed;  // the client closed between requests
+    return ReadEnd::Closed;  // the client closed between requests
   }
-  if (ec == beast::error::timeout) return ReadEnd::timeout;  // Beast has closed the socket
+  if (ec == beast::error::timeout) return ReadEnd::Timeout;  // Beast has closed the socket
   if (ec == http::error::partial_message || ec == asio::error::connection_reset ||
       ec == asio::error::operation_aborted) {
-    return ReadEnd::gone;
+    return ReadEnd::Gone;
   }
-  return ReadEnd::refuse;
+  return ReadEnd::Refuse;
 }
 
 template <class Stream>
@@ -440,10 +440,10 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(std::shared_ptr<Impl> sel
   bool keep_alive = true;
   // Why a read ends the connection; nullopt when it succeeded.
   auto ended = [&](const beast::error_code& ec) -> std::optional<ReadEnd> {
-    if (self->stopped || self->is_cut(id)) return ReadEnd::gone;
+    if (self->stopped || self->is_cut(id)) return ReadEnd::Gone;
     const ReadEnd end = read_end(ec);
-    if (end == ReadEnd::ok) return std::nullopt;
-    if (end == ReadEnd::timeout) ++self->stats.timeouts;
+    if (end == ReadEnd::Ok) return std::nullopt;
+    if (end == ReadEnd::Timeout) ++self->stats.timeouts;
     return end;
   };
   while (keep_alive && !self->stopped) {
@@ -456,7 +456,7 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(std::shared_ptr<Impl> sel
                           : self->options.timeout);
       auto [ec, n] = co_await stream.async_read_some(buffer.prepare(1024), use_nothrow);
       if (auto end = ended(ec)) {
-        if (*end == ReadEnd::refuse) co_await self->refuse(stream, ec);
+        if (*end == ReadEnd::Refuse) co_await self->refuse(stream, ec);
         co_return;
       }
       buffer.commit(n);
@@ -469,7 +469,7 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(std::shared_ptr<Impl> sel
     {
       auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, use_nothrow);
       if (auto end = ended(ec)) {
-        if (*end == ReadEnd::refuse) co_await self->refuse(stream, ec);
+        if (*end == ReadEnd::Refuse) co_await self->refuse(stream, ec);
         co_return;
       }
     }
@@ -479,7 +479,7 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(std::shared_ptr<Impl> sel
       tcp_of(stream).expires_after(self->options.timeout);
       auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_nothrow);
       if (auto end = ended(ec)) {
-        if (*end == ReadEnd::refuse) co_await self->refuse(stream, ec);
+        if (*end == ReadEnd::Refuse) co_await self->refuse(stream, ec);
         co_return;
       }
     }

@@ -56,7 +56,7 @@ using Authorizer = std::function<boost::asio::awaitable<std::optional<Response>>
     std::string path, std::string authorization)>;
 
 // The oldest TLS version an HTTPS server accepts.
-enum class TlsVersion { v1_2, v1_3 };
+enum class TlsVersion { Tls12, Tls13 };
 
 // "1.2" or "1.3" (also "VersionTLS12" / "VersionTLS13", as Kubernetes
 // components write it); the error names the accepted values.
@@ -95,7 +95,7 @@ struct HttpServerOptions {
   std::shared_ptr<const TlsSource> tls{};
   // HTTPS: the oldest version accepted; a client offering only older ones
   // fails its handshake.
-  TlsVersion tls_min_version = TlsVersion::v1_2;
+  TlsVersion tls_min_version = TlsVersion::Tls12;
   // HTTPS: the TLS 1.2 cipher suites, an OpenSSL cipher list
   // (parse_cipher_suites); "" is OpenSSL's default. TLS 1.3 keeps its own.
   std::string tls_cipher_suites{};

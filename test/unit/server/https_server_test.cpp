@@ -289,7 +289,7 @@ TEST(HttpsServer, MinimumVersionOneThreeRefusesOneTwo) {
   auto source = std::make_shared<FakeSource>();
   source->certificate = std::make_shared<ServingCertificate>(make_certificate(1, 1));
   HttpServerOptions options;
-  options.tls_min_version = TlsVersion::v1_3;
+  options.tls_min_version = TlsVersion::Tls13;
   with_https(source, options, [&](HttpServer& server) -> asio::awaitable<void> {
     auto v12 = co_await handshake(server.port(), TLS1_2_VERSION, TLS1_2_VERSION);
     EXPECT_TRUE(v12.error) << "TLS 1.2 was accepted";
@@ -320,8 +320,8 @@ TEST(HttpsServer, CipherSuitesLimitTlsOneTwo) {
 }
 
 TEST(HttpsServer, TlsFlagValuesAreChecked) {
-  EXPECT_EQ(parse_tls_version("1.2"), TlsVersion::v1_2);
-  EXPECT_EQ(parse_tls_version("VersionTLS13"), TlsVersion::v1_3);
+  EXPECT_EQ(parse_tls_version("1.2"), TlsVersion::Tls12);
+  EXPECT_EQ(parse_tls_version("VersionTLS13"), TlsVersion::Tls13);
   EXPECT_EQ(parse_tls_version("1.1").error(), "expected 1.2 or 1.3, got \"1.1\"");
   EXPECT_EQ(parse_cipher_suites("ECDHE-ECDSA-AES128-GCM-SHA256,ECDHE-RSA-AES128-GCM-SHA256"),
             "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256");
