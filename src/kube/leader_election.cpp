@@ -141,22 +141,17 @@ asio::awaitable<void> LeaderElector::run() {
   auto executor = co_await asio::this_coro::executor;
   try {
     // Acquire. An attempt that took longer than a renewal may (renew
-    // deadline less the retry period: an API server that was stopped) does
-    // not lead yet: the renew deadline counts from the attempt's start, so
-    // that leader would step down at its first renewal. Holding the Lease
-    // now, it renews at once and leads from that quick answer. Each attempt
-    // is also bounded by a timer, where the request honours cancellation.
-    const auto attempt_limit =
-        std::max<std::chrono::milliseconds>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                config_.renew_deadline - config_.retry_period),
-                                            std::chrono::seconds(1));
+    // deadline less the retry period: its request sat in a stopped API
+    // server, until the client's own timeouts) does not lead yet: the renew
+    // deadline counts from the attempt's start, so that leader would step
+    // down at its first renewal. Holding the Lease now, it renews at once
+    // and leads from that quick answer.
+    const auto slow = config_.renew_deadline - config_.retry_period;
     auto acquired_at = config_.clocks.monotonic();
     for (;;) {
       acquired_at = config_.clocks.monotonic();
-      asio::steady_timer limit(executor, attempt_limit);
-      auto attempt = co_await (try_acquire_or_renew() || limit.async_wait(asio::use_awaitable));
-      const bool took = attempt.index() == 0 && std::get<0>(attempt);
-      if (took && config_.clocks.monotonic() - acquired_at <= attempt_limit) break;
+      const bool took = co_await try_acquire_or_renew();
+      if (took && config_.clocks.monotonic() - acquired_at <= slow) break;
       if (!took) co_await sleep_for(config_.retry_period);
     }
     leading_ = true;

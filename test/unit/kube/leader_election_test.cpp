@@ -237,7 +237,7 @@ TEST(LeaderElector, StopsLeadingWhenRenewalFailsPastTheDeadline) {
 TEST(LeaderElector, AHungAcquireIsGivenUpSoTheNewLeaderStays) {
   asio::io_context io;
   FakeLeaseServer server;
-  server.hang = 1500ms;  // the renew deadline is 300 ms, an attempt may take 1 s
+  server.hang = 600ms;  // the renew deadline is 300 ms, the retry period 50 ms
   Candidate a(io, server, "a");
   spawn_run(io, a);
   run_for(io, 200ms);
