@@ -448,11 +448,11 @@ class Operator {
       r.body = std::move(why) + "\n";
       return r;
     };
-    constexpr std::string_view kBearer = "Bearer ";
-    if (!authorization.starts_with(kBearer) || authorization.size() == kBearer.size()) {
+    constexpr std::string_view bearer = "Bearer ";
+    if (!authorization.starts_with(bearer) || authorization.size() == bearer.size()) {
       co_return deny(401, "Unauthorized: a bearer token is needed");
     }
-    std::string token = authorization.substr(kBearer.size());
+    std::string token = authorization.substr(bearer.size());
     const auto now = steady_clock::now();
     if (auto it = metrics_auth_.find(token); it != metrics_auth_.end() && it->second.until > now) {
       co_return it->second.answer;
