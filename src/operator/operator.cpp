@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -14,6 +15,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -662,13 +664,28 @@ class Operator {
     // so that the API server's keep-alive connections move to another
     // replica. A process that never started serving has nothing to hand over.
     lame_duck_until_ = steady_clock::now();
-    if (code == 0) {
-      lame_duck_until_ += options_.shutdown_lame_duck;
+    if (code == 0 && options_.shutdown_lame_duck.count() > 0) {
+      const LameDuck lame = lame_duck(options_.shutdown_lame_duck, own_namespace_figure());
+      lame_duck_until_ += lame.length;
       for (auto& server : http_) server->begin_lame_duck();
       log::info("lame duck: serving with Connection: close, then stopping",
-                {{"seconds", std::to_string(options_.shutdown_lame_duck.count())}});
+                {{"seconds", std::to_string(lame.length.count())}, {"from", lame.from}});
     }
     asio::co_spawn(io_, shutdown(), [this](std::exception_ptr) { io_.stop(); });
+  }
+
+  // The largest propagation figure of the policies of this pod's namespace:
+  // this replica's own measurement, or the one the leader wrote into a
+  // policy's status (a standby measures nothing).
+  std::optional<double> own_namespace_figure() const {
+    std::optional<double> largest = propagation_.largest_in(config_.namespace_);
+    policies_.store().in_namespace(config_.namespace_,
+                                   [&](const std::string&, const CachedPolicy& p) {
+                                     if (auto theirs = status_propagation(p)) {
+                                       largest = std::max(largest.value_or(0.0), theirs->seconds);
+                                     }
+                                   });
+    return largest;
   }
 
   // Stop taking work, let in-flight reconciles finish, hand the Lease over
@@ -798,6 +815,17 @@ class Operator {
 };
 
 }  // namespace
+
+LameDuck lame_duck(std::chrono::seconds flag, std::optional<double> figure) {
+  // A figure is at most its policy's maxSeconds; the bound only keeps the
+  // conversion defined whatever the book holds.
+  constexpr double longest = 600;  // the flag's bound too
+  if (figure && std::isfinite(*figure) && *figure > static_cast<double>(flag.count())) {
+    const double seconds = std::ceil(std::min(*figure, longest));
+    return {std::chrono::seconds(static_cast<std::int64_t>(seconds)), "measured"};
+  }
+  return {flag, "flag"};
+}
 
 int run_operator(const OperatorOptions& options) {
   if (!log::configure(options.log_format, options.log_level)) {

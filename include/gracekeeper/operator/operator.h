@@ -78,6 +78,17 @@ struct OperatorOptions {
   std::chrono::seconds webhook_cert_resync{30};  // how often the Secret and caBundle are read
 };
 
+// The lame duck after SIGTERM: `flag` (--shutdown-lame-duck-seconds), or
+// longer when this replica holds a larger propagation figure for the
+// policies of its own namespace (`figure`, rounded up): the endpoint must
+// have left the webhook's Service before the servers stop. `from` says which
+// ("flag" or "measured"), for the log line.
+struct LameDuck {
+  std::chrono::seconds length{};
+  std::string from;
+};
+LameDuck lame_duck(std::chrono::seconds flag, std::optional<double> figure);
+
 // Runs until SIGTERM/SIGINT; returns the process exit code (0 after a clean
 // shutdown, 1 when startup failed or leadership was lost). Startup problems
 // (unreadable kubeconfig, an address in use) are logged with what was wrong.
