@@ -15,8 +15,13 @@
 #             90 s, then etcd 30 s: the leader steps down at its renew
 #             deadline, a request never waits past its timeout, the standby
 #             takes over once, and every Deployment converges with one Event
+#   blackhole the leader's connections to the API server (through the proxy)
+#             go silent both ways while a standby (direct) stays connected:
+#             the leader exits within its renew deadline, the standby takes
+#             over, and once the network heals the audit log holds no write
+#             of the old leader's user after the new leader's acquireTime
 #
-# usage: faults_test.sh GRACEKEEPER_BINARY [SECTION...]   (default: all three)
+# usage: faults_test.sh GRACEKEEPER_BINARY [SECTION...]   (default: all four)
 # env:   FAULTS_APISERVER_STOP (default 90), FAULTS_ETCD_STOP (30) in seconds;
 #        FAULTS_KEEP=1 keeps the work directory (logs, audit, proxy log)
 # Output: `ok - ...` / `not ok - ...`, `figure: ...` lines, `N passed, M failed`.
@@ -26,7 +31,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 HERE="$ROOT/test/integration/faults"
 GK="${1:?usage: faults_test.sh GRACEKEEPER_BINARY [SECTION...]}"
 shift
-SECTIONS="${*:-throttle hold hang}"
+SECTIONS="${*:-throttle hold hang blackhole}"
 APISERVER_STOP=${FAULTS_APISERVER_STOP:-90}
 ETCD_STOP=${FAULTS_ETCD_STOP:-30}
 WORK="$(mktemp -d)"
@@ -529,6 +534,71 @@ if section hang; then
     read -r name pid log <<<"$c"
     if op_alive "$pid"; then stop_operator "$pid"; fi
   done
+  OPS=()
+fi
+
+# --------------------------------------------------------------- blackhole
+# The old leader runs as gracekeeper's user through the proxy; the standby
+# runs as the lab's admin, directly: the audit log tells their writes apart.
+# The proxy freezes the leader's connections (what it sends is kept, not
+# passed on) and holds new ones. The network heals 1 s after the standby
+# took over: a leader still running then (one that drained its queue after
+# the loss, as gracekeeper did before) would have its frozen writes arrive
+# after the new leader's acquireTime.
+if section blackhole; then
+  echo "# blackhole: the leader's connections go silent; lease 6 s, renew deadline 4 s"
+  setup_ns faults-bh
+  le=(--leader-elect --leader-election-namespace default --leader-election-id gk-blackhole
+    --lease-duration 6 --renew-deadline 4 --retry-period 1)
+  GK_OPERATOR_KUBECONFIG="$WORK/proxy.kubeconfig" start_operator bh-old "${le[@]}" || not_ok "bh-old ready"
+  OLD_PID=$OP_PID OLD_LOG=$OP_LOG
+  OPS+=("$OLD_PID")
+  eventually 20 grep -q '"msg":"started leading"' "$OLD_LOG" || not_ok "bh-old leads"
+  start_operator bh-new "${le[@]}" || not_ok "bh-new ready"
+  NEW_PID=$OP_PID NEW_LOG=$OP_LOG
+  OPS+=("$NEW_PID")
+  burst faults-bh before 20
+  eventually 30 all_tuned faults-bh || not_ok "the old leader tuned the first 20"
+  # Work the old leader holds when its network goes: 20 more Deployments
+  # (its watch sees them before the freeze, or the new leader does after).
+  burst faults-bh during 20
+  sleep 0.3
+  hole_at=$(now)
+  kill -USR1 "$PROXY_PID"
+  for _ in $(seq 1 150); do op_alive "$OLD_PID" || break; sleep 0.1; done
+  gone_at=$(now)
+  if op_alive "$OLD_PID"; then
+    not_ok "the old leader still runs 15 s into the blackhole"
+  else
+    wait "$OLD_PID" 2>/dev/null
+    status=$?
+    ms=$(ms_between "$hole_at" "$gone_at")
+    expect "blackhole: the old leader's exit status" "$status" 1
+    within "$ms" 0 5500 && ok "blackhole: the old leader exited ${ms} ms in (renew deadline 4 s)" \
+      || not_ok "blackhole: the old leader exited ${ms} ms in, want at most 5500 (renew deadline 4 s, retry 1 s)"
+    figure "blackhole.old_leader_exit_ms $ms"
+  fi
+  eventually 20 grep -q '"msg":"started leading"' "$NEW_LOG" || not_ok "blackhole: the standby never led"
+  acquired=$(jp lease default gk-blackhole '{.spec.acquireTime}')
+  figure "blackhole.new_leader_after_seconds $(sub "$(now)" "$hole_at")"
+  sleep 1
+  kill -USR2 "$PROXY_PID"  # the network heals
+  eventually 60 all_tuned faults-bh && ok "blackhole: the new leader tuned all 40" \
+    || not_ok "blackhole: $(untuned faults-bh) Deployments untuned"
+  sleep 3
+  late=$(jq -r --arg since "$acquired" --arg user "$USER_NAME" 'select(.stage == "ResponseComplete" and
+      .user.username == $user and .requestReceivedTimestamp > $since and
+      (.verb | test("^(create|update|patch|delete)$"))) | "\(.verb) \(.objectRef.resource) \(.objectRef.name)"' \
+    "$CLUSTER/audit.log")
+  expect "blackhole: writes of the old leader's user after the new leader's acquireTime $acquired (audit log)" \
+    "$(printf '%s' "$late" | grep -c . || true)" 0
+  [ -n "$late" ] && printf '%s\n' "$late" | head | note
+  # At most one Event each: the new leader reports nothing again (an Event
+  # the old leader sent into the blackhole may be missing).
+  per=$(events_per_workload faults-bh)
+  expect "blackhole: no Deployment with two Events across the handover ($per)" \
+    "$(tr ' ' '\n' <<<"$per" | awk -F: '$1 > 1' | tr '\n' ' ')" ""
+  stop_operator "$NEW_PID"
   OPS=()
 fi
 
