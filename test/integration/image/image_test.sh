@@ -9,6 +9,12 @@
 #   - the image config: User 65532:65532, Entrypoint ["/gracekeeper","run"]
 #   - hack/image --load DIR imports it into the containerd DIR/env names
 #   - `gracekeeper version` runs in the image under containerd + runc, as 65532
+#   - the SBOM (CACHE/gracekeeper.spdx.json) is valid SPDX 2.3 (pyspdxtools,
+#     spdx-tools 0.8.3 from PyPI in a cached venv), names the image's manifest
+#     and the binary in it by their sha256, the runtime and build packages,
+#     and the base images by digest
+#   - the image's time stamp is SOURCE_DATE_EPOCH (the time of the last
+#     commit of what it is built from)
 # containerd is stopped by its pid, mounts under the temporary directory are
 # unmounted and the directory removed on any exit. Prints "N passed, M failed"
 # last; exit 0 only when nothing failed, 77 (skipped) when not root.
@@ -173,6 +179,43 @@ fi
 if "$ROOT/hack/image" --no-such-option >/dev/null 2>&1; then rc=0; else rc=$?; fi
 expect "hack/image with an unknown option exits" "$rc" 2
 
+# ---------------------------------------------------------------- SBOM
+SBOM=$(dirname "$ARCHIVE")/gracekeeper.spdx.json
+SPDX_VENV=${XDG_CACHE_HOME:-$HOME/.cache}/gracekeeper/tools/spdx-tools-0.8.3
+if [[ ! -x $SPDX_VENV/bin/python ]]; then
+  # Made aside, then moved: a venv's python finds its packages wherever it is.
+  rm -rf "$SPDX_VENV.tmp"
+  python3 -m venv "$SPDX_VENV.tmp" && "$SPDX_VENV.tmp/bin/pip" install -q spdx-tools==0.8.3 &&
+    rm -rf "$SPDX_VENV" && mv "$SPDX_VENV.tmp" "$SPDX_VENV" || echo "# could not install spdx-tools"
+fi
+if [[ -s $SBOM ]]; then
+  if "$SPDX_VENV/bin/python" -m spdx_tools.spdx.clitools.pyspdxtools -i "$SBOM" >"$TMP/spdx.out" 2>&1 &&
+    ! grep -q . "$TMP/spdx.out"; then
+    ok "the SBOM is valid SPDX (pyspdxtools): $(jq '.packages | length' "$SBOM") packages"
+  else
+    not_ok "pyspdxtools on the SBOM: $(head -n 5 "$TMP/spdx.out" | tr '\n' ' ')"
+  fi
+  archive_manifest=$(tar -xOf "$ARCHIVE" index.json | jq -r '.manifests[0].digest')
+  expect "the SBOM's image is the archive's manifest" \
+    "$(jq -r '.packages[] | select(.SPDXID == "SPDXRef-Image") | "sha256:" + .checksums[0].checksumValue' "$SBOM")" \
+    "$archive_manifest"
+  for p in libssl3t64 libmimalloc3 libyaml-cpp0.8; do
+    jq -e --arg p "$p" '.packages[] | select(.SPDXID | startswith("SPDXRef-Runtime-")) | select(.name == $p)' "$SBOM" >/dev/null &&
+      ok "the SBOM lists the runtime package $p" || not_ok "the SBOM has no runtime package $p"
+  done
+  for p in g++ cmake nlohmann-json3-dev libboost-dev; do
+    jq -e --arg p "$p" '(.packages[] | select((.SPDXID | startswith("SPDXRef-Build-")) and .name == $p) | .SPDXID)
+        as $id | .relationships | any(.spdxElementId == $id and .relationshipType == "BUILD_DEPENDENCY_OF"
+        and .relatedSpdxElement == "SPDXRef-Binary")' "$SBOM" >/dev/null &&
+      ok "the SBOM lists the build package $p, a build dependency of the binary" ||
+      not_ok "the SBOM has no build package $p (a BUILD_DEPENDENCY_OF the binary)"
+  done
+  expect "the SBOM names the base images by digest" \
+    "$(jq -r '[.packages[] | select(.SPDXID | endswith("Base")) | .name + "@" + .versionInfo | test("^debian:trixie(-slim)?@sha256:[0-9a-f]{64}$")] | map(tostring) | join(" ")' "$SBOM")" "true true"
+else
+  not_ok "no SBOM at $SBOM"
+fi
+
 # `gracekeeper version` in the image, as its user, under runc (its own network
 # namespace, nothing else of the host's).
 if out=$(timeout 120 "${RUN[@]}" "$IMAGE" "gk-image-test-$$" /gracekeeper version 2>&1); then
@@ -188,6 +231,18 @@ if out=$(timeout 120 "${RUN[@]}" "$IMAGE" "gk-image-test-id-$$" /bin/sh -c 'id -
   expect "runs as uid/gid" "$(tr '\n' ' ' <<<"$out" | sed 's/ $//')" "65532 65532"
 else
   not_ok "ctr run $IMAGE id failed: $out"
+fi
+if out=$(timeout 120 "${RUN[@]}" "$IMAGE" "gk-image-test-sha-$$" /usr/bin/sha256sum /gracekeeper 2>&1); then
+  expect "the SBOM's binary is the image's /gracekeeper (sha256)" \
+    "$(jq -r '.packages[] | select(.SPDXID == "SPDXRef-Binary") | .checksums[0].checksumValue' "$SBOM" 2>/dev/null)" \
+    "$(awk '{ print $1 }' <<<"$out")"
+else
+  not_ok "ctr run $IMAGE sha256sum failed: $out"
+fi
+if [[ -n ${config:-} ]]; then
+  expect "the image's time stamp is the last commit's (SOURCE_DATE_EPOCH)" \
+    "$(date -u -d "$(jq -r '.created' <<<"$config")" +%s)" \
+    "$(git -C "$ROOT" log -1 --format=%ct -- Dockerfile CMakeLists.txt include src)"
 fi
 
 finish
