@@ -580,17 +580,20 @@ start_operator op3 --leader-elect --leader-election-namespace default --leader-e
 eventually 20 bash -c "kubectl get lease -n default gk-test-leader -o jsonpath='{.spec.holderIdentity}' | grep -q ." \
   && ok "the operator holds the Lease ($(jp lease default gk-test-leader '{.spec.holderIdentity}'))" || not_ok "no Lease holder"
 grep -q '^gracekeeper_leader 1' <(curl -sf "http://127.0.0.1:$OP_PORT/metrics") && ok "gracekeeper_leader is 1" || not_ok "gracekeeper_leader is not 1"
-# A policy of the operator's own namespace (the kubeconfig's: default)
+# A policy of the operator's own namespace (its kubeconfig's, else default)
 # whose figure, 7 s, is longer than the flag's 3 s: the lame duck is 7 s.
+OWN_NS=$(kubectl --kubeconfig "${GK_OPERATOR_KUBECONFIG:-$KUBECONFIG}" config view --minify \
+  -o jsonpath='{.contexts[0].context.namespace}' 2>/dev/null)
+OWN_NS=${OWN_NS:-default}
 k apply -f - >/dev/null <<YAML
 apiVersion: gracekeeper.dev/v1alpha1
 kind: ShutdownPolicy
-metadata: {name: lame, namespace: default}
+metadata: {name: lame, namespace: $OWN_NS}
 spec:
   propagation: {source: Static, staticSeconds: 7}
 YAML
-eventually 20 bash -c "[ \"\$(kubectl get sdp -n default lame -o jsonpath='{.status.propagation.seconds}')\" = 7 ]" \
-  || not_ok "the policy default/lame has no figure: $(jp sdp default lame '{.status.propagation}')"
+eventually 20 bash -c "[ \"\$(kubectl get sdp -n $OWN_NS lame -o jsonpath='{.status.propagation.seconds}')\" = 7 ]" \
+  || not_ok "the policy $OWN_NS/lame has no figure: $(jp sdp "$OWN_NS" lame '{.status.propagation}')"
 # SIGTERM with a 7 s lame duck: /readyz says 503 at once, /metrics still
 # answers, with Connection: close, the Lease is released during the lame
 # duck, and the process exits after it.
@@ -615,7 +618,7 @@ expect "SIGTERM as leader: exit status" "$OP_EXIT" 0
   || not_ok "SIGTERM as leader took ${ms} ms (want 7000-17000)"
 expect "the lame duck came from the namespace's figure, not the flag's 3 s" \
   "$(jq -r 'select(.msg | startswith("lame duck")) | "\(.seconds) \(.from)"' "$OP_LOG")" "7 measured"
-k delete sdp -n default lame >/dev/null
+k delete sdp -n "$OWN_NS" lame >/dev/null
 expect "the Lease was released" "$(jp lease default gk-test-leader '{.spec.holderIdentity}')" ""
 OP_PID=""
 
