@@ -138,17 +138,11 @@ json hook_removals(const json& object, const budget::Deployment& deployment,
   return ops;
 }
 
-// A policy's figure as the reconciler would plan with it: this replica's
-// own measurement, else the one the leader wrote into the policy's status.
 std::optional<NamespaceInputs::Figure> admission_figure(const AdmissionInputs& in,
                                                         const CachedPolicy& p) {
-  if (in.propagation) {
-    if (auto mine = book_figure(*in.propagation, p)) return mine;
-  }
-  if (auto theirs = status_propagation(p)) {
-    return NamespaceInputs::Figure{theirs->seconds, theirs->available};
-  }
-  return std::nullopt;
+  auto s = policy_propagation(in.propagation, p);
+  if (!s) return std::nullopt;
+  return NamespaceInputs::Figure{s->seconds, s->available};
 }
 
 // The applied annotation as `object` has it, when the new one differs from it
@@ -336,6 +330,14 @@ std::optional<PropagationState> status_propagation(const CachedPolicy& p) {
     }
   }
   return s;
+}
+
+std::optional<PropagationState> policy_propagation(const PropagationBook* book,
+                                                   const CachedPolicy& p) {
+  if (book) {
+    if (const PropagationState* mine = book->state(p.namespace_ + "/" + p.name)) return *mine;
+  }
+  return status_propagation(p);
 }
 
 AdmissionAnswer admit(std::string_view body, const AdmissionInputs& in) {

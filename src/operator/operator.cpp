@@ -678,11 +678,11 @@ class Operator {
   // this replica's own measurement, or the one the leader wrote into a
   // policy's status (a standby measures nothing).
   std::optional<double> own_namespace_figure() const {
-    std::optional<double> largest = propagation_.largest_in(config_.namespace_);
+    std::optional<double> largest;
     policies_.store().in_namespace(config_.namespace_,
                                    [&](const std::string&, const CachedPolicy& p) {
-                                     if (auto theirs = status_propagation(p)) {
-                                       largest = std::max(largest.value_or(0.0), theirs->seconds);
+                                     if (auto s = policy_propagation(&propagation_, p)) {
+                                       largest = std::max(largest.value_or(0.0), s->seconds);
                                      }
                                    });
     return largest;

@@ -85,4 +85,10 @@ AdmissionAnswer admit(std::string_view body, const AdmissionInputs&);
 // one in its status, if the status is of the policy's current generation.
 std::optional<PropagationState> status_propagation(const CachedPolicy&);
 
+// A policy's figure as the reconciler would plan with it: this replica's own
+// measurement (in `book`, when given), else the one the leader wrote into the
+// policy's status (status_propagation).
+std::optional<PropagationState> policy_propagation(const PropagationBook* book,
+                                                   const CachedPolicy&);
+
 }  // namespace gracekeeper::controller

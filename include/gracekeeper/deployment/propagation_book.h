@@ -3,7 +3,6 @@
 // only.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -44,17 +43,6 @@ class PropagationBook {
   }
   void put(std::string policy_key, PolicyMeasurement m) {
     entries_.insert_or_assign(std::move(policy_key), std::move(m));
-  }
-  // The largest figure of the policies of namespace `ns`; nullopt when none
-  // of them has one yet.
-  std::optional<double> largest_in(std::string_view ns) const {
-    std::optional<double> largest;
-    for (const auto& [key, m] : entries_) {
-      if (key.size() > ns.size() && key.starts_with(ns) && key[ns.size()] == '/') {
-        largest = std::max(largest.value_or(0.0), m.state.seconds);
-      }
-    }
-    return largest;
   }
   void erase(std::string_view policy_key) {
     if (auto it = entries_.find(policy_key); it != entries_.end()) entries_.erase(it);

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <limits>
 
-#include "gracekeeper/deployment/propagation_book.h"
 #include "gracekeeper/operator/operator.h"
 
 namespace gracekeeper::controller {
@@ -35,23 +34,6 @@ TEST(LameDuck, AFigureThatIsNotANumberIsIgnoredAndAHugeOneBounded) {
   EXPECT_EQ(lame_duck(seconds(10), std::numeric_limits<double>::quiet_NaN()).length, seconds(10));
   EXPECT_EQ(lame_duck(seconds(10), std::numeric_limits<double>::infinity()).length, seconds(10));
   EXPECT_EQ(lame_duck(seconds(10), 1e300).length, seconds(600));
-}
-
-TEST(PropagationBook, TheLargestFigureOfANamespaceAndOfNoOther) {
-  PropagationBook book;
-  EXPECT_FALSE(book.largest_in("gracekeeper-system"));
-  auto put = [&](const char* key, double seconds) {
-    PolicyMeasurement m;
-    m.state.seconds = seconds;
-    book.put(key, m);
-  };
-  put("gracekeeper-system/default", 3.5);
-  put("gracekeeper-system/webhooks", 7.25);
-  put("gracekeeper-system-2/slow", 40);  // a namespace that only starts alike
-  put("gracekeeper/slower", 50);
-  EXPECT_EQ(book.largest_in("gracekeeper-system"), 7.25);
-  EXPECT_EQ(book.largest_in("gracekeeper"), 50);
-  EXPECT_FALSE(book.largest_in("shop"));
 }
 
 }  // namespace
