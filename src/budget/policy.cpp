@@ -51,6 +51,8 @@ constexpr std::size_t kMaxConsumerNameLength = 63;
 constexpr IntRange kMinSecondsRange{0, 3600};
 constexpr IntRange kMaxSecondsRange{1, 3600};
 constexpr IntRange kDrainSecondsRange{0, 86400};
+constexpr IntRange kDrainWindowSecondsRange{60, 604800};
+constexpr IntRange kDrainMaxSecondsRange{1, 86400};  // within kDrainSecondsRange
 constexpr IntRange kSidecarDrainSecondsRange{0, 3600};
 constexpr IntRange kReserveSecondsRange{0, 3600};
 constexpr IntRange kMinIntervalSecondsRange{0, 604800};
@@ -89,6 +91,10 @@ constexpr std::array kSourceNames{
     EnumName<PropagationSource>{PropagationSource::Static, "Static"},
     EnumName<PropagationSource>{PropagationSource::Prometheus, "Prometheus"},
     EnumName<PropagationSource>{PropagationSource::Observed, "Observed"},
+};
+constexpr std::array kDrainSourceNames{
+    EnumName<DrainSource>{DrainSource::Static, "Static"},
+    EnumName<DrainSource>{DrainSource::Observed, "Observed"},
 };
 constexpr std::array kActionNames{
     EnumName<PreStopAction>{PreStopAction::Auto, "Auto"},
@@ -569,6 +575,17 @@ PolicySpec::Propagation parse_propagation(ObjectReader reader) {
   return propagation;
 }
 
+PolicySpec::Drain parse_drain(ObjectReader reader) {
+  PolicySpec::Drain drain;
+  reader.read("source", drain.source, kDrainSourceNames);
+  reader.read("quantile", drain.quantile, kQuantileRange);
+  reader.read("minSamples", drain.min_samples, kMinSamplesRange);
+  reader.read("windowSeconds", drain.window_seconds, kDrainWindowSecondsRange);
+  reader.read("maxSeconds", drain.max_seconds, kDrainMaxSecondsRange);
+  reader.finish();
+  return drain;
+}
+
 PolicySpec::PreStop parse_pre_stop(ObjectReader reader) {
   PolicySpec::PreStop pre_stop;
   const bool min_ok = reader.read("minSeconds", pre_stop.min_seconds, kMinSecondsRange);
@@ -693,6 +710,9 @@ std::string to_string(Mode mode) {
 std::string to_string(PropagationSource source) {
   return std::string(name_of(kSourceNames, source));
 }
+std::string to_string(DrainSource source) {
+  return std::string(name_of(kDrainSourceNames, source));
+}
 std::string to_string(PreStopAction action) {
   return std::string(name_of(kActionNames, action));
 }
@@ -748,6 +768,7 @@ std::expected<PolicySpec, FieldErrors> parse_policy_spec(const Json& spec) {
   parsed.propagation = parse_propagation(reader.object("propagation"));
   parsed.pre_stop = parse_pre_stop(reader.object("preStop"));
   reader.read("drainSeconds", parsed.drain_seconds, kDrainSecondsRange);
+  parsed.drain = parse_drain(reader.object("drain"));
   reader.read("sidecarDrainSeconds", parsed.sidecar_drain_seconds, kSidecarDrainSecondsRange);
   reader.read("reserveSeconds", parsed.reserve_seconds, kReserveSecondsRange);
   parsed.rollout = parse_rollout(reader.object("rollout"));

@@ -22,6 +22,7 @@ inline constexpr const char* kPolicyKind = "ShutdownPolicy";
 
 enum class Mode { Enforce, DryRun };
 enum class PropagationSource { Static, Prometheus, Observed };
+enum class DrainSource { Static, Observed };
 enum class PreStopAction { Auto, Sleep, Exec };
 enum class ExistingHook { Keep, Replace };
 // A Deployment whose pods no Service selects: nothing routes to them, so
@@ -31,6 +32,7 @@ enum class WithoutService { Skip, Wait };
 
 std::string to_string(Mode);
 std::string to_string(PropagationSource);
+std::string to_string(DrainSource);
 std::string to_string(PreStopAction);
 std::string to_string(ExistingHook);
 
@@ -108,6 +110,16 @@ struct PolicySpec {
   } pre_stop;
 
   int drain_seconds = 30;
+  // The app's drain as its pods' terminations show it (docs/api.md, "The
+  // measured drain"): with source Observed, the grace covers the quantile of
+  // the workload's measured drains, never less than drainSeconds.
+  struct Drain {
+    DrainSource source = DrainSource::Static;
+    double quantile = 0.9;
+    int min_samples = 5;         // fewer in the window (and no kill): drainSeconds
+    int window_seconds = 86400;  // the terminations of this long ago and newer count
+    int max_seconds = 600;       // the measured figure never goes above this
+  } drain;
   int sidecar_drain_seconds = 0;
   int reserve_seconds = 10;
 

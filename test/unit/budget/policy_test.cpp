@@ -48,6 +48,11 @@ void expect_defaults(const PolicySpec& spec) {
   EXPECT_EQ(spec.pre_stop.action, PreStopAction::Auto);
   EXPECT_EQ(spec.pre_stop.existing, ExistingHook::Keep);
   EXPECT_EQ(spec.drain_seconds, 30);
+  EXPECT_EQ(spec.drain.source, DrainSource::Static);
+  EXPECT_EQ(spec.drain.quantile, 0.9);
+  EXPECT_EQ(spec.drain.min_samples, 5);
+  EXPECT_EQ(spec.drain.window_seconds, 86400);
+  EXPECT_EQ(spec.drain.max_seconds, 600);
   EXPECT_EQ(spec.sidecar_drain_seconds, 0);
   EXPECT_EQ(spec.reserve_seconds, 10);
   EXPECT_TRUE(spec.rollout.manage);
@@ -136,6 +141,26 @@ TEST(PolicySpecTest, FullSpecIsReadFieldByField) {
   EXPECT_EQ(spec.rollout.max_surge, (IntOrPercent{25, true}));
   EXPECT_EQ(spec.changes.min_interval_seconds, 600);
   EXPECT_EQ(spec.changes.decrease_threshold_seconds, 4);
+}
+
+TEST(PolicySpecTest, MeasuredDrainIsReadAndBounded) {
+  const PolicySpec spec = parse_valid_spec(R"({"drain": {"source": "Observed", "quantile": 0.5,
+      "minSamples": 3, "windowSeconds": 600, "maxSeconds": 120}})");
+  EXPECT_EQ(spec.drain.source, DrainSource::Observed);
+  EXPECT_EQ(spec.drain.quantile, 0.5);
+  EXPECT_EQ(spec.drain.min_samples, 3);
+  EXPECT_EQ(spec.drain.window_seconds, 600);
+  EXPECT_EQ(spec.drain.max_seconds, 120);
+  EXPECT_EQ(to_string(spec.drain.source), "Observed");
+
+  const auto bad = parse_policy_spec(parse_json(
+      R"({"drain": {"source": "Prometheus", "quantile": 1, "maxSeconds": 0, "window": 1}})"));
+  ASSERT_FALSE(bad.has_value());
+  const std::string errors = describe_errors(bad.error());
+  EXPECT_NE(errors.find("spec.drain.source"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("spec.drain.quantile"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("spec.drain.maxSeconds"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("spec.drain.window"), std::string::npos) << errors;
 }
 
 TEST(PolicySpecTest, PartialSpecKeepsOtherDefaults) {
