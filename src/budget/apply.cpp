@@ -86,6 +86,7 @@ std::string applied_annotation(const Plan& plan, const std::string& policy_name,
               {"containers", std::move(containers)},
               {"waits", std::move(waits)},
               {"time", core::format_rfc3339(time)}};
+  if (plan.budget.measured_drain) record["drain"] = plan.budget.drain_seconds;
   if (plan.set_back) record["setBack"] = core::format_rfc3339(*plan.set_back);
   if (plan.user) record["user"] = user_values_json(*plan.user);
   return record.dump();

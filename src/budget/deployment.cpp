@@ -315,6 +315,9 @@ std::optional<AppliedRecord> parse_applied(const std::string& text) {
   record.pre_stop_seconds = static_cast<std::int64_t>(*pre_stop);
   record.grace_seconds = static_cast<std::int64_t>(*grace);
   record.propagation_seconds = number("propagation").value_or(0);
+  if (auto drain = number("drain"); drain && *drain >= 0 && *drain <= 86400) {
+    record.drain_seconds = static_cast<std::int64_t>(*drain);
+  }
   if (auto it = value.find("graceOwned"); it != value.end() && it->is_boolean()) {
     record.grace_owned = it->get<bool>();
   }

@@ -228,8 +228,12 @@ class Planner {
     }
     if (hooks_out_of_range()) return std::move(plan_);
     targets_ = std::move(overrides.targets);
+    const std::int64_t declared = overrides.drain_seconds.value_or(policy_.drain_seconds);
+    const bool measured = policy_.drain.source == DrainSource::Observed &&
+                          ctx_.measured_drain_seconds && *ctx_.measured_drain_seconds > declared;
     plan_.budget = compute_budget(policy_, ctx_.propagation_seconds,
-                                  overrides.drain_seconds.value_or(policy_.drain_seconds));
+                                  measured ? *ctx_.measured_drain_seconds : declared);
+    plan_.budget.measured_drain = measured;
     plan_.budget.sidecar_pre_stop_seconds = sidecar_waits(d_);
     plan_.budget.grace_seconds =
         sum_seconds(plan_.budget.grace_seconds, plan_.budget.sidecar_pre_stop_seconds);
@@ -732,7 +736,7 @@ class Planner {
 
   // At most one template change per minIntervalSeconds, unless the budget is broken.
   void apply_churn_control() {
-    if (plan_.changes.empty() || (plan_.budget_broken && !ctx_.fallback_raise) || !ctx_.now ||
+    if (plan_.changes.empty() || (plan_.budget_broken && !ctx_.figure_raise) || !ctx_.now ||
         !d_.applied || !d_.applied->time) {
       return;
     }

@@ -133,6 +133,9 @@ struct AppliedRecord {
   std::int64_t grace_seconds = 0;
   bool grace_owned = false;  // gracekeeper raised the grace to grace_seconds
   double propagation_seconds = 0;
+  // `drain`: the measured drain the grace was planned with, when it was
+  // longer than the declared one (drain.source Observed).
+  std::optional<std::int64_t> drain_seconds;
   std::vector<std::string> containers;  // the containers that received gracekeeper's wait
   // The wait gracekeeper wrote, per container (`waits` in the annotation).
   // nullopt for an annotation of the older format, which records one wait

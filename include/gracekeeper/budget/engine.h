@@ -46,10 +46,15 @@ struct Context {
   std::optional<bool> behind_service;
   // Now, for churn control. nullopt (offline) disables the min-interval rule.
   std::optional<std::chrono::system_clock::time_point> now;
-  // The figure is a fallback (its source failed) that is higher than the one
-  // the Deployment was tuned to, and the Deployment holds the budget of that
-  // one: a change is no repair, and churn control applies to it.
-  bool fallback_raise = false;
+  // A figure rose above the one the Deployment was tuned to (a fallback
+  // higher than the measured propagation, a longer measured drain), and the
+  // Deployment holds the budget of that one: a change is no repair, and
+  // churn control applies to it.
+  bool figure_raise = false;
+  // The workload's measured drain (drain.source Observed, docs/api.md, "The
+  // measured drain"): the grace covers it when it is longer than the
+  // declared drain (drainSeconds or gracekeeper.dev/drain-seconds).
+  std::optional<std::int64_t> measured_drain_seconds;
 };
 
 // The numbers of the formula in docs/api.md, "The budget".
@@ -60,6 +65,9 @@ struct Budget {
   std::int64_t pre_stop_seconds = 0;            // clamped to [minSeconds, maxSeconds]
   bool clamped = false;
   std::int64_t drain_seconds = 0;
+  // drain_seconds is the measured drain, longer than the declared one
+  // (recorded in gracekeeper.dev/applied as `drain`).
+  bool measured_drain = false;
   std::int64_t sidecar_drain_seconds = 0;
   // The native sidecars' own preStop sleeps, added up: they run one after
   // another, once the app containers have exited (0 without a Deployment).
