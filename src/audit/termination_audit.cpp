@@ -19,11 +19,20 @@ std::int64_t count_member(const nlohmann::json& object, const char* key) {
   return std::max<std::int64_t>(core::int_member(object, key), 0);
 }
 
+std::optional<TimePoint> later(std::optional<TimePoint> a, std::optional<TimePoint> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::max(*a, *b);
+}
+
 TerminationCounts add(const TerminationCounts& a, const TerminationCounts& b) {
-  TerminationCounts out{a.observed + b.observed, a.late + b.late, a.last_late_at};
-  if (b.last_late_at && (!out.last_late_at || *b.last_late_at > *out.last_late_at)) {
-    out.last_late_at = b.last_late_at;
-  }
+  TerminationCounts out;
+  out.observed = a.observed + b.observed;
+  out.late = a.late + b.late;
+  out.last_late_at = later(a.last_late_at, b.last_late_at);
+  out.drained = a.drained + b.drained;
+  out.cut_short = a.cut_short + b.cut_short;
+  out.last_cut_short_at = later(a.last_cut_short_at, b.last_cut_short_at);
   return out;
 }
 
@@ -43,6 +52,11 @@ TerminationCounts read_terminations(const nlohmann::json& status) {
   if (auto at = it->find("lastLateAt"); at != it->end() && at->is_string()) {
     out.last_late_at = core::parse_rfc3339(at->get<std::string>());
   }
+  out.drained = count_member(*it, "drained");
+  out.cut_short = count_member(*it, "cutShort");
+  if (auto at = it->find("lastCutShortAt"); at != it->end() && at->is_string()) {
+    out.last_cut_short_at = core::parse_rfc3339(at->get<std::string>());
+  }
   return out;
 }
 
@@ -53,6 +67,16 @@ void TerminationBook::count(const std::string& policy_key, bool late, TimePoint 
   if (late) {
     ++it->second.counted.late;
     it->second.counted.last_late_at = at;
+  }
+}
+
+void TerminationBook::count_drain(const std::string& policy_key, bool cut_short, TimePoint at) {
+  auto it = entries_.find(policy_key);
+  if (it == entries_.end()) it = entries_.emplace(policy_key, Entry{}).first;
+  ++it->second.counted.drained;
+  if (cut_short) {
+    ++it->second.counted.cut_short;
+    it->second.counted.last_cut_short_at = at;
   }
 }
 
@@ -252,7 +276,70 @@ void TerminationAudit::note_termination(const std::string& ns, const std::string
   if (deps_.enqueue) deps_.enqueue(key);
 }
 
+namespace {
+constexpr std::string_view kDrainKeyPrefix = "drain/";
+}  // namespace
+
+std::optional<CachedPod> TerminationAudit::observe_pod(const nlohmann::json& object,
+                                                       const CachedPod* before) {
+  const auto* metadata = core::member(object, "metadata");
+  if (metadata == nullptr || !pod_terminating(*metadata)) return std::nullopt;
+  const std::string ns = core::string_member(*metadata, "namespace");
+  const std::string pod = core::string_member(*metadata, "name");
+  const auto owner = owner_of(ns, pod);
+  if (!owner) return std::nullopt;
+  if (before != nullptr && before->measured) return *before;
+  const auto measured = measure_drain(object);
+  if (!measured) {
+    log::info("cannot measure the drain of a terminating pod",
+              {{"pod", ns + "/" + pod}, {"error", measured.error()}});
+    return CachedPod{true};
+  }
+  if (!*measured) return CachedPod{false};  // an app container still runs
+  const MeasuredDrain& m = **measured;
+  const std::string_view kind = owner->stateful ? "StatefulSet" : "Deployment";
+  if (deps_.drains) deps_.drains->add(budget::drain_key(kind, owner->key), m.sample);
+  log::info("measured a pod's drain", {{"pod", ns + "/" + pod},
+                                       {"container", m.container},
+                                       {"drain", seconds(m.sample.seconds)},
+                                       {"cutShort", m.sample.cut_short ? "true" : "false"}});
+  if (deps_.drain_measured) deps_.drain_measured(owner->stateful, owner->key);
+  if (deps_.active && !deps_.active()) return CachedPod{true};  // a standby takes samples only
+  std::string key = ns + "/" + pod;
+  pending_drains_.insert_or_assign(key, Drained{*owner, m});
+  if (deps_.enqueue) deps_.enqueue(std::string(kDrainKeyPrefix) + key);
+  return CachedPod{true};
+}
+
+ReconcileResult TerminationAudit::reconcile_drain(const std::string& pod_key) {
+  auto it = pending_drains_.find(pod_key);
+  if (it == pending_drains_.end()) return Result::done();
+  const Drained d = std::move(it->second);
+  pending_drains_.erase(it);
+  if (deps_.active && !deps_.active()) return Result::done();
+  const DeploymentReconciler& controller =
+      d.owner.stateful ? *deps_.statefulset_controller : deps_.deployment_controller;
+  const DeploymentDecision decision = controller.decide(d.owner.key, *d.owner.cached);
+  if (decision.policy_key.empty()) return Result::done();  // not governed
+  const auto [ns, pod] = split_key(pod_key);
+  const auto policy_name = split_key(decision.policy_key).second;
+  deps_.metrics.observe_drain(ns, policy_name, d.drain.sample.seconds, d.drain.sample.cut_short);
+  deps_.terminations.count_drain(decision.policy_key, d.drain.sample.cut_short, d.drain.sample.at);
+  deps_.policy_changed(decision.policy_key);
+  if (d.drain.sample.cut_short) {
+    const auto policy = deps_.policies.get(decision.policy_key);
+    const bool observed =
+        policy && policy->spec && policy->spec->drain.source == budget::DrainSource::Observed;
+    warn_cut_short(ns, pod, d.owner, d.drain,
+                   fmt::format("policy {}: {}", policy_name,
+                               observed ? "drain.source Observed raises the grace to cover it"
+                                        : "raise drainSeconds, or set drain.source: Observed"));
+  }
+  return Result::done();
+}
+
 ReconcileResult TerminationAudit::reconcile(const std::string& key) {
+  if (key.starts_with(kDrainKeyPrefix)) return reconcile_drain(key.substr(kDrainKeyPrefix.size()));
   auto it = pending_.find(key);
   if (it == pending_.end()) return Result::done();
   const Termination t = std::move(it->second);
@@ -374,6 +461,29 @@ void TerminationAudit::warn_late(const std::string& ns, const std::string& pod, 
       owner.stateful ? fmt::format("StatefulSet generation {}", cached->generation)
                      : fmt::format("ReplicaSet hash {}", owner.hash),
       wait, why, seconds(-slack), policy_name);
+  deps_.metrics.count_event(kube::to_string(e.type), e.reason);
+  deps_.events.record(std::move(e));
+}
+
+// A pod killed at the grace: a Warning each time (each is a pod whose
+// in-flight work was cut off), on its workload.
+void TerminationAudit::warn_cut_short(const std::string& ns, const std::string& pod,
+                                      const Owner& owner, const MeasuredDrain& m,
+                                      const std::string& advice) {
+  log::warn("the kubelet killed a pod at the grace, mid-drain",
+            {{"pod", ns + "/" + pod},
+             {owner.stateful ? "statefulset" : "deployment", owner.key},
+             {"container", m.container}});
+  kube::EventRecord e;
+  e.regarding = kube::ObjectRef{"apps/v1", owner.stateful ? "StatefulSet" : "Deployment", ns,
+                                split_key(owner.key).second, owner.cached->uid};
+  e.type = kube::EventType::Warning;
+  e.reason = "DrainCutShort";
+  e.action = "Audit";
+  e.note = fmt::format(
+      "pod {}: container {} was killed at the grace (exit code {}) after draining {}s of "
+      "terminationGracePeriodSeconds {}s (preStop {}s): its drain takes longer ({})",
+      pod, m.container, m.exit_code, m.grace - m.wait, m.grace, m.wait, advice);
   deps_.metrics.count_event(kube::to_string(e.type), e.reason);
   deps_.events.record(std::move(e));
 }

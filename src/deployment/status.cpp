@@ -73,6 +73,10 @@ DeploymentCounts combined(const DeploymentCounts& deployments,
   c.violations += statefulsets->violations;
   c.rolling += statefulsets->rolling;
   c.only_rolling += statefulsets->only_rolling;
+  if (statefulsets->longest_drain > c.longest_drain) {
+    c.longest_drain = statefulsets->longest_drain;
+    c.longest_drain_of = "statefulset/" + statefulsets->longest_drain_of;
+  }
   for (const auto& name : statefulsets->not_compliant) {
     c.not_compliant.push_back("statefulset/" + name);
   }
@@ -167,11 +171,17 @@ void add_counts(const StatusInput& in, const nlohmann::json& current,
                              : "NotCompliant";
     conditions.push_back(condition(in, current, "BudgetHolds", holds, reason,
                                    budget_message(c, status.contains("statefulSets"))));
+    if (c.managed > 0) {
+      status["drain"] = {{"source", in.drain_source},
+                         {"seconds", c.longest_drain},
+                         {"workload", c.longest_drain_of}};
+    }
   } else if (current.is_object() && current.contains("deployments")) {
     // Not every Deployment is reconciled yet (e.g. just after a restart): keep
     // what the server has rather than write a partial count.
     status["deployments"] = current["deployments"];
     if (current.contains("statefulSets")) status["statefulSets"] = current["statefulSets"];
+    if (current.contains("drain")) status["drain"] = current["drain"];
     if (const auto* old = find_condition(current, "BudgetHolds")) conditions.push_back(*old);
   }
 }
@@ -205,6 +215,12 @@ nlohmann::json desired_status(const StatusInput& in, const nlohmann::json& curre
     nlohmann::json t{{"observed", in.terminations->observed}, {"late", in.terminations->late}};
     if (in.terminations->last_late_at)
       t["lastLateAt"] = core::format_rfc3339(*in.terminations->last_late_at);
+    if (in.terminations->drained > 0) {
+      t["drained"] = in.terminations->drained;
+      t["cutShort"] = in.terminations->cut_short;
+    }
+    if (in.terminations->last_cut_short_at)
+      t["lastCutShortAt"] = core::format_rfc3339(*in.terminations->last_cut_short_at);
     status["terminations"] = std::move(t);
   }
   status["conditions"] = std::move(conditions);

@@ -48,6 +48,11 @@ const Histogram::BucketBoundaries& slack_buckets() {
   return buckets;
 }
 
+const Histogram::BucketBoundaries& drain_buckets() {
+  static const Histogram::BucketBoundaries buckets{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600};
+  return buckets;
+}
+
 // Admissions are answered from memory: tens of microseconds to a few
 // milliseconds; the API server's own timeout is seconds.
 const Histogram::BucketBoundaries& admission_buckets() {
@@ -162,6 +167,18 @@ struct Metrics::Impl {
       prometheus::BuildCounter()
           .Name("gracekeeper_terminations_total")
           .Help("Audited terminations of governed pods, by outcome (covered, late, unmeasured).")
+          .Register(registry);
+  Family<Histogram>& drains =
+      prometheus::BuildHistogram()
+          .Name("gracekeeper_drain_seconds")
+          .Help(
+              "SIGTERM to the last app container's exit, per measured termination of a "
+              "governed pod (a kill at the grace counts the time the pod was given).")
+          .Register(registry);
+  Family<Counter>& drains_cut_short =
+      prometheus::BuildCounter()
+          .Name("gracekeeper_drain_cut_short_total")
+          .Help("Measured terminations of governed pods that the kubelet killed at the grace.")
           .Register(registry);
   Family<Gauge>& queue_depth = prometheus::BuildGauge()
                                    .Name("gracekeeper_workqueue_depth")
@@ -278,6 +295,8 @@ void Metrics::forget_policy(std::string_view ns, std::string_view policy) {
     with.emplace("outcome", outcome);
     remove_series(impl_->terminations, with);
   }
+  if (impl_->drains.Has(l)) impl_->drains.Remove(&impl_->drains.Add(l, drain_buckets()));
+  remove_series(impl_->drains_cut_short, l);
   auto it = impl_->propagation_sources.find(std::pair{std::string{ns}, std::string{policy}});
   if (it != impl_->propagation_sources.end()) {
     l.emplace("source", it->second);
@@ -332,6 +351,13 @@ void Metrics::count_termination(std::string_view ns, std::string_view policy,
                                 std::string_view outcome) {
   impl_->terminations.Add(labels({{"namespace", ns}, {"policy", policy}, {"outcome", outcome}}))
       .Increment();
+}
+
+void Metrics::observe_drain(std::string_view ns, std::string_view policy, double seconds,
+                            bool cut_short) {
+  const auto l = labels({{"namespace", ns}, {"policy", policy}});
+  impl_->drains.Add(l, drain_buckets()).Observe(seconds);
+  if (cut_short) impl_->drains_cut_short.Add(l).Increment();
 }
 
 void Metrics::observe_admission(std::string_view outcome, bool opted_in, double seconds) {

@@ -35,6 +35,10 @@ DeploymentCounts PolicyReconciler::count(const DeploymentReconciler& controller,
         c.pending += d.state.pending;
         c.violations += d.state.violating;
         c.rolling += d.state.rolling;
+        if (d.state.drain_seconds > c.longest_drain) {
+          c.longest_drain = d.state.drain_seconds;
+          c.longest_drain_of = split_key(key).second;
+        }
         if (!d.state.compliant) {
           c.not_compliant.push_back(split_key(key).second);
           c.only_rolling += d.state.holds_but_rolling();
@@ -151,6 +155,7 @@ boost::asio::awaitable<ReconcileResult> PolicyReconciler::reconcile(std::string 
         std::min<std::chrono::nanoseconds>(*refresh.requeue_after, options_.settle_poll));
   }
   in.quantile = policy->spec->propagation.quantile;
+  in.drain_source = budget::to_string(policy->spec->drain.source);
   in.propagation = m->state;
   in.recommended =
       budget::compute_budget(*policy->spec, m->state.seconds, policy->spec->drain_seconds);
@@ -167,7 +172,7 @@ boost::asio::awaitable<ReconcileResult> PolicyReconciler::reconcile(std::string 
     const TerminationCounts t = terminations_->totals(key, policy->status);
     const bool written_before =
         policy->status.is_object() && policy->status.contains("terminations");
-    if (t.observed > 0 || written_before) in.terminations = t;
+    if (t.observed > 0 || t.drained > 0 || written_before) in.terminations = t;
   }
   nlohmann::json status = desired_status(in, policy->status);
   auto written = co_await write_status(*policy, std::move(status), refresh);

@@ -35,7 +35,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gracekeeper/audit/drain.h"
 #include "gracekeeper/audit/endpoints.h"
+#include "gracekeeper/budget/drain.h"
 #include "gracekeeper/deployment/cache.h"
 #include "gracekeeper/deployment/deployment_reconciler.h"
 #include "gracekeeper/deployment/ports.h"
@@ -50,6 +52,11 @@ namespace gracekeeper::controller {
 // status.terminations (status.h).
 using TerminationCounts = TerminationTotals;
 
+// A terminating pod of a cached workload, as the Pod informer keeps it.
+struct CachedPod {
+  bool measured = false;  // its drain was taken (or cannot be)
+};
+
 // status.terminations as the server has it (zeros when absent or unreadable).
 TerminationCounts read_terminations(const nlohmann::json& status);
 
@@ -59,6 +66,8 @@ TerminationCounts read_terminations(const nlohmann::json& status);
 class TerminationBook {
  public:
   void count(const std::string& policy_key, bool late, TimePoint at);
+  // A measured drain (audit/drain.h); `cut_short`: killed at the grace.
+  void count_drain(const std::string& policy_key, bool cut_short, TimePoint at);
   // The totals to write; `status` is the server's, read once per policy.
   TerminationCounts totals(const std::string& policy_key, const nlohmann::json& status);
   void erase(const std::string& policy_key);
@@ -100,6 +109,11 @@ class TerminationAudit {
     const DeploymentReconciler* statefulset_controller = nullptr;
     // A termination to audit: reconcile(key) later, under the loop.
     std::function<void(const std::string& key)> enqueue{};
+    // The measured drains (audit/drain.h), by budget::drain_key; and the
+    // workload ("ns/name", a StatefulSet's when `stateful`) that got one:
+    // its reconciler plans with the new figure.
+    budget::DrainBook* drains = nullptr;
+    std::function<void(bool stateful, const std::string& key)> drain_measured{};
   };
   explicit TerminationAudit(Dependencies deps) : deps_(std::move(deps)) {}
 
@@ -110,8 +124,16 @@ class TerminationAudit {
   std::optional<CachedSlice> observe(const nlohmann::json& object, const CachedSlice* before,
                                      TimePoint seen);
 
-  // Audits the termination observe() queued under `key` ("ns/pod"); done at
-  // once when there is none (audited already, or noted by a standby).
+  // The Pod informer's projection: a terminating pod of a cached workload
+  // whose app containers have all exited gives a drain sample, once
+  // (measure_drain); its DrainCutShort Warning and counts are queued under
+  // "drain/ns/pod". Caches only the terminating pods of cached workloads,
+  // and of each whether it was measured.
+  std::optional<CachedPod> observe_pod(const nlohmann::json& object, const CachedPod* before);
+
+  // Audits the termination observe() queued under `key` ("ns/pod"), or the
+  // drain observe_pod() queued ("drain/ns/pod"); done at once when there is
+  // none (audited already, or noted by a standby).
   ReconcileResult reconcile(const std::string& key);
   // Terminations noted and not audited yet.
   std::size_t pending() const { return pending_.size(); }
@@ -126,6 +148,9 @@ class TerminationAudit {
     std::shared_ptr<const CachedDeployment> cached;
   };
   std::optional<Owner> owner_of(const std::string& ns, const std::string& pod) const;
+  ReconcileResult reconcile_drain(const std::string& pod_key);
+  void warn_cut_short(const std::string& ns, const std::string& pod, const Owner&,
+                      const MeasuredDrain&, const std::string& advice);
   // A pod that turned terminating, as observe() saw it: what reconcile()
   // needs from that moment.
   struct Termination {
@@ -187,6 +212,12 @@ class TerminationAudit {
   // Terminations noted and not audited yet, by "ns/pod": one per pod that
   // turned terminating since the loop last ran (only while active()).
   std::unordered_map<std::string, Termination> pending_;
+  // Drains measured and not counted yet, by "ns/pod".
+  struct Drained {
+    Owner owner;
+    MeasuredDrain drain;
+  };
+  std::unordered_map<std::string, Drained> pending_drains_;
 };
 
 }  // namespace gracekeeper::controller

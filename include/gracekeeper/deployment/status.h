@@ -30,6 +30,9 @@ struct DeploymentState {
   // The settings do not hold the budget: an error, or a warning that breaks
   // it (PreStopUnknownLength: the wait is not known to cover propagation).
   bool broken = false;
+  // The drain its budget covers: the declared one, or the measured one when
+  // longer (drain.source Observed).
+  std::int64_t drain_seconds = 0;
   // Rolling is the only reason it is not compliant: the settings hold and
   // nothing is pending. BudgetHolds says `Rolling` only when every
   // not-compliant workload is so; a broken budget is never hidden behind it.
@@ -49,6 +52,10 @@ struct DeploymentCounts {
   std::int64_t rolling = 0;
   // Of not_compliant, those whose settings hold and only their pods roll.
   std::int64_t only_rolling = 0;
+  // The longest drain a governed workload's budget covers, and its name
+  // (the first of equals in key order): status.drain.
+  std::int64_t longest_drain = 0;
+  std::string longest_drain_of{};
 };
 
 struct PropagationState {
@@ -66,12 +73,18 @@ struct TerminationTotals {
   std::int64_t observed = 0;
   std::int64_t late = 0;
   std::optional<TimePoint> last_late_at;
+  // The measured drains (audit/drain.h): terminations measured, and those
+  // the kubelet killed at the grace.
+  std::int64_t drained = 0;
+  std::int64_t cut_short = 0;
+  std::optional<TimePoint> last_cut_short_at;
   bool operator==(const TerminationTotals&) const = default;
 };
 
 struct StatusInput {
   std::int64_t generation = 0;
   double quantile = 0.99;
+  std::string drain_source = "Static";  // spec.drain.source
   // Set when the spec is invalid (Ready=False, InvalidSpec); the rest is then ignored.
   std::optional<std::string> invalid_spec;
   std::optional<PropagationState> propagation;  // nullopt: not measured yet

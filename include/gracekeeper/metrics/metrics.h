@@ -94,6 +94,12 @@ class Metrics {
   // unknown length).
   void count_termination(std::string_view ns, std::string_view policy, std::string_view outcome);
 
+  // gracekeeper_drain_seconds{namespace,policy} (histogram) and
+  // gracekeeper_drain_cut_short_total{namespace,policy} (counter): a
+  // governed pod's measured drain (audit/drain.h), and whether the kubelet
+  // killed it at the grace.
+  void observe_drain(std::string_view ns, std::string_view policy, double seconds, bool cut_short);
+
   // gracekeeper_webhook_admissions_total{outcome} (counter),
   // gracekeeper_webhook_errors_total{reason} (counter: outcome "error" is
   // reason "internal", "bad_request" itself) and

@@ -63,7 +63,8 @@ struct AuditWorld : World {
       : audit({deployments, policies, book, deployment_controller, samples, terminations, events,
                metrics, [this](const std::string& key) { changed.push_back(key); },
                [this] { return active; }, std::nullopt, nullptr,
-               [this](const std::string& key) { queued.push_back(key); }}) {
+               [this](const std::string& key) { queued.push_back(key); }, &drains,
+               [this](bool, const std::string& key) { drained.push_back(key); }}) {
     put_policy(policy(spec));
     put_deployment(with_pre_stop(deployment("web"), 5));
   }
@@ -93,8 +94,22 @@ struct AuditWorld : World {
   TerminationBook terminations;
   TerminationAudit audit;
   std::vector<std::string> changed;
-  std::vector<std::string> queued;  // the audit's work queue
+  std::vector<std::string> queued;   // the audit's work queue
+  std::vector<std::string> drained;  // workloads that got a drain sample
   std::map<std::string, CachedSlice> cached;
+  std::map<std::string, CachedPod> pods;  // the Pod informer's cache
+  // The Pod informer's step, as see() is the EndpointSlice informer's.
+  std::optional<CachedPod> see_pod(const json& object) {
+    const std::string key = "shop/" + object["metadata"]["name"].get<std::string>();
+    auto out = audit.observe_pod(object, pods.contains(key) ? &pods[key] : nullptr);
+    if (out) {
+      pods[key] = *out;
+    } else {
+      pods.erase(key);
+    }
+    run_queued();
+    return out;
+  }
   bool active = true;
 };
 
@@ -588,6 +603,90 @@ TEST(TerminationAudit, ThePolicyStatusCarriesTheCounts) {
   EXPECT_EQ(status["terminations"]["observed"], 1);
   EXPECT_EQ(status["terminations"]["late"], 1);
   EXPECT_EQ(status["terminations"]["lastLateAt"], core::format_rfc3339(kStart + 9s));
+}
+
+// A pod of web deleted at kStart with a 20 s grace after its 5 s wait.
+json deleted_pod(const std::string& name, std::optional<std::pair<int, int>> exit_after = {}) {
+  json app{{"name", "app"},
+           {"image", "app:1"},
+           {"ports", json::array({{{"containerPort", 8080}}})},
+           {"lifecycle", {{"preStop", {{"sleep", {{"seconds", 5}}}}}}}};
+  json status{{"name", "app"}, {"state", {{"running", json::object()}}}};
+  if (exit_after) {
+    status["state"] = {{"terminated",
+                        {{"exitCode", exit_after->second},
+                         {"finishedAt", at(kStart + std::chrono::seconds(exit_after->first))}}}};
+  }
+  return json{{"metadata",
+               {{"name", name},
+                {"namespace", "shop"},
+                {"deletionTimestamp", at(kStart + 20s)},
+                {"deletionGracePeriodSeconds", 20}}},
+              {"spec", {{"containers", json::array({app})}}},
+              {"status", {{"containerStatuses", json::array({status})}}}};
+}
+
+TEST(DrainAudit, APodKilledAtTheGraceIsASampleAWarningAndACount) {
+  AuditWorld w;
+  // Still draining: cached, nothing measured.
+  auto first = w.see_pod(deleted_pod(kPod1));
+  ASSERT_TRUE(first);
+  EXPECT_FALSE(first->measured);
+  EXPECT_TRUE(w.drains.samples("Deployment/shop/web").empty());
+  // Killed at the grace: a sample of the 15 s it had after SIGTERM.
+  auto killed = w.see_pod(deleted_pod(kPod1, std::pair{21, 137}));
+  ASSERT_TRUE(killed && killed->measured);
+  const auto samples = w.drains.samples("Deployment/shop/web");
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_TRUE(samples[0].cut_short);
+  EXPECT_EQ(samples[0].seconds, 15);
+  EXPECT_THAT(w.drained, ElementsAre("shop/web"));
+  ASSERT_THAT(w.events.reasons(), ElementsAre("DrainCutShort"));
+  EXPECT_THAT(w.events.recorded[0].note, HasSubstr("container app was killed at the grace"));
+  EXPECT_THAT(w.events.recorded[0].note, HasSubstr("raise drainSeconds"));
+  const auto t = w.terminations.totals("shop/default", json());
+  EXPECT_EQ(t.drained, 1);
+  EXPECT_EQ(t.cut_short, 1);
+  EXPECT_TRUE(t.last_cut_short_at);
+  EXPECT_THAT(
+      w.metrics.serialize(),
+      HasSubstr(R"(gracekeeper_drain_cut_short_total{namespace="shop",policy="default"} 1)"));
+  // In the policy's status, and from there after a restart.
+  w.policy_controller.set_terminations(&w.terminations);
+  w.clock.advance(1s);
+  ASSERT_TRUE(w.reconcile_policy("shop/default"));
+  ASSERT_FALSE(w.status_writer.written.empty());
+  const json status = w.status_writer.written.back();
+  ASSERT_TRUE(status.contains("terminations")) << status.dump();
+  EXPECT_EQ(status["terminations"]["drained"], 1);
+  EXPECT_EQ(status["terminations"]["cutShort"], 1);
+  EXPECT_EQ(status["terminations"]["lastCutShortAt"], at(kStart + 21s));
+  TerminationBook restarted;
+  const auto again = restarted.totals("shop/default", status);
+  EXPECT_EQ(again.drained, 1);
+  EXPECT_EQ(again.cut_short, 1);
+  EXPECT_EQ(again.last_cut_short_at, kStart + 21s);
+  // The next event of the same pod (its deletion) measures nothing again.
+  w.see_pod(deleted_pod(kPod1, std::pair{21, 137}));
+  EXPECT_EQ(w.drains.samples("Deployment/shop/web").size(), 1u);
+  EXPECT_EQ(w.events.recorded.size(), 1u);
+}
+
+TEST(DrainAudit, OnlyTerminatingPodsOfCachedWorkloadsAreKept) {
+  AuditWorld w;
+  json serving = deleted_pod(kPod1);
+  serving["metadata"].erase("deletionTimestamp");
+  EXPECT_FALSE(w.see_pod(serving));
+  EXPECT_FALSE(w.see_pod(deleted_pod("other-7d9f8b6c5-x2x4z", std::pair{9, 0})));
+  EXPECT_FALSE(w.audit.observe_pod(json("garbage"), nullptr));
+  EXPECT_FALSE(w.audit.observe_pod(json{{"metadata", 5}}, nullptr));
+  // A standby measures (its samples are ready when it leads) but reports nothing.
+  w.active = false;
+  ASSERT_TRUE(w.see_pod(deleted_pod(kPod2, std::pair{12, 0})));
+  EXPECT_EQ(w.drains.samples("Deployment/shop/web").size(), 1u);
+  EXPECT_EQ(w.drains.samples("Deployment/shop/web")[0].seconds, 7);
+  EXPECT_THAT(w.events.recorded, IsEmpty());
+  EXPECT_EQ(w.terminations.totals("shop/default", json()).drained, 0);
 }
 
 }  // namespace
