@@ -149,14 +149,28 @@ budget::Context planning_context(const budget::Deployment& d, const CachedPolicy
   ctx.behind_service = std::ranges::any_of(
       facts.ns->services, [&](const auto& service) { return selects(*service, d.pod_labels); });
   ctx.now = facts.now;
+  // The measured drain: its samples' figure, else the one the workload was
+  // tuned to (a restart forgets the samples; the grace they raised holds).
+  if (policy.spec->drain.source == budget::DrainSource::Observed) {
+    if (auto figure = budget::drain_figure(facts.drains, policy.spec->drain, facts.now)) {
+      ctx.measured_drain_seconds = figure->seconds;
+    } else if (d.applied) {
+      ctx.measured_drain_seconds = d.applied->drain_seconds;
+    }
+  }
   // A fallback that raises the figure (the source failed, staticSeconds is
-  // higher) is no repair of a Deployment that holds the budget it was tuned
-  // to: churn control applies, as to any other change.
-  if (!propagation.available && d.applied &&
-      ctx.propagation_seconds > d.applied->propagation_seconds) {
+  // higher), or a longer measured drain, is no repair of a Deployment that
+  // holds the budget it was tuned to: churn control applies, as to any
+  // other change.
+  const bool propagation_raise = !propagation.available && d.applied &&
+                                 ctx.propagation_seconds > d.applied->propagation_seconds;
+  const bool drain_raise = d.applied && ctx.measured_drain_seconds &&
+                           *ctx.measured_drain_seconds > d.applied->drain_seconds.value_or(0);
+  if (propagation_raise || drain_raise) {
     budget::Context tuned = ctx;
-    tuned.propagation_seconds = d.applied->propagation_seconds;
-    ctx.fallback_raise = !budget::plan(d, tuned).budget_broken;
+    if (propagation_raise) tuned.propagation_seconds = d.applied->propagation_seconds;
+    if (drain_raise) tuned.measured_drain_seconds = d.applied->drain_seconds;
+    ctx.figure_raise = !budget::plan(d, tuned).budget_broken;
   }
   return ctx;
 }
@@ -421,6 +435,7 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
   // pods keep its wait and grace until the rollout is over.
   out.state.rolling = facts.rolling;
   out.state.broken = plan.budget_broken;
+  out.state.drain_seconds = plan.budget.drain_seconds;
   out.state.compliant = !out.state.violating && !plan.budget_broken && !facts.rolling;
   out.state.pending = plan.changed() || plan.deferred;
   if (plan.deferred && plan.due_at) {

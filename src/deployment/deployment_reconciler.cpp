@@ -153,6 +153,7 @@ DeploymentDecision DeploymentReconciler::decide(const std::string& key,
   facts.now = deps_.clock.now();
   facts.blocked = blocked(key);
   facts.rolling = cached.rollout.rolling(cached.generation);
+  if (deps_.drains) facts.drains = deps_.drains->samples(budget::drain_key(deps_.kind, key));
   return decide_deployment(facts);
 }
 

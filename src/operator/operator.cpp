@@ -108,6 +108,8 @@ class Operator {
                       &controller::project_statefulset),
         slices_(client_, endpoint_slices, slice_informer_options(),
                 [this](const nlohmann::json& o) { return observe_slice(o); }),
+        pods_(client_, kube::resources::pods, pod_informer_options(),
+              [this](const nlohmann::json& o) { return observe_pod(o); }),
         deployment_queue_(io.get_executor()),
         policy_queue_(io.get_executor()),
         statefulset_queue_(io.get_executor()),
@@ -137,7 +139,7 @@ class Operator {
              [this](const std::string& policy_key) {
                return statefulset_reconciler_.governed(policy_key);
              },
-             options_.rollout_stall_timeout}),
+             options_.rollout_stall_timeout, &drains_}),
         statefulset_reconciler_(
             {statefulsets_.store(), policies_.store(), services_.store(), propagation_,
              *statefulset_writer_, *event_sink_, *clock_, metrics_,
@@ -152,7 +154,7 @@ class Operator {
              [this](const std::string& policy_key) {
                return deployment_reconciler_.governed(policy_key);
              },
-             options_.rollout_stall_timeout}),
+             options_.rollout_stall_timeout, &drains_}),
         policy_reconciler_({policies_.store(), deployments_.store(), propagation_, *meter_,
                             *status_writer_, *clock_, metrics_, deployment_reconciler_,
                             [this](const std::string& ns) {
@@ -169,7 +171,11 @@ class Operator {
                 },
                 [this] { return workers_started_; }, statefulsets_.store(),
                 &statefulset_reconciler_,
-                [this](const std::string& pod_key) { audit_queue_.add(pod_key); }}) {
+                [this](const std::string& pod_key) { audit_queue_.add(pod_key); }, &drains_,
+                // A new drain sample: the workload is planned with its figure.
+                [this](bool stateful, const std::string& key) {
+                  (stateful ? statefulset_queue_ : deployment_queue_).add(key);
+                }}) {
     policy_reconciler_.set_terminations(&terminations_);
   }
 
@@ -247,6 +253,18 @@ class Operator {
     const auto before = slices_.get(kube::object_key(object));
     return audit_.observe(object, before.get(), clock_->now());
   }
+  // Pods: only terminating ones are built in full (pod_terminating), and
+  // only those of cached workloads are kept (TerminationAudit::observe_pod).
+  kube::InformerOptions pod_informer_options() const {
+    kube::InformerOptions o = informer_options();
+    o.fields = pod_drain_fields();
+    o.wanted = &pod_terminating;
+    return o;
+  }
+  std::optional<CachedPod> observe_pod(const nlohmann::json& object) {
+    const auto before = pods_.get(kube::object_key(object));
+    return audit_.observe_pod(object, before.get());
+  }
   kube::EventRecorderOptions recorder_options() const {
     kube::EventRecorderOptions o;
     o.reporting_instance = identity();
@@ -303,6 +321,7 @@ class Operator {
     asio::co_spawn(io_, statefulsets_.run(), asio::detached);
     asio::co_spawn(io_, deployments_.run(), asio::detached);
     asio::co_spawn(io_, slices_.run(), asio::detached);
+    asio::co_spawn(io_, pods_.run(), asio::detached);
     asio::co_spawn(io_, publish_metrics(), asio::detached);
     asio::co_spawn(io_, when_synced(), asio::detached);
     // Work starts once the policies and Services are known, while the
@@ -623,6 +642,7 @@ class Operator {
       metrics_.update_informer("services", services_.counters());
       metrics_.update_informer("statefulsets", statefulsets_.counters());
       metrics_.update_informer("endpointslices", slices_.counters());
+      metrics_.update_informer("pods", pods_.counters());
       samples_.prune(clock_->now());
       metrics_.set_queue_depth("deployment", deployment_queue_.core().len());
       metrics_.set_queue_depth("statefulset", statefulset_queue_.core().len());
@@ -717,6 +737,7 @@ class Operator {
     services_.stop();
     statefulsets_.stop();
     slices_.stop();
+    pods_.stop();
     if (certs_) certs_->stop();
     log::info(
         "stopped",
@@ -750,6 +771,7 @@ class Operator {
   kube::Informer<CachedService> services_;
   kube::Informer<CachedDeployment> statefulsets_;  // opted-in StatefulSets, cached alike
   kube::Informer<CachedSlice> slices_;
+  kube::Informer<CachedPod> pods_;  // terminating pods of cached workloads (audit/drain.h)
   kube::AsyncWorkQueue deployment_queue_;
   kube::AsyncWorkQueue policy_queue_;
   kube::AsyncWorkQueue statefulset_queue_;
@@ -761,6 +783,7 @@ class Operator {
   std::unique_ptr<propagation::Prometheus> prometheus_;
   PropagationBook propagation_;
   propagation::SampleBook samples_;
+  budget::DrainBook drains_;  // measured drains, by budget::drain_key
   TerminationBook terminations_;
   std::unique_ptr<Clock> clock_;
   std::unique_ptr<DeploymentWriter> deployment_writer_;

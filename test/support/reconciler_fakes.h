@@ -167,12 +167,23 @@ class World {
       : deployments(deployment_core),
         policies(policy_core),
         services(service_core),
-        deployment_controller({deployments, policies, services, book, writer, events, clock,
+        deployment_controller({deployments,
+                               policies,
+                               services,
+                               book,
+                               writer,
+                               events,
+                               clock,
                                metrics,
                                [this](const std::string& key) { policies_changed.push_back(key); },
                                [this](const std::string& key, std::chrono::nanoseconds after) {
                                  requeued.emplace_back(key, after);
-                               }}),
+                               },
+                               "Deployment",
+                               {},
+                               {},
+                               std::chrono::seconds(600),
+                               &drains}),
         policy_controller({policies, deployments, book, meter, status_writer, clock, metrics,
                            deployment_controller,
                            [this](const std::string& ns) { namespaces_changed.push_back(ns); },
@@ -246,6 +257,7 @@ class World {
   kube::Store<CachedPolicy> policies;
   kube::Store<CachedService> services;
   PropagationBook book;
+  budget::DrainBook drains;  // the measured drains the Deployment controller plans with
   FakeClock clock;
   FakeWriter writer{*this};
   FakeStatusWriter status_writer{*this};

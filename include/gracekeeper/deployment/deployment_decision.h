@@ -12,10 +12,12 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "gracekeeper/budget/drain.h"
 #include "gracekeeper/budget/engine.h"
 #include "gracekeeper/deployment/cache.h"
 #include "gracekeeper/deployment/propagation_book.h"
@@ -94,6 +96,8 @@ struct DeploymentFacts {
   const BlockedWrite* blocked = nullptr;  // this Deployment's, if any
   // Pods of an older template still run or terminate (RolloutStatus::rolling).
   bool rolling = false;
+  // The workload's measured drains, oldest first (budget::DrainBook).
+  std::span<const budget::DrainSample> drains{};
   // The object of an admission request: the webhook puts the budget into
   // the request itself, so fields the request sets back are neither a
   // repair to record nor a fight.

@@ -65,6 +65,8 @@ class DeploymentReconciler {
     // RolloutStalled Warning says so. The Deployment controller's default
     // progressDeadlineSeconds; a StatefulSet has no deadline of its own.
     std::chrono::seconds stall_after{600};
+    // The measured drains, by "<kind>/ns/name" (drain.source Observed).
+    const budget::DrainBook* drains = nullptr;
   };
   explicit DeploymentReconciler(Dependencies deps);
   DeploymentReconciler(const DeploymentReconciler&) = delete;

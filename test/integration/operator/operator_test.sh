@@ -712,6 +712,7 @@ rules:
   - {apiGroups: [""], resources: [services], verbs: [list, watch]}
   - {apiGroups: [apps], resources: [statefulsets], verbs: [get, list, watch, patch]}
   - {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+  - {apiGroups: [""], resources: [pods], verbs: [list, watch]}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole

@@ -105,6 +105,7 @@ can patch shutdownpolicies.gracekeeper.dev --subresource=status -n shop-prod
 for v in create patch; do can "$v" events.events.k8s.io -n shop-prod; done
 can list events.events.k8s.io --all-namespaces
 for v in list watch; do can "$v" endpointslices.discovery.k8s.io --all-namespaces; can "$v" endpointslices.discovery.k8s.io -n shop-prod; done
+for v in list watch; do can "$v" pods --all-namespaces; done   # the measured drain
 for v in get create update; do can "$v" leases.coordination.k8s.io -n "$NS"; done
 
 # Nothing else.
@@ -142,7 +143,7 @@ cannot '*' '*' -n "$NS"
 # the operator's namespace: the rules above plus what every authenticated user
 # has (self-reviews, cluster trust bundles); non-resource URLs left out.
 rules=$(k auth can-i --as "$SA" --list -n "$NS" --no-headers 2>/dev/null | awk '$1 !~ /^\[/ {print $1}' | LC_ALL=C sort -u | tr '\n' ' ')
-want=$(printf '%s\n' deployments.apps statefulsets.apps services endpointslices.discovery.k8s.io shutdownpolicies.gracekeeper.dev shutdownpolicies.gracekeeper.dev/status \
+want=$(printf '%s\n' deployments.apps statefulsets.apps services pods endpointslices.discovery.k8s.io shutdownpolicies.gracekeeper.dev shutdownpolicies.gracekeeper.dev/status \
   events.events.k8s.io leases.coordination.k8s.io selfsubjectreviews.authentication.k8s.io \
   selfsubjectaccessreviews.authorization.k8s.io selfsubjectrulesreviews.authorization.k8s.io \
   clustertrustbundles.certificates.k8s.io | LC_ALL=C sort -u | tr '\n' ' ')

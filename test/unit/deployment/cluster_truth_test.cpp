@@ -583,6 +583,43 @@ TEST_F(ClusterTruthTest, AFallbackThatRaisesTheFigureIsRateLimited) {
   EXPECT_EQ(world.writer.calls.size(), 3u);
 }
 
+// drain.source Observed: a pod killed at the grace raises the grace without
+// waiting for minSamples, rate-limited like any change; the raised drain is
+// recorded, so that a restart (which forgets the samples) keeps it.
+TEST_F(ClusterTruthTest, AMeasuredDrainRaisesTheGraceOnceDueAndIsKept) {
+  world.put_policy(policy({{"drainSeconds", 5}, {"drain", {{"source", "Observed"}}}}));
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  world.put_deployment(deployment("web"));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));  // a 6 s wait, the declared 5 s drain
+  ASSERT_EQ(world.writer.calls.size(), 1u);
+  rollout_done(world, "shop/web");
+
+  // A pod was killed 15 s after SIGTERM: its drain was longer, taken as 30 s.
+  world.drains.add("Deployment/shop/web", {world.clock.now(), 15, true});
+  world.clock.advance(std::chrono::seconds(61));
+  auto r = world.reconcile_deployment("shop/web");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(world.writer.calls.size(), 1u) << "a measured raise went out before it was due";
+  ASSERT_TRUE(r->requeue_after.has_value());
+  world.clock.advance(*r->requeue_after);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_EQ(world.writer.calls.size(), 2u);
+  EXPECT_EQ(pod_spec(world.writer.calls[1])["terminationGracePeriodSeconds"], 6 + 30 + 10);
+  const json applied = json::parse(world.objects.at("shop/web")["metadata"]["annotations"].value(
+      "gracekeeper.dev/applied", "{}"));
+  EXPECT_EQ(applied.value("drain", 0), 30);
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  const json status = world.policy_objects.at("shop/default")["status"];
+  EXPECT_EQ(status["drain"], json({{"source", "Observed"}, {"seconds", 30}, {"workload", "web"}}));
+
+  // The samples are gone (a restart): the recorded drain holds.
+  rollout_done(world, "shop/web");
+  world.drains.erase("Deployment/shop/web");
+  world.clock.advance(std::chrono::seconds(7200));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 2u);
+}
+
 // Each set-back of a fight is an Event of its own (the note names the
 // generation). The fight is over once minIntervalSeconds have passed since
 // gracekeeper's last repair, whatever came after it: at most one repair,

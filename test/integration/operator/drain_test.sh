@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The measured drain (docs/api.md, "The measured drain") against the real API
+# server. This control plane has no kubelet, so the test plays its part for
+# two pods of the governed Deployment `web`: each is created bound to a node
+# that does not exist (so a deletion is graceful), with a finalizer of the
+# test (so it stays after the deletion), deleted with a grace of 30 s, and
+# given the last status a kubelet writes: every container terminated, with
+# finishedAt and exitCode. The node lab's suite runs the same with a real
+# kubelet (test/integration/node, "the measured drain").
+#
+# usage: test/integration/operator/drain_test.sh GRACEKEEPER_BINARY CLUSTER_DIR
+#
+# Policy: staticSeconds 4 -> preStop 6, drainSeconds 5, reserve 10, drain
+# source Observed, minSamples 3, minIntervalSeconds 0; web's template says
+# grace 30 (the user's, a floor): tuned to "6 30".
+#   pod 1, exit 0 at 12 s after SIGTERM: a sample of 12 s, fewer than 3: no change.
+#   pod 2, exit 137 at the grace: cut short after 30 - 6 = 24 s, counted at once
+#     as 48 s: the grace becomes 6 + 48 + 10 = 64, `drain: 48` is recorded,
+#     one Warning DrainCutShort names the pod and the container.
+# Then the operator restarts with no samples: the recorded drain holds (no write).
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+GK="${1:?usage: drain_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
+CLUSTER="${2:?usage: drain_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
+WORK="$(mktemp -d)"
+. "$ROOT/test/integration/operator/lib.sh"
+SUFFIX=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+NS="op-drain-$SUFFIX"
+FINALIZER=gracekeeper.dev/drain-test
+HASH=7d9f8b6c5
+
+release_pods() {
+  local pod
+  for pod in $(k get pods -n "$NS" -o name 2>/dev/null); do
+    k patch -n "$NS" "$pod" --type=json -p '[{"op":"remove","path":"/metadata/finalizers"}]' >/dev/null 2>&1
+  done
+}
+cleanup() {
+  [ -n "${OP_PID:-}" ] && { kill -KILL "$OP_PID" 2>/dev/null; wait "$OP_PID" 2>/dev/null; }
+  release_pods
+  k delete pods --all -n "$NS" --grace-period=0 --force --wait=false >/dev/null 2>&1
+  k delete deployments,shutdownpolicies --all -n "$NS" --wait=false >/dev/null 2>&1
+  k delete namespace "$NS" --wait=false >/dev/null 2>&1
+  if [ "$FAILED" -gt 0 ]; then
+    for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "# --- $f (last 30 lines)"; tail -30 "$f" | note; }; done
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# pod NAME: a pod of web as its ReplicaSet would make it, bound to a node
+# that does not exist, kept by the test's finalizer.
+pod() {
+  k create -f - >/dev/null <<JSON
+{"apiVersion":"v1","kind":"Pod",
+ "metadata":{"name":"$1","namespace":"$NS","labels":{"app":"web","served":"yes","pod-template-hash":"$HASH"},
+   "finalizers":["$FINALIZER"]},
+ "spec":{"nodeName":"gk-drain-test-absent-node","terminationGracePeriodSeconds":30,"automountServiceAccountToken":false,
+   "containers":[{"name":"app","image":"app:1","ports":[{"containerPort":8080}],
+     "lifecycle":{"preStop":{"sleep":{"seconds":6}}}}]}}
+JSON
+}
+# terminated NAME EXIT-CODE SECONDS: the kubelet's last status, the app
+# container exited SECONDS after the deletion request.
+terminated() {
+  local deadline grace finished
+  deadline=$(jp pod "$NS" "$1" '{.metadata.deletionTimestamp}')
+  grace=$(jp pod "$NS" "$1" '{.metadata.deletionGracePeriodSeconds}')
+  finished=$(date -u -d "@$(($(date -d "$deadline" +%s) - grace + $3))" +%Y-%m-%dT%H:%M:%SZ)
+  k patch pod "$1" -n "$NS" --subresource=status --type=merge -p "$(jq -cn --arg at "$finished" --argjson code "$2" \
+    '{status: {phase: "Running", containerStatuses: [{name: "app", image: "app:1", imageID: "", ready: false,
+      restartCount: 0, state: {terminated: {exitCode: $code, reason: "Error", finishedAt: $at, startedAt: $at}}}]}}')" >/dev/null
+}
+status() { jp sdp "$NS" default "$1"; }
+cut_short_events() {
+  k get events.events.k8s.io -n "$NS" -o json |
+    jq '[.items[] | select(.reason == "DrainCutShort" and .regarding.kind == "Deployment" and .regarding.name == "web")] | length'
+}
+cut_short_events_are() { [ "$(cut_short_events)" = "$1" ]; }
+metric() { curl -sf "http://127.0.0.1:$OP_PORT/metrics" | grep -F "$1" | awk '{print $NF}' | head -1; }
+drained_is() { [ "$(status '{.status.terminations.drained}')" = "$1" ]; }
+applied_drain() { jp deployment "$NS" web '{.metadata.annotations.gracekeeper\.dev/applied}' | jq -r '.drain // "none"'; }
+
+k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
+k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null
+k create namespace "$NS" >/dev/null && serve "$NS"
+# No controller manager here: the namespace's default ServiceAccount, which
+# the API server's admission looks up for every pod, is the test's to make.
+k create serviceaccount default -n "$NS" >/dev/null
+k apply -f - >/dev/null <<YAML
+apiVersion: gracekeeper.dev/v1alpha1
+kind: ShutdownPolicy
+metadata: {name: default, namespace: $NS}
+spec:
+  changes: {minIntervalSeconds: 0}
+  propagation: {source: Static, staticSeconds: 4}
+  drainSeconds: 5
+  drain: {source: Observed, minSamples: 3}
+YAML
+deployment "$NS" web "$OPTED"
+start_operator op || { not_ok "the operator did not become ready"; finish; }
+eventually 20 settings_are "$NS" web "6 30 0 1" \
+  && ok "web tuned with the declared drain 5 s: $(settings "$NS" web) (the user's grace 30 kept)" \
+  || not_ok "web tuned: $(settings "$NS" web)"
+
+# ------------------------------------------------------------- a drain that ends in time
+P1=web-$HASH-x2x4z
+P2=web-$HASH-bcdfg
+pod "$P1" && pod "$P2" && pod other-$HASH-v5v6w
+k delete pod "$P1" other-$HASH-v5v6w -n "$NS" --grace-period=30 --wait=false >/dev/null
+[ -n "$(jp pod "$NS" "$P1" '{.metadata.deletionTimestamp}')" ] && ok "pod $P1 deleted with a grace of $(jp pod "$NS" "$P1" '{.metadata.deletionGracePeriodSeconds}') s, kept by the finalizer" \
+  || not_ok "pod $P1 is not terminating"
+terminated "$P1" 0 18  # SIGTERM at 6 s, exit at 18 s: drained 12 s
+terminated other-$HASH-v5v6w 137 31
+eventually 10 drained_is 1 && ok "one drain measured: status.terminations $(status '{.status.terminations}')" \
+  || not_ok "drained: $(status '{.status.terminations}')"
+grep -F '"measured a pod'"'"'s drain"' "$OP_LOG" | grep -F "$P1" | grep -qF '"drain":"12.00s"' \
+  && ok "... 12 s from SIGTERM (after the 6 s preStop) to exit" || not_ok "the drain of $P1: $(grep -F "$P1" "$OP_LOG" | tail -2)"
+expect "... no DrainCutShort" "$(cut_short_events)" 0
+expect "... a pod of a Deployment that is not governed: not measured" "$(grep -cF other-$HASH "$OP_LOG")" 0
+expect "... one sample is fewer than minSamples 3: web unchanged" "$(settings "$NS" web)" "6 30 0 1"
+
+# ------------------------------------------------------------- a drain cut short
+k delete pod "$P2" -n "$NS" --grace-period=30 --wait=false >/dev/null
+terminated "$P2" 137 31
+eventually 10 cut_short_events_are 1 && ok "killed at the grace: one Warning DrainCutShort on web" \
+  || not_ok "DrainCutShort events: $(cut_short_events)"
+note="$(k get events.events.k8s.io -n "$NS" -o json | jq -r '.items[] | select(.reason == "DrainCutShort") | .note')"
+note <<<"$note"
+grep -qF "pod $P2: container app was killed at the grace (exit code 137) after draining 24s" <<<"$note" \
+  && grep -qF "drain.source Observed raises the grace" <<<"$note" && ok "... it names the pod, the container and the 24 s it had" \
+  || not_ok "the note"
+eventually 10 settings_are "$NS" web "6 64 0 1" \
+  && ok "the grace covers the cut-short drain at once (24 s counted as 48): $(settings "$NS" web)" \
+  || not_ok "web after the kill: $(settings "$NS" web)"
+expect "... recorded in gracekeeper.dev/applied" "$(applied_drain)" 48
+eventually 10 drained_is 2 && ok "status.terminations: $(status '{.status.terminations}')" \
+  || not_ok "terminations: $(status '{.status.terminations}')"
+expect "... cutShort" "$(status '{.status.terminations.cutShort}')" 1
+[ -n "$(status '{.status.terminations.lastCutShortAt}')" ] && ok "... lastCutShortAt $(status '{.status.terminations.lastCutShortAt}')" \
+  || not_ok "lastCutShortAt missing"
+expect "status.drain" "$(status '{.status.drain.source} {.status.drain.seconds} {.status.drain.workload}')" "Observed 48 web"
+out=$(k get sdp -n "$NS" -o wide 2>&1)
+drain_column=$(awk 'NR == 1 { c = index($0, "DRAIN") } NR == 2 && c { split(substr($0, c), a, " "); print a[1] }' <<<"$out")
+expect "kubectl get sdp -o wide: DRAIN" "$drain_column" 48
+expect "gracekeeper_drain_cut_short_total" "$(metric 'gracekeeper_drain_cut_short_total{namespace="'"$NS"'",policy="default"}')" 1
+expect "gracekeeper_drain_seconds_count" "$(metric 'gracekeeper_drain_seconds_count{namespace="'"$NS"'",policy="default"}')" 2
+
+# ------------------------------------------------------------- a restart forgets the samples, not the drain
+release_pods
+stop_operator
+since=$(now_rfc3339)
+start_operator op2 || { not_ok "the operator did not restart"; finish; }
+sleep 3
+expect "after a restart without samples: web keeps the measured drain" "$(settings "$NS" web)" "6 64 0 1"
+expect "... and is not written" "$(gk_writes_since "$since" | grep -c ' deployments/ web ' || true)" 0
+expect "... the counts go on from the status" "$(status '{.status.terminations.drained} {.status.terminations.cutShort}')" "2 1"
+stop_operator
+finish
