@@ -113,6 +113,8 @@ defaults = {
     "spec.preStop": {}, "spec.preStop.minSeconds": 5, "spec.preStop.maxSeconds": 60,
     "spec.preStop.action": "Auto", "spec.preStop.existing": "Keep", "spec.preStop.withoutService": "Skip",
     "spec.drainSeconds": 30, "spec.sidecarDrainSeconds": 0, "spec.reserveSeconds": 10,
+    "spec.drain": {}, "spec.drain.source": "Static", "spec.drain.quantile": 0.9,
+    "spec.drain.minSamples": 5, "spec.drain.windowSeconds": 86400, "spec.drain.maxSeconds": 600,
     "spec.rollout": {}, "spec.rollout.manage": True, "spec.rollout.maxSurge": 1,
     "spec.changes": {}, "spec.changes.minIntervalSeconds": 3600, "spec.changes.decreaseThresholdSeconds": 2,
     "spec.changes.maxConcurrentRollouts": "10%",
@@ -139,6 +141,10 @@ bounds = {  # path: (type, minimum, maximum, exclusive)
     "spec.preStop.maxSeconds": ("integer", 1, 3600, False),
     "spec.drainSeconds": ("integer", 0, 86400, False),
     "spec.sidecarDrainSeconds": ("integer", 0, 3600, False),
+    "spec.drain.quantile": ("number", 0, 1, True),
+    "spec.drain.minSamples": ("integer", 1, 10000, False),
+    "spec.drain.windowSeconds": ("integer", 60, 604800, False),
+    "spec.drain.maxSeconds": ("integer", 1, 86400, False),
     "spec.reserveSeconds": ("integer", 0, 3600, False),
     "spec.propagation.externalLoadBalancer.healthCheckIntervalSeconds": ("integer", 1, 3600, False),
     "spec.propagation.externalLoadBalancer.unhealthyThreshold": ("integer", 1, 100, False),
@@ -227,24 +233,27 @@ want_cols = [("MODE", ".spec.mode", "string"), ("SOURCE", ".status.propagation.s
              ("STATEFULSETS", ".status.statefulSets.managed", "integer"),
              ("ROLLING", ".status.deployments.rolling", "integer"),
              ("LATE", ".status.terminations.late", "integer"),
+             ("DRAIN", ".status.drain.seconds", "integer"),
              ("READY", '.status.conditions[?(@.type=="Ready")].status', "string"),
              ("AGE", ".metadata.creationTimestamp", "date")]
 got_cols = [(c["name"].upper(), c["jsonPath"], c["type"]) for c in v.get("additionalPrinterColumns", [])]
-check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION CONSUMER PRESTOP GRACE MANAGED COMPLIANT STATEFULSETS ROLLING LATE READY AGE",
+check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION CONSUMER PRESTOP GRACE MANAGED COMPLIANT STATEFULSETS ROLLING LATE DRAIN READY AGE",
       f"got {got_cols}")
 wide = [c["name"].upper() for c in v.get("additionalPrinterColumns", []) if c.get("priority", 0) > 0]
-check(wide == ["STATEFULSETS", "ROLLING", "LATE"], "only STATEFULSETS, ROLLING and LATE wait for -o wide (priority 1)", f"got {wide}")
+check(wide == ["STATEFULSETS", "ROLLING", "LATE", "DRAIN"], "only STATEFULSETS, ROLLING, LATE and DRAIN wait for -o wide (priority 1)", f"got {wide}")
 
 st = node("status")
-check(sorted(st["properties"]) == ["conditions", "deployments", "observedGeneration", "propagation", "recommended",
-                                   "statefulSets", "terminations"]
+check(sorted(st["properties"]) == ["conditions", "deployments", "drain", "observedGeneration", "propagation",
+                                   "recommended", "statefulSets", "terminations"]
       and sorted(node("status.statefulSets")["properties"]) == sorted(node("status.deployments")["properties"])
-      and sorted(node("status.terminations")["properties"]) == ["lastLateAt", "late", "observed"]
+      and sorted(node("status.terminations")["properties"]) == ["cutShort", "drained", "lastCutShortAt",
+                                                                "lastLateAt", "late", "observed"]
+      and sorted(node("status.drain")["properties"]) == ["seconds", "source", "workload"]
       and node("status.observedGeneration").get("format") == "int64"
       and node("status.propagation.sampledAt").get("format") == "date-time"
       and node("status.conditions").get("x-kubernetes-list-map-keys") == ["type"]
       and sorted(node("status.conditions.[]")["required"]) == ["lastTransitionTime", "message", "reason", "status", "type"],
-      "status schema: observedGeneration, propagation, recommended, deployments, statefulSets (the same counts), terminations, conditions (metav1.Condition)")
+      "status schema: observedGeneration, propagation, recommended, deployments, statefulSets (the same counts), terminations, drain, conditions (metav1.Condition)")
 
 # --- a tiny validator: the samples must satisfy the schema's types, enums and bounds
 def validate(n, val, path, errs):
@@ -460,6 +469,7 @@ expect_spec default '{
   "propagation":{"source":"Static","staticSeconds":4,"quantile":0.99,"safetyFactor":1.5},
   "preStop":{"minSeconds":5,"maxSeconds":60,"action":"Auto","existing":"Keep","withoutService":"Skip"},
   "drainSeconds":30,"sidecarDrainSeconds":0,"reserveSeconds":10,
+  "drain":{"source":"Static","quantile":0.9,"minSamples":5,"windowSeconds":86400,"maxSeconds":600},
   "rollout":{"manage":true,"maxSurge":1},
   "changes":{"minIntervalSeconds":3600,"decreaseThresholdSeconds":2,"maxConcurrentRollouts":"10%"}}' \
   "sample policy stored with quantile 0.99 defaulted and no externalLoadBalancer"
@@ -469,6 +479,7 @@ FULL_DEFAULTS='{
   "propagation":{"source":"Static","staticSeconds":10,"quantile":0.99,"safetyFactor":1.5},
   "preStop":{"minSeconds":5,"maxSeconds":60,"action":"Auto","existing":"Keep","withoutService":"Skip"},
   "drainSeconds":30,"sidecarDrainSeconds":0,"reserveSeconds":10,
+  "drain":{"source":"Static","quantile":0.9,"minSamples":5,"windowSeconds":86400,"maxSeconds":600},
   "rollout":{"manage":true,"maxSurge":1},
   "changes":{"minIntervalSeconds":3600,"decreaseThresholdSeconds":2,"maxConcurrentRollouts":"10%"}}'
 if policy crd-test-empty "" | create; then
