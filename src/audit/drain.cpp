@@ -103,6 +103,8 @@ std::vector<std::string> pod_drain_fields() {
           "metadata.namespace",
           "metadata.uid",
           "metadata.annotations",
+          "metadata.labels",
+          "metadata.creationTimestamp",
           "metadata.deletionTimestamp",
           "metadata.deletionGracePeriodSeconds",
           "spec.containers",

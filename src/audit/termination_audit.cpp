@@ -283,11 +283,15 @@ constexpr std::string_view kDrainKeyPrefix = "drain/";
 std::optional<CachedPod> TerminationAudit::observe_pod(const nlohmann::json& object,
                                                        const CachedPod* before) {
   const auto* metadata = core::member(object, "metadata");
-  if (metadata == nullptr || !pod_terminating(*metadata)) return std::nullopt;
+  if (metadata == nullptr) return std::nullopt;
   const std::string ns = core::string_member(*metadata, "namespace");
   const std::string pod = core::string_member(*metadata, "name");
   const auto owner = owner_of(ns, pod);
   if (!owner) return std::nullopt;
+  if (!pod_terminating(*metadata)) {
+    see_serving_pod(object, *metadata, *owner);
+    return std::nullopt;
+  }
   if (before != nullptr && before->measured) return *before;
   const auto measured = measure_drain(object);
   if (!measured) {
@@ -303,12 +307,58 @@ std::optional<CachedPod> TerminationAudit::observe_pod(const nlohmann::json& obj
                                        {"container", m.container},
                                        {"drain", seconds(m.sample.seconds)},
                                        {"cutShort", m.sample.cut_short ? "true" : "false"}});
-  if (deps_.drain_measured) deps_.drain_measured(owner->stateful, owner->key);
+  if (deps_.workload_seen) deps_.workload_seen(owner->stateful, owner->key);
   if (deps_.active && !deps_.active()) return CachedPod{true};  // a standby takes samples only
   std::string key = ns + "/" + pod;
   pending_drains_.insert_or_assign(key, Drained{*owner, m});
   if (deps_.enqueue) deps_.enqueue(std::string(kDrainKeyPrefix) + key);
   return CachedPod{true};
+}
+
+std::string TerminationAudit::template_of(const nlohmann::json& metadata, const Owner& owner) {
+  if (!owner.stateful) return owner.hash;
+  const auto* labels = core::member(metadata, "labels");
+  return labels != nullptr ? core::string_member(*labels, "controller-revision-hash")
+                           : std::string();
+}
+
+bool TerminationAudit::wants_pod(const nlohmann::json& metadata) const {
+  if (pod_terminating(metadata)) return true;
+  if (deps_.pods == nullptr) return false;
+  const auto owner =
+      owner_of(core::string_member(metadata, "namespace"), core::string_member(metadata, "name"));
+  if (!owner) return false;
+  const std::string hash = template_of(metadata, *owner);
+  return !hash.empty() &&
+         !deps_.pods->has(
+             budget::drain_key(owner->stateful ? "StatefulSet" : "Deployment", owner->key), hash);
+}
+
+// A serving pod of a template not seen yet: kept in the PodBook, read as
+// the budget engine reads a Pod, without its labels and annotations (the
+// decision judges it by the workload's).
+void TerminationAudit::see_serving_pod(const nlohmann::json& object, const nlohmann::json& metadata,
+                                       const Owner& owner) {
+  if (deps_.pods == nullptr) return;
+  const std::string hash = template_of(metadata, owner);
+  const std::string key =
+      budget::drain_key(owner.stateful ? "StatefulSet" : "Deployment", owner.key);
+  if (hash.empty() || deps_.pods->has(key, hash)) return;
+  budget::Json pod(object);
+  pod["apiVersion"] = "v1";
+  pod["kind"] = "Pod";
+  auto read = budget::project_deployment(pod);
+  if (!read) return;  // not a pod the kubelet would run either
+  SeenPod seen{
+      core::string_member(metadata, "name"), hash,
+      core::parse_rfc3339(core::string_member(metadata, "creationTimestamp")).value_or(TimePoint{}),
+      std::move(*read)};
+  seen.pod.labels.clear();
+  seen.pod.annotations.clear();
+  seen.pod.pod_labels.clear();
+  if (deps_.pods->offer(key, std::move(seen)) && deps_.workload_seen) {
+    deps_.workload_seen(owner.stateful, owner.key);
+  }
 }
 
 ReconcileResult TerminationAudit::reconcile_drain(const std::string& pod_key) {

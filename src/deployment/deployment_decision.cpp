@@ -1,6 +1,7 @@
 #include "gracekeeper/deployment/deployment_decision.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <functional>
@@ -365,6 +366,40 @@ void find_fight(const budget::Deployment& d, const DeploymentFacts& facts,
   out.fight_ends_in = std::max<std::chrono::nanoseconds>(ends - facts.now, std::chrono::seconds(1));
 }
 
+// The pod the kubelet runs, against the template: what a mutating webhook
+// changed, and whether the budget holds on the pod (docs/api.md, "Pods that
+// differ from their template"). Only once the rollout is over: until then
+// the newest pod may be of an older template.
+void judge_pod(const budget::Deployment& d, const budget::Context& ctx,
+               const DeploymentFacts& facts, DeploymentDecision& out) {
+  if (!facts.pod || facts.rolling) return;
+  const std::vector<std::string> differences = pod_differences(d, facts.pod->pod);
+  if (differences.empty()) return;
+  // The workload's annotations (gracekeeper.dev/containers, drain-seconds)
+  // and labels (the Services that select it) are what the pod is judged by.
+  budget::Deployment pod = facts.pod->pod;
+  pod.annotations = d.annotations;
+  pod.pod_labels = d.pod_labels;
+  std::vector<std::string> broken;
+  for (const budget::Finding& f : budget::check(pod, ctx)) {
+    if (f.severity != budget::Severity::Error) continue;
+    broken.push_back(f.container.empty()
+                         ? fmt::format("{}: {}", f.code, f.message)
+                         : fmt::format("{} (container {}): {}", f.code, f.container, f.message));
+  }
+  std::string note = fmt::format("pod {} differs from the template: {}", facts.pod->name,
+                                 fmt::join(differences, "; "));
+  if (broken.empty()) {
+    note += "; the budget holds on the pod";
+  } else {
+    note += "; on the pod the budget does not hold: " + fmt::format("{}", fmt::join(broken, "; "));
+    out.state.violating = true;
+    out.state.broken = true;
+    out.state.compliant = false;
+  }
+  out.events.push_back(warning("PodDiffersFromTemplate", "Check", std::move(note)));
+}
+
 }  // namespace
 
 bool NamespaceInputs::Policy::operator==(const Policy& other) const {
@@ -445,6 +480,7 @@ DeploymentDecision decide_deployment(const DeploymentFacts& facts) {
   if (plan.changed()) decide_changes(d, governor, plan, ctx, facts, out);
   if (repair) find_fight(d, facts, out);
   for (const auto& f : plan.findings) out.events.push_back(finding_event(f));
+  judge_pod(d, ctx, facts, out);
   return out;
 }
 

@@ -136,6 +136,10 @@ boost::asio::awaitable<bool> DeploymentReconciler::conflict_released(
   });
 }
 
+std::uint64_t DeploymentReconciler::pod_version(const std::string& key) const {
+  return deps_.pods ? deps_.pods->version(budget::drain_key(deps_.kind, key)) : 0;
+}
+
 DeploymentDecision DeploymentReconciler::decide(const std::string& key,
                                                 const CachedDeployment& cached) const {
   return decide(key, cached, namespace_inputs(split_key(key).first));
@@ -153,7 +157,10 @@ DeploymentDecision DeploymentReconciler::decide(const std::string& key,
   facts.now = deps_.clock.now();
   facts.blocked = blocked(key);
   facts.rolling = cached.rollout.rolling(cached.generation);
-  if (deps_.drains) facts.drains = deps_.drains->samples(budget::drain_key(deps_.kind, key));
+  const std::string book_key = budget::drain_key(deps_.kind, key);
+  if (deps_.drains) facts.drains = deps_.drains->samples(book_key);
+  const auto pod = deps_.pods ? deps_.pods->find(book_key) : nullptr;
+  facts.pod = pod.get();
   return decide_deployment(facts);
 }
 
@@ -174,6 +181,7 @@ void DeploymentReconciler::remember(const std::string& key,
   }
   Remembered& r = n.deployments[key];
   r.snapshot = snapshot;
+  r.pod_version = pod_version(key);
   r.until = d.requeue_after ? std::optional<TimePoint>(
                                   deps_.clock.now() +
                                   std::chrono::duration_cast<TimePoint::duration>(*d.requeue_after))
@@ -189,6 +197,7 @@ DeploymentReconciler::Counted DeploymentReconciler::counted(const std::string& k
     if (n != decided_.end() && n->second.inputs == inputs) {
       auto r = n->second.deployments.find(key);
       if (r != n->second.deployments.end() && r->second.snapshot.get() == &cached &&
+          r->second.pod_version == pod_version(key) &&
           (!r->second.until || deps_.clock.now() < *r->second.until)) {
         return r->second.counted;
       }

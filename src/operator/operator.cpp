@@ -139,7 +139,7 @@ class Operator {
              [this](const std::string& policy_key) {
                return statefulset_reconciler_.governed(policy_key);
              },
-             options_.rollout_stall_timeout, &drains_}),
+             options_.rollout_stall_timeout, &drains_, &pods_seen_}),
         statefulset_reconciler_(
             {statefulsets_.store(), policies_.store(), services_.store(), propagation_,
              *statefulset_writer_, *event_sink_, *clock_, metrics_,
@@ -154,7 +154,7 @@ class Operator {
              [this](const std::string& policy_key) {
                return deployment_reconciler_.governed(policy_key);
              },
-             options_.rollout_stall_timeout, &drains_}),
+             options_.rollout_stall_timeout, &drains_, &pods_seen_}),
         policy_reconciler_({policies_.store(), deployments_.store(), propagation_, *meter_,
                             *status_writer_, *clock_, metrics_, deployment_reconciler_,
                             [this](const std::string& ns) {
@@ -172,7 +172,8 @@ class Operator {
                 [this] { return workers_started_; }, statefulsets_.store(),
                 &statefulset_reconciler_,
                 [this](const std::string& pod_key) { audit_queue_.add(pod_key); }, &drains_,
-                // A new drain sample: the workload is planned with its figure.
+                &pods_seen_,
+                // A new drain sample or pod: the workload is decided again.
                 [this](bool stateful, const std::string& key) {
                   (stateful ? statefulset_queue_ : deployment_queue_).add(key);
                 }}) {
@@ -253,12 +254,31 @@ class Operator {
     const auto before = slices_.get(kube::object_key(object));
     return audit_.observe(object, before.get(), clock_->now());
   }
-  // Pods: only terminating ones are built in full (pod_terminating), and
-  // only those of cached workloads are kept (TerminationAudit::observe_pod).
+  // The Pod informer reads a pod by its workload: it starts once the
+  // workloads are listed, or the pods listed before them would not be read.
+  asio::awaitable<void> run_pods() {
+    while (!(deployments_.has_synced() && statefulsets_.has_synced()) && !shutting_down_) {
+      co_await sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!shutting_down_) co_await pods_.run();
+  }
+  // A workload gone: what was measured of its pods goes with it.
+  void forget_pods_of_deleted_workloads() {
+    for (auto [informer, kind] :
+         {std::pair{&deployments_, "Deployment"}, std::pair{&statefulsets_, "StatefulSet"}}) {
+      informer->add_handlers({.on_delete = [this, kind](const std::string& key) {
+        drains_.erase(budget::drain_key(kind, key));
+        pods_seen_.erase(budget::drain_key(kind, key));
+      }});
+    }
+  }
+  // Pods: only terminating ones and the first of each template of a cached
+  // workload are built in full (TerminationAudit::wants_pod); only
+  // terminating ones of cached workloads are kept (observe_pod).
   kube::InformerOptions pod_informer_options() const {
     kube::InformerOptions o = informer_options();
     o.fields = pod_drain_fields();
-    o.wanted = &pod_terminating;
+    o.wanted = [this](const nlohmann::json& metadata) { return audit_.wants_pod(metadata); };
     return o;
   }
   std::optional<CachedPod> observe_pod(const nlohmann::json& object) {
@@ -314,6 +334,7 @@ class Operator {
     policies_.add_handlers(rules_.policy_handlers());
     services_.add_handlers(rules_.service_handlers());
     statefulsets_.add_handlers(statefulset_rules_.deployment_handlers());
+    forget_pods_of_deleted_workloads();
     policies_.add_handlers(statefulset_rules_.policy_handlers());
     services_.add_handlers(statefulset_rules_.service_handlers());
     asio::co_spawn(io_, policies_.run(), asio::detached);
@@ -321,7 +342,7 @@ class Operator {
     asio::co_spawn(io_, statefulsets_.run(), asio::detached);
     asio::co_spawn(io_, deployments_.run(), asio::detached);
     asio::co_spawn(io_, slices_.run(), asio::detached);
-    asio::co_spawn(io_, pods_.run(), asio::detached);
+    asio::co_spawn(io_, run_pods(), asio::detached);
     asio::co_spawn(io_, publish_metrics(), asio::detached);
     asio::co_spawn(io_, when_synced(), asio::detached);
     // Work starts once the policies and Services are known, while the
@@ -784,6 +805,7 @@ class Operator {
   PropagationBook propagation_;
   propagation::SampleBook samples_;
   budget::DrainBook drains_;  // measured drains, by budget::drain_key
+  PodBook pods_seen_;         // a pod per workload as the kubelet runs it (pod_book.h)
   TerminationBook terminations_;
   std::unique_ptr<Clock> clock_;
   std::unique_ptr<DeploymentWriter> deployment_writer_;

@@ -183,7 +183,8 @@ class World {
                                {},
                                {},
                                std::chrono::seconds(600),
-                               &drains}),
+                               &drains,
+                               &pods}),
         policy_controller({policies, deployments, book, meter, status_writer, clock, metrics,
                            deployment_controller,
                            [this](const std::string& ns) { namespaces_changed.push_back(ns); },
@@ -258,6 +259,7 @@ class World {
   kube::Store<CachedService> services;
   PropagationBook book;
   budget::DrainBook drains;  // the measured drains the Deployment controller plans with
+  PodBook pods;              // the pods as the kubelet runs them
   FakeClock clock;
   FakeWriter writer{*this};
   FakeStatusWriter status_writer{*this};

@@ -40,6 +40,7 @@
 #include "gracekeeper/budget/drain.h"
 #include "gracekeeper/deployment/cache.h"
 #include "gracekeeper/deployment/deployment_reconciler.h"
+#include "gracekeeper/deployment/pod_book.h"
 #include "gracekeeper/deployment/ports.h"
 #include "gracekeeper/deployment/propagation_book.h"
 #include "gracekeeper/deployment/result.h"
@@ -109,11 +110,13 @@ class TerminationAudit {
     const DeploymentReconciler* statefulset_controller = nullptr;
     // A termination to audit: reconcile(key) later, under the loop.
     std::function<void(const std::string& key)> enqueue{};
-    // The measured drains (audit/drain.h), by budget::drain_key; and the
-    // workload ("ns/name", a StatefulSet's when `stateful`) that got one:
-    // its reconciler plans with the new figure.
+    // The measured drains (audit/drain.h) and the pods as the kubelet runs
+    // them (pod_book.h), by budget::drain_key; and the workload ("ns/name",
+    // a StatefulSet's when `stateful`) that got a drain or a pod: its
+    // reconciler decides again.
     budget::DrainBook* drains = nullptr;
-    std::function<void(bool stateful, const std::string& key)> drain_measured{};
+    PodBook* pods = nullptr;
+    std::function<void(bool stateful, const std::string& key)> workload_seen{};
   };
   explicit TerminationAudit(Dependencies deps) : deps_(std::move(deps)) {}
 
@@ -129,7 +132,12 @@ class TerminationAudit {
   // (measure_drain); its DrainCutShort Warning and counts are queued under
   // "drain/ns/pod". Caches only the terminating pods of cached workloads,
   // and of each whether it was measured.
+  // A pod of a cached workload whose template has no pod in the PodBook
+  // yet is read too (once per template), and offered to it.
   std::optional<CachedPod> observe_pod(const nlohmann::json& object, const CachedPod* before);
+  // The Pod informer's filter (InformerOptions::wanted): the pods
+  // observe_pod reads in full. Any other pod is built as its metadata only.
+  bool wants_pod(const nlohmann::json& metadata) const;
 
   // Audits the termination observe() queued under `key` ("ns/pod"), or the
   // drain observe_pod() queued ("drain/ns/pod"); done at once when there is
@@ -149,6 +157,10 @@ class TerminationAudit {
   };
   std::optional<Owner> owner_of(const std::string& ns, const std::string& pod) const;
   ReconcileResult reconcile_drain(const std::string& pod_key);
+  // The template a pod was made from: its pod-template-hash (from its name)
+  // or a StatefulSet's controller-revision-hash label; "" when unknown.
+  static std::string template_of(const nlohmann::json& metadata, const Owner&);
+  void see_serving_pod(const nlohmann::json& object, const nlohmann::json& metadata, const Owner&);
   void warn_cut_short(const std::string& ns, const std::string& pod, const Owner&,
                       const MeasuredDrain&, const std::string& advice);
   // A pod that turned terminating, as observe() saw it: what reconcile()

@@ -20,6 +20,7 @@
 #include "gracekeeper/budget/drain.h"
 #include "gracekeeper/budget/engine.h"
 #include "gracekeeper/deployment/cache.h"
+#include "gracekeeper/deployment/pod_book.h"
 #include "gracekeeper/deployment/propagation_book.h"
 #include "gracekeeper/deployment/services.h"
 #include "gracekeeper/deployment/status.h"
@@ -98,6 +99,9 @@ struct DeploymentFacts {
   bool rolling = false;
   // The workload's measured drains, oldest first (budget::DrainBook).
   std::span<const budget::DrainSample> drains{};
+  // A pod of its newest template, as the kubelet runs it (PodBook); null
+  // when none was seen.
+  const SeenPod* pod = nullptr;
   // The object of an admission request: the webhook puts the budget into
   // the request itself, so fields the request sets back are neither a
   // repair to record nor a fight.

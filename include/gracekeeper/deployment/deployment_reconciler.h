@@ -67,6 +67,8 @@ class DeploymentReconciler {
     std::chrono::seconds stall_after{600};
     // The measured drains, by "<kind>/ns/name" (drain.source Observed).
     const budget::DrainBook* drains = nullptr;
+    // The pods as the kubelet runs them, by the same keys.
+    const PodBook* pods = nullptr;
   };
   explicit DeploymentReconciler(Dependencies deps);
   DeploymentReconciler(const DeploymentReconciler&) = delete;
@@ -196,6 +198,7 @@ class DeploymentReconciler {
   struct Remembered {
     std::shared_ptr<const CachedDeployment> snapshot;
     std::optional<TimePoint> until;  // a held-back change is due then
+    std::uint64_t pod_version = 0;   // PodBook::version when decided
     Counted counted;
   };
   struct NamespaceDecisions {
@@ -205,6 +208,7 @@ class DeploymentReconciler {
   void remember(const std::string& key, const std::shared_ptr<const CachedDeployment>&,
                 const NamespaceInputs& inputs, const DeploymentDecision&) const;
   void forget_decision(const std::string& key) const;
+  std::uint64_t pod_version(const std::string& key) const;
   mutable std::unordered_map<std::string, NamespaceDecisions> decided_;
   mutable std::uint64_t counted_decisions_ = 0;
 };

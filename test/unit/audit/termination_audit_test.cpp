@@ -63,7 +63,7 @@ struct AuditWorld : World {
       : audit({deployments, policies, book, deployment_controller, samples, terminations, events,
                metrics, [this](const std::string& key) { changed.push_back(key); },
                [this] { return active; }, std::nullopt, nullptr,
-               [this](const std::string& key) { queued.push_back(key); }, &drains,
+               [this](const std::string& key) { queued.push_back(key); }, &drains, &pods,
                [this](bool, const std::string& key) { drained.push_back(key); }}) {
     put_policy(policy(spec));
     put_deployment(with_pre_stop(deployment("web"), 5));
@@ -95,17 +95,17 @@ struct AuditWorld : World {
   TerminationAudit audit;
   std::vector<std::string> changed;
   std::vector<std::string> queued;   // the audit's work queue
-  std::vector<std::string> drained;  // workloads that got a drain sample
+  std::vector<std::string> drained;  // workloads that got a drain sample or a pod
   std::map<std::string, CachedSlice> cached;
-  std::map<std::string, CachedPod> pods;  // the Pod informer's cache
+  std::map<std::string, CachedPod> pod_cache;  // the Pod informer's cache
   // The Pod informer's step, as see() is the EndpointSlice informer's.
   std::optional<CachedPod> see_pod(const json& object) {
     const std::string key = "shop/" + object["metadata"]["name"].get<std::string>();
-    auto out = audit.observe_pod(object, pods.contains(key) ? &pods[key] : nullptr);
+    auto out = audit.observe_pod(object, pod_cache.contains(key) ? &pod_cache[key] : nullptr);
     if (out) {
-      pods[key] = *out;
+      pod_cache[key] = *out;
     } else {
-      pods.erase(key);
+      pod_cache.erase(key);
     }
     run_queued();
     return out;
@@ -687,6 +687,42 @@ TEST(DrainAudit, OnlyTerminatingPodsOfCachedWorkloadsAreKept) {
   EXPECT_EQ(w.drains.samples("Deployment/shop/web")[0].seconds, 7);
   EXPECT_THAT(w.events.recorded, IsEmpty());
   EXPECT_EQ(w.terminations.totals("shop/default", json()).drained, 0);
+}
+
+TEST(PodAudit, AServingPodIsReadOncePerTemplate) {
+  AuditWorld w;
+  json serving = deleted_pod(kPod1);
+  serving["metadata"].erase("deletionTimestamp");
+  serving["metadata"]["creationTimestamp"] = at(kStart);
+  serving["spec"]["terminationGracePeriodSeconds"] = 10;
+  EXPECT_TRUE(w.audit.wants_pod(serving["metadata"]));
+  EXPECT_FALSE(w.see_pod(serving));  // nothing cached
+  const auto kept = w.pods.find("Deployment/shop/web");
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->name, kPod1);
+  EXPECT_EQ(kept->hash, "7d9f8b6c5");
+  EXPECT_EQ(kept->pod.grace_seconds, 10);
+  EXPECT_THAT(w.drained, ElementsAre("shop/web"));
+  // Another pod of the same template: built as metadata only, and nothing new.
+  json sibling = serving;
+  sibling["metadata"]["name"] = kPod2;
+  EXPECT_FALSE(w.audit.wants_pod(sibling["metadata"]));
+  w.see_pod(sibling);
+  EXPECT_EQ(w.pods.find("Deployment/shop/web")->name, kPod1);
+  EXPECT_EQ(w.drained.size(), 1u);
+  // A pod of a new template, and pods of workloads not cached.
+  json next = serving;
+  next["metadata"]["name"] = kNewPod;
+  next["metadata"]["creationTimestamp"] = at(kStart + 60s);
+  EXPECT_TRUE(w.audit.wants_pod(next["metadata"]));
+  w.see_pod(next);
+  EXPECT_EQ(w.pods.find("Deployment/shop/web")->name, kNewPod);
+  json other = serving;
+  other["metadata"]["name"] = "other-7d9f8b6c5-x2x4z";
+  EXPECT_FALSE(w.audit.wants_pod(other["metadata"]));
+  EXPECT_EQ(w.pods.size(), 1u);
+  // A terminating pod is always read in full (its drain).
+  EXPECT_TRUE(w.audit.wants_pod(deleted_pod(kPod2)["metadata"]));
 }
 
 }  // namespace
