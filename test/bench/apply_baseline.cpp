@@ -31,12 +31,20 @@
 //       controller names them (no controller runs: the slice is written by
 //       hand, managed-by "operator-bench"). Idempotent. For the operator's
 //       memory with a Service per Deployment (test/bench/service-memory).
+//   apply_baseline KUBECONFIG pods N PER
+//       For each on-<i> of `populate`, PER serving pods named as the ReplicaSet
+//       controller names them, with the labels, probes, resources and preStop
+//       hook of a typical pod (no scheduler runs: they stay Pending), and the
+//       namespaces' default ServiceAccounts the API server's admission looks
+//       up (no controller makes them). Idempotent. For the operator's memory
+//       with its Pod informer (test/bench/service-memory).
 //   apply_baseline KUBECONFIG list PAGE_SIZE
 //       The LIST any informer of all Deployments starts with: every page of
 //       PAGE_SIZE (the operator's page size), one after the other, read and
 //       dropped (not parsed). What the control plane spends on it is part of
 //       any operator's cold start.
 #include <algorithm>
+#include <array>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -230,6 +238,79 @@ int services(asio::io_context& io, kube::Client& client, int n) {
       "services: %d Services and %d EndpointSlices: %d created, %d already existed, %d failed "
       "in %.1f s\n",
       n, n, st.created, st.existed, st.failed, seconds_since(t0));
+  if (st.failed) {
+    std::fprintf(stderr, "apply_baseline: first failure: %s\n", st.first_error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// ---- pods of the opted-in Deployments ---------------------------------------
+// Suffixes from the ReplicaSet controller's alphabet (no vowels).
+constexpr std::array<const char*, 8> kPodSuffixes{"q2w4r", "x7k2p", "b9m4t", "z5n8d",
+                                                  "c6v7h", "f4g9k", "j2l5s", "w8x6b"};
+
+json bench_pod(int i, int p) {
+  const std::string name = "on-" + std::to_string(i);
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", name + "-5d8f7c9b4-" + kPodSuffixes[p]},
+            {"namespace", ns_name(i)},
+            {"labels",
+             {{"app.kubernetes.io/name", name},
+              {"app.kubernetes.io/part-of", "operator-bench"},
+              {"pod-template-hash", "5d8f7c9b4"}}},
+            {"annotations", {{"kubectl.kubernetes.io/restartedAt", "2026-12-07T10:00:00Z"}}}}},
+          {"spec",
+           {{"automountServiceAccountToken", false},
+            {"terminationGracePeriodSeconds", 46},
+            {"containers",
+             {{{"name", "app"},
+               {"image", "bench/app:1.0.0"},
+               {"ports", {{{"name", "http"}, {"containerPort", 8080}}}},
+               {"env",
+                {{{"name", "POD_NAME"},
+                  {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
+                 {{"name", "JAVA_TOOL_OPTIONS"}, {"value", "-XX:MaxRAMPercentage=75"}}}},
+               {"resources",
+                {{"requests", {{"cpu", "100m"}, {"memory", "256Mi"}}},
+                 {"limits", {{"memory", "512Mi"}}}}},
+               {"readinessProbe",
+                {{"httpGet", {{"path", "/ready"}, {"port", 8080}}}, {"periodSeconds", 2}}},
+               {"livenessProbe",
+                {{"httpGet", {{"path", "/live"}, {"port", 8080}}}, {"periodSeconds", 10}}},
+               {"lifecycle", {{"preStop", {{"sleep", {{"seconds", 6}}}}}}}}}}}}};
+}
+
+asio::awaitable<int> pods_worker(kube::Client& client, int n, int per, int& next,
+                                 PopulateState& st) {
+  while (next < n * per) {
+    const int k = next++;
+    kube::WriteOptions wo;
+    wo.field_manager = "operator-bench";
+    st.record(co_await client.create(kube::resources::pods, ns_name(k / per),
+                                     bench_pod(k / per, k % per), wo));
+  }
+  co_return 0;
+}
+
+int pods(asio::io_context& io, kube::Client& client, int n, int per) {
+  const auto t0 = Clock::now();
+  PopulateState st;
+  const kube::Resource service_accounts{"", "v1", "serviceaccounts", true};
+  for (int k = 0; k < kNamespaces; ++k) {
+    json account{{"apiVersion", "v1"},
+                 {"kind", "ServiceAccount"},
+                 {"metadata", {{"name", "default"}, {"namespace", ns_name(k)}}}};
+    st.record(drive(io, client.create(service_accounts, ns_name(k), account)));
+  }
+  int next = 0;
+  run_in_flight(io, [&] { return pods_worker(client, n, per, next, st); });
+  std::printf(
+      "pods: %d pods (%d per Deployment): %d created, %d already existed, %d failed "
+      "in %.1f s\n",
+      n * per, per, st.created, st.existed, st.failed, seconds_since(t0));
   if (st.failed) {
     std::fprintf(stderr, "apply_baseline: first failure: %s\n", st.first_error.c_str());
     return 1;
@@ -454,17 +535,20 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc >= 3 ? argv[2] : "";
   const bool one_number = mode == "list" || mode == "services";
-  if (argc != (one_number ? 4 : 5) || (mode != "populate" && mode != "baseline" &&
-                                       mode != "floor" && mode != "list" && mode != "services")) {
+  if (argc != (one_number ? 4 : 5) ||
+      (mode != "populate" && mode != "baseline" && mode != "floor" && mode != "list" &&
+       mode != "services" && mode != "pods")) {
     std::fprintf(stderr,
                  "usage: %s KUBECONFIG populate N R | %s KUBECONFIG baseline|floor N WORKERS | "
-                 "%s KUBECONFIG list PAGE_SIZE | %s KUBECONFIG services N\n",
-                 argv[0], argv[0], argv[0], argv[0]);
+                 "%s KUBECONFIG list PAGE_SIZE | %s KUBECONFIG services N | "
+                 "%s KUBECONFIG pods N PER\n",
+                 argv[0], argv[0], argv[0], argv[0], argv[0]);
     return 2;
   }
   const int a = std::atoi(argv[3]);
   const int b = one_number ? 0 : std::atoi(argv[4]);
-  if (a <= 0 || b < 0 || ((mode == "baseline" || mode == "floor") && b <= 0)) {
+  if (a <= 0 || b < 0 || ((mode == "baseline" || mode == "floor") && b <= 0) ||
+      (mode == "pods" && (b <= 0 || b > static_cast<int>(kPodSuffixes.size())))) {
     std::fprintf(stderr, "apply_baseline: bad numbers\n");
     return 2;
   }
@@ -484,6 +568,7 @@ int main(int argc, char** argv) {
   try {
     if (mode == "list") return list(io, client, a);
     if (mode == "services") return services(io, client, a);
+    if (mode == "pods") return pods(io, client, a, b);
     if (mode == "populate") return populate(io, client, a, b);
     return baseline(io, client, a, b, mode == "floor");
   } catch (const std::exception& e) {
