@@ -148,25 +148,6 @@ std::string seconds_text(std::int64_t ms) {
   return text;
 }
 
-std::string describe(const PreStopHook& hook) {
-  switch (hook.kind) {
-    case PreStopHook::Kind::None:
-      return "none";
-    case PreStopHook::Kind::Sleep:
-      return fmt::format("sleep {}s", hook.seconds.value_or(0));
-    case PreStopHook::Kind::ExecSleep:
-      return fmt::format("exec sleep {}", seconds_text(hook.length_ms.value_or(0)));
-    case PreStopHook::Kind::Exec:
-      return hook.wait_ms ? fmt::format("exec, waiting {}s first", seconds_text(*hook.wait_ms))
-                          : "exec";
-    case PreStopHook::Kind::HttpGet:
-      return "httpGet";
-    case PreStopHook::Kind::TcpSocket:
-      return "tcpSocket";
-  }
-  return "unknown";
-}
-
 std::string describe(const Strategy& strategy) {
   if (strategy.type == Strategy::Type::Recreate) return "Recreate";
   return fmt::format("RollingUpdate maxSurge={} maxUnavailable={}", strategy.max_surge.to_string(),
@@ -760,6 +741,25 @@ class Planner {
 };
 
 }  // namespace
+
+std::string describe(const PreStopHook& hook) {
+  switch (hook.kind) {
+    case PreStopHook::Kind::None:
+      return "none";
+    case PreStopHook::Kind::Sleep:
+      return fmt::format("sleep {}s", hook.seconds.value_or(0));
+    case PreStopHook::Kind::ExecSleep:
+      return fmt::format("exec sleep {}", seconds_text(hook.length_ms.value_or(0)));
+    case PreStopHook::Kind::Exec:
+      return hook.wait_ms ? fmt::format("exec, waiting {}s first", seconds_text(*hook.wait_ms))
+                          : "exec";
+    case PreStopHook::Kind::HttpGet:
+      return "httpGet";
+    case PreStopHook::Kind::TcpSocket:
+      return "tcpSocket";
+  }
+  return "unknown";
+}
 
 std::string to_string(Severity severity) {
   switch (severity) {

@@ -4,31 +4,12 @@
 
 #include <algorithm>
 
+#include "gracekeeper/budget/engine.h"
+
 namespace gracekeeper::controller {
 namespace {
 
 using budget::PreStopHook;
-
-std::string describe(const PreStopHook& h) {
-  const auto seconds = [&](std::optional<std::int64_t> ms) {
-    return ms ? fmt::format("{}s", static_cast<double>(*ms) / 1000) : std::string("?s");
-  };
-  switch (h.kind) {
-    case PreStopHook::Kind::None:
-      return "none";
-    case PreStopHook::Kind::Sleep:
-      return "sleep " + seconds(h.wait_ms);
-    case PreStopHook::Kind::ExecSleep:
-      return "exec sleep " + seconds(h.wait_ms);
-    case PreStopHook::Kind::Exec:
-      return "exec";
-    case PreStopHook::Kind::HttpGet:
-      return "httpGet";
-    case PreStopHook::Kind::TcpSocket:
-      return "tcpSocket";
-  }
-  return "?";
-}
 
 bool same_hook(const PreStopHook& a, const PreStopHook& b) {
   return a.kind == b.kind && a.wait_ms == b.wait_ms && a.length_ms == b.length_ms &&
@@ -85,7 +66,7 @@ std::vector<std::string> pod_differences(const budget::Deployment& workload,
       out.push_back(fmt::format("container {}: not on the pod", c.name));
     } else if (!same_hook(c.pre_stop, on_pod->pre_stop)) {
       out.push_back(fmt::format("container {}: preStop {} in the template, {} on the pod", c.name,
-                                describe(c.pre_stop), describe(on_pod->pre_stop)));
+                                budget::describe(c.pre_stop), budget::describe(on_pod->pre_stop)));
     }
   }
   if (workload.grace_seconds != pod.grace_seconds) {

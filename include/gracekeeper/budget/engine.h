@@ -156,6 +156,10 @@ Plan plan(const Deployment&, const Context&);
 // them as invalid.
 std::optional<std::vector<std::size_t>> annotated_containers(const Deployment&);
 
+// A preStop hook as messages name it: "none", "sleep 6s", "exec sleep 2.5s",
+// "exec", "httpGet".
+std::string describe(const PreStopHook&);
+
 // Only the findings on the current state, for `check`.
 std::vector<Finding> check(const Deployment&, const Context&);
 

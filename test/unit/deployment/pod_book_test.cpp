@@ -52,7 +52,7 @@ TEST(PodDifferences, WhatAMutatingWebhookChanges) {
   EXPECT_THAT(
       pod_differences(read(d), read(pod)),
       ElementsAre("container istio-proxy: added to the pod",
-                  "container app: preStop sleep 6s in the template, exec sleep 2s on the pod",
+                  "container app: preStop sleep 6s in the template, exec sleep 2 on the pod",
                   "terminationGracePeriodSeconds: 46 in the template, 10 on the pod"));
 
   json sidecar = pod_of(d);
