@@ -157,5 +157,22 @@ TEST(PodDiffersFromTemplate, ADifferenceThatKeepsTheBudgetIsReportedOnly) {
   EXPECT_EQ(world.policy_objects.at("shop/default")["status"]["deployments"]["compliant"], 1);
 }
 
+// Scaled to 0, the pod kept may be of an older template: not judged.
+TEST(PodDiffersFromTemplate, NotAtZeroReplicas) {
+  World world;
+  world.put_policy(policy());
+  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  json d = deployment("web");
+  d["spec"]["replicas"] = 0;
+  world.put_deployment(d);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  json capped = pod_of(world.objects.at("shop/web"));
+  capped["spec"]["terminationGracePeriodSeconds"] = 10;
+  ASSERT_TRUE(world.pods.offer("Deployment/shop/web",
+                               {"web-7d9f8b6c5-x2x4z", "7d9f8b6c5", {}, read(capped)}));
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_THAT(world.events.reasons(), Not(Contains("PodDiffersFromTemplate")));
+}
+
 }  // namespace
 }  // namespace gracekeeper::controller::testing
