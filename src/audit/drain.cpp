@@ -48,11 +48,7 @@ std::expected<std::optional<MeasuredDrain>, std::string> measure_drain(const nlo
   const std::int64_t grace = core::int_member(*metadata, "deletionGracePeriodSeconds", -1);
   if (grace <= 0) return std::unexpected("deleted without a grace period: nothing drained");
 
-  // The pod's containers as the budget engine reads a template.
-  budget::Json object(pod);
-  object["apiVersion"] = "v1";
-  object["kind"] = "Pod";
-  const auto read = budget::project_deployment(object);
+  const auto read = read_pod(pod);
   if (!read) return std::unexpected("unreadable pod spec: " + read.error().front().format());
   const auto wait = pod_wait(*read);
   if (!wait) return std::unexpected("a preStop hook of unknown length: SIGTERM's time is unknown");
@@ -96,6 +92,14 @@ std::expected<std::optional<MeasuredDrain>, std::string> measure_drain(const nlo
   out.sample.seconds =
       out.sample.cut_short ? static_cast<double>(grace - out.wait) : std::max(longest, 0.0);
   return std::optional<MeasuredDrain>(std::move(out));
+}
+
+std::expected<budget::Deployment, budget::FieldErrors> read_pod(const nlohmann::json& pod) {
+  budget::Json object(pod);
+  // A list's items carry neither: the informer's projection may lack them.
+  object["apiVersion"] = "v1";
+  object["kind"] = "Pod";
+  return budget::project_deployment(object);
 }
 
 std::vector<std::string> pod_drain_fields() {

@@ -60,32 +60,35 @@ TerminationCounts read_terminations(const nlohmann::json& status) {
   return out;
 }
 
-void TerminationBook::count(const std::string& policy_key, bool late, TimePoint at) {
+TerminationBook::Entry& TerminationBook::entry(const std::string& policy_key) {
   auto it = entries_.find(policy_key);
   if (it == entries_.end()) it = entries_.emplace(policy_key, Entry{}).first;
-  ++it->second.counted.observed;
+  return it->second;
+}
+
+void TerminationBook::count(const std::string& policy_key, bool late, TimePoint at) {
+  TerminationCounts& counted = entry(policy_key).counted;
+  ++counted.observed;
   if (late) {
-    ++it->second.counted.late;
-    it->second.counted.last_late_at = at;
+    ++counted.late;
+    counted.last_late_at = at;
   }
 }
 
 void TerminationBook::count_drain(const std::string& policy_key, bool cut_short, TimePoint at) {
-  auto it = entries_.find(policy_key);
-  if (it == entries_.end()) it = entries_.emplace(policy_key, Entry{}).first;
-  ++it->second.counted.drained;
+  TerminationCounts& counted = entry(policy_key).counted;
+  ++counted.drained;
   if (cut_short) {
-    ++it->second.counted.cut_short;
-    it->second.counted.last_cut_short_at = at;
+    ++counted.cut_short;
+    counted.last_cut_short_at = at;
   }
 }
 
 TerminationCounts TerminationBook::totals(const std::string& policy_key,
                                           const nlohmann::json& status) {
-  auto it = entries_.find(policy_key);
-  if (it == entries_.end()) it = entries_.emplace(policy_key, Entry{}).first;
-  if (!it->second.base) it->second.base = read_terminations(status);
-  return add(*it->second.base, it->second.counted);
+  Entry& e = entry(policy_key);
+  if (!e.base) e.base = read_terminations(status);
+  return add(*e.base, e.counted);
 }
 
 void TerminationBook::erase(const std::string& policy_key) {
@@ -301,8 +304,7 @@ std::optional<CachedPod> TerminationAudit::observe_pod(const nlohmann::json& obj
   }
   if (!*measured) return CachedPod{false};  // an app container still runs
   const MeasuredDrain& m = **measured;
-  const std::string_view kind = owner->stateful ? "StatefulSet" : "Deployment";
-  if (deps_.drains) deps_.drains->add(budget::drain_key(kind, owner->key), m.sample);
+  if (deps_.drains) deps_.drains->add(owner->book_key(), m.sample);
   log::info("measured a pod's drain", {{"pod", ns + "/" + pod},
                                        {"container", m.container},
                                        {"drain", seconds(m.sample.seconds)},
@@ -329,9 +331,7 @@ bool TerminationAudit::wants_pod(const nlohmann::json& metadata) const {
       owner_of(core::string_member(metadata, "namespace"), core::string_member(metadata, "name"));
   if (!owner) return false;
   const std::string hash = template_of(metadata, *owner);
-  return !hash.empty() &&
-         !deps_.pods->has(
-             budget::drain_key(owner->stateful ? "StatefulSet" : "Deployment", owner->key), hash);
+  return !hash.empty() && !deps_.pods->has(owner->book_key(), hash);
 }
 
 // A serving pod of a template not seen yet: kept in the PodBook, read as
@@ -341,13 +341,9 @@ void TerminationAudit::see_serving_pod(const nlohmann::json& object, const nlohm
                                        const Owner& owner) {
   if (deps_.pods == nullptr) return;
   const std::string hash = template_of(metadata, owner);
-  const std::string key =
-      budget::drain_key(owner.stateful ? "StatefulSet" : "Deployment", owner.key);
+  const std::string key = owner.book_key();
   if (hash.empty() || deps_.pods->has(key, hash)) return;
-  budget::Json pod(object);
-  pod["apiVersion"] = "v1";
-  pod["kind"] = "Pod";
-  auto read = budget::project_deployment(pod);
+  auto read = read_pod(object);
   if (!read) return;  // not a pod the kubelet would run either
   SeenPod seen{
       core::string_member(metadata, "name"), hash,
@@ -499,8 +495,7 @@ void TerminationAudit::warn_late(const std::string& ns, const std::string& pod, 
   it->second = rollout;
   const auto name = split_key(key).second;
   kube::EventRecord e;
-  e.regarding = kube::ObjectRef{"apps/v1", owner.stateful ? "StatefulSet" : "Deployment", ns, name,
-                                cached->uid};
+  e.regarding = kube::ObjectRef{"apps/v1", owner.kind(), ns, name, cached->uid};
   e.type = kube::EventType::Warning;
   e.reason = "PropagationOutlastedPreStop";
   e.action = "Audit";
@@ -525,8 +520,8 @@ void TerminationAudit::warn_cut_short(const std::string& ns, const std::string& 
              {owner.stateful ? "statefulset" : "deployment", owner.key},
              {"container", m.container}});
   kube::EventRecord e;
-  e.regarding = kube::ObjectRef{"apps/v1", owner.stateful ? "StatefulSet" : "Deployment", ns,
-                                split_key(owner.key).second, owner.cached->uid};
+  e.regarding =
+      kube::ObjectRef{"apps/v1", owner.kind(), ns, split_key(owner.key).second, owner.cached->uid};
   e.type = kube::EventType::Warning;
   e.reason = "DrainCutShort";
   e.action = "Audit";

@@ -137,7 +137,7 @@ boost::asio::awaitable<bool> DeploymentReconciler::conflict_released(
 }
 
 std::uint64_t DeploymentReconciler::pod_version(const std::string& key) const {
-  return deps_.pods ? deps_.pods->version(budget::drain_key(deps_.kind, key)) : 0;
+  return deps_.pods ? deps_.pods->version(budget::workload_key(deps_.kind, key)) : 0;
 }
 
 DeploymentDecision DeploymentReconciler::decide(const std::string& key,
@@ -157,7 +157,7 @@ DeploymentDecision DeploymentReconciler::decide(const std::string& key,
   facts.now = deps_.clock.now();
   facts.blocked = blocked(key);
   facts.rolling = cached.rollout.rolling(cached.generation);
-  const std::string book_key = budget::drain_key(deps_.kind, key);
+  const std::string book_key = budget::workload_key(deps_.kind, key);
   if (deps_.drains) facts.drains = deps_.drains->samples(book_key);
   const auto pod = deps_.pods ? deps_.pods->find(book_key) : nullptr;
   facts.pod = pod.get();

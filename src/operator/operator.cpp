@@ -267,8 +267,8 @@ class Operator {
     for (auto [informer, kind] :
          {std::pair{&deployments_, "Deployment"}, std::pair{&statefulsets_, "StatefulSet"}}) {
       informer->add_handlers({.on_delete = [this, kind](const std::string& key) {
-        drains_.erase(budget::drain_key(kind, key));
-        pods_seen_.erase(budget::drain_key(kind, key));
+        drains_.erase(budget::workload_key(kind, key));
+        pods_seen_.erase(budget::workload_key(kind, key));
       }});
     }
   }
@@ -804,7 +804,7 @@ class Operator {
   std::unique_ptr<propagation::Prometheus> prometheus_;
   PropagationBook propagation_;
   propagation::SampleBook samples_;
-  budget::DrainBook drains_;  // measured drains, by budget::drain_key
+  budget::DrainBook drains_;  // measured drains, by budget::workload_key
   PodBook pods_seen_;         // a pod per workload as the kubelet runs it (pod_book.h)
   TerminationBook terminations_;
   std::unique_ptr<Clock> clock_;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "gracekeeper/budget/deployment.h"
 #include "gracekeeper/budget/drain.h"
 
 namespace gracekeeper::controller {
@@ -35,6 +36,10 @@ struct MeasuredDrain {
 // app container still runs. An error says why it cannot be measured (a
 // hook of unknown length, a deletion with no grace, an unreadable status).
 std::expected<std::optional<MeasuredDrain>, std::string> measure_drain(const nlohmann::json& pod);
+
+// A Pod (`kubectl get pod -o json`, or its informer's projection) as the
+// budget engine reads one: its containers, hooks and grace.
+std::expected<budget::Deployment, budget::FieldErrors> read_pod(const nlohmann::json& pod);
 
 // The members of a Pod that measure_drain reads (kube::FieldSet paths).
 std::vector<std::string> pod_drain_fields();

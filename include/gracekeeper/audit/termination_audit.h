@@ -78,6 +78,7 @@ class TerminationBook {
     std::optional<TerminationCounts> base;
     TerminationCounts counted;
   };
+  Entry& entry(const std::string& policy_key);
   std::map<std::string, Entry, std::less<>> entries_;
 };
 
@@ -111,7 +112,7 @@ class TerminationAudit {
     // A termination to audit: reconcile(key) later, under the loop.
     std::function<void(const std::string& key)> enqueue{};
     // The measured drains (audit/drain.h) and the pods as the kubelet runs
-    // them (pod_book.h), by budget::drain_key; and the workload ("ns/name",
+    // them (pod_book.h), by budget::workload_key; and the workload ("ns/name",
     // a StatefulSet's when `stateful`) that got a drain or a pod: its
     // reconciler decides again.
     budget::DrainBook* drains = nullptr;
@@ -154,6 +155,9 @@ class TerminationAudit {
     std::string hash;  // the ReplicaSet hash; "" for a StatefulSet's pod
     bool stateful = false;
     std::shared_ptr<const CachedDeployment> cached;
+    const char* kind() const { return stateful ? "StatefulSet" : "Deployment"; }
+    // Its key in the DrainBook and the PodBook.
+    std::string book_key() const { return budget::workload_key(kind(), key); }
   };
   std::optional<Owner> owner_of(const std::string& ns, const std::string& pod) const;
   ReconcileResult reconcile_drain(const std::string& pod_key);

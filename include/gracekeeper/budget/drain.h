@@ -46,8 +46,8 @@ std::optional<DrainFigure> drain_figure(std::span<const DrainSample> samples,
                                         const PolicySpec::Drain& spec,
                                         std::chrono::system_clock::time_point now);
 
-// A workload's key in a DrainBook: "Deployment/ns/name".
-inline std::string drain_key(std::string_view kind, std::string_view key) {
+// A workload's key in the DrainBook and the PodBook: "Deployment/ns/name".
+inline std::string workload_key(std::string_view kind, std::string_view key) {
   return std::string(kind) + "/" + std::string(key);
 }
 

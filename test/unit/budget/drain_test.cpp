@@ -74,7 +74,7 @@ TEST(DrainFigure, CappedAtMaxSeconds) {
 TEST(DrainBook, KeepsTheLastSamplesPerWorkload) {
   DrainBook book;
   for (std::size_t i = 0; i < DrainBook::kSamplesKept + 3; ++i) {
-    book.add(drain_key("Deployment", "shop/web"), {kNow, static_cast<double>(i), false});
+    book.add(workload_key("Deployment", "shop/web"), {kNow, static_cast<double>(i), false});
   }
   const auto kept = book.samples("Deployment/shop/web");
   ASSERT_EQ(kept.size(), DrainBook::kSamplesKept);
