@@ -379,6 +379,17 @@ inline json deployment(const std::string& name = "web") {
   return d;
 }
 
+// The Deployment controller finished the rollout of the stored generation.
+inline void rollout_done(World& world, const std::string& key) {
+  json object = world.objects.at(key);
+  const std::int64_t replicas = object["spec"].value("replicas", 1);
+  object["status"] = {{"observedGeneration", object["metadata"]["generation"]},
+                      {"replicas", replicas},
+                      {"updatedReplicas", replicas},
+                      {"availableReplicas", replicas}};
+  world.put_deployment(object);
+}
+
 // A field of the status condition of that type; "" when there is none.
 inline std::string condition(const json& status, const std::string& type, const char* field) {
   for (const auto& c : status.value("conditions", json::array())) {

@@ -135,17 +135,6 @@ TEST_F(ClusterTruthTest, TwoPoliciesSelectingOneDeploymentBothReportTheConflict)
   }
 }
 
-// The Deployment controller finished the rollout of the stored generation.
-void rollout_done(World& world, const std::string& key) {
-  json object = world.objects.at(key);
-  const std::int64_t replicas = object["spec"].value("replicas", 1);
-  object["status"] = {{"observedGeneration", object["metadata"]["generation"]},
-                      {"replicas", replicas},
-                      {"updatedReplicas", replicas},
-                      {"availableReplicas", replicas}};
-  world.put_deployment(object);
-}
-
 TEST(RolloutStatus, CompleteAsKubectlRolloutStatusSaysIt) {
   RolloutStatus r{3, 2, 3, 3, 3, false};
   EXPECT_TRUE(r.complete(2));

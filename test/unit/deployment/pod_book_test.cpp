@@ -84,37 +84,45 @@ TEST(PodBook, OnePodPerTemplateTheNewestKept) {
   EXPECT_EQ(book.find("Deployment/shop/web"), nullptr);
 }
 
-// The Deployment controller finished the rollout of the stored generation.
-void rolled_out(World& world, const std::string& key) {
-  json object = world.objects.at(key);
-  object["status"] = {{"observedGeneration", object["metadata"]["generation"]},
-                      {"replicas", 3},
-                      {"updatedReplicas", 3},
-                      {"availableReplicas", 3}};
-  world.put_deployment(object);
-}
-
-TEST(PodDiffersFromTemplate, ABudgetThatDoesNotHoldOnThePodIsReportedAndCounted) {
+class PodDiffersFromTemplate : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    world.put_policy(policy());
+    ASSERT_TRUE(world.reconcile_policy("shop/default"));
+  }
+  // `d` tuned by the reconciler, its rollout over: the object as stored.
+  json tuned(json d) {
+    world.put_deployment(std::move(d));
+    EXPECT_TRUE(world.reconcile_deployment("shop/web"));
+    rollout_done(world, "shop/web");
+    return world.objects.at("shop/web");
+  }
+  void offer(const json& pod, const std::string& name = "web-7d9f8b6c5-x2x4z",
+             const std::string& hash = "7d9f8b6c5",
+             std::chrono::system_clock::time_point created = {}) {
+    ASSERT_TRUE(world.pods.offer("Deployment/shop/web", {name, hash, created, read(pod)}));
+  }
+  // The note of the last PodDiffersFromTemplate Event; "" when none.
+  std::string differs_note() const {
+    std::string note;
+    for (const auto& e : world.events.recorded) {
+      if (e.reason == "PodDiffersFromTemplate") note = e.note;
+    }
+    return note;
+  }
   World world;
-  world.put_policy(policy());
-  ASSERT_TRUE(world.reconcile_policy("shop/default"));
-  world.put_deployment(deployment("web"));
-  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
-  rolled_out(world, "shop/web");
-  const json tuned = world.objects.at("shop/web");
+};
 
+TEST_F(PodDiffersFromTemplate, ABudgetThatDoesNotHoldOnThePodIsReportedAndCounted) {
+  const json web = tuned(deployment("web"));
   // The pod as the kubelet runs it: the template, with the grace a policy
   // engine capped at 10 s.
-  json capped = pod_of(tuned);
+  json capped = pod_of(web);
   capped["spec"]["terminationGracePeriodSeconds"] = 10;
-  ASSERT_TRUE(world.pods.offer("Deployment/shop/web",
-                               {"web-7d9f8b6c5-x2x4z", "7d9f8b6c5", {}, read(capped)}));
+  offer(capped);
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
   ASSERT_THAT(world.events.reasons(), Contains("PodDiffersFromTemplate"));
-  std::string note;
-  for (const auto& e : world.events.recorded) {
-    if (e.reason == "PodDiffersFromTemplate") note = e.note;
-  }
+  const std::string note = differs_note();
   EXPECT_THAT(note, HasSubstr("pod web-7d9f8b6c5-x2x4z differs from the template: "
                               "terminationGracePeriodSeconds: "));
   EXPECT_THAT(note,
@@ -127,49 +135,30 @@ TEST(PodDiffersFromTemplate, ABudgetThatDoesNotHoldOnThePodIsReportedAndCounted)
   EXPECT_EQ(world.writer.calls.size(), 1u) << "the pod is reported, the template left as it is";
 
   // A newer pod made as the template says: the budget holds again.
-  ASSERT_TRUE(world.pods.offer(
-      "Deployment/shop/web",
-      {"web-5c4b8d9f7-zzzzz", "5c4b8d9f7", std::chrono::system_clock::now(), read(pod_of(tuned))}));
+  offer(pod_of(web), "web-5c4b8d9f7-zzzzz", "5c4b8d9f7", std::chrono::system_clock::now());
   ASSERT_TRUE(world.reconcile_policy("shop/default"));
   status = world.policy_objects.at("shop/default")["status"];
   EXPECT_EQ(status["deployments"]["compliant"], 1);
   EXPECT_EQ(condition(status, "BudgetHolds", "reason"), "AllCompliant");
 }
 
-TEST(PodDiffersFromTemplate, ADifferenceThatKeepsTheBudgetIsReportedOnly) {
-  World world;
-  world.put_policy(policy());
-  ASSERT_TRUE(world.reconcile_policy("shop/default"));
-  world.put_deployment(deployment("web"));
-  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
-  rolled_out(world, "shop/web");
-  json raised = pod_of(world.objects.at("shop/web"));
+TEST_F(PodDiffersFromTemplate, ADifferenceThatKeepsTheBudgetIsReportedOnly) {
+  json raised = pod_of(tuned(deployment("web")));
   raised["spec"]["terminationGracePeriodSeconds"] = 120;  // longer: no harm
-  ASSERT_TRUE(world.pods.offer("Deployment/shop/web",
-                               {"web-7d9f8b6c5-x2x4z", "7d9f8b6c5", {}, read(raised)}));
+  offer(raised);
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
-  std::string note;
-  for (const auto& e : world.events.recorded) {
-    if (e.reason == "PodDiffersFromTemplate") note = e.note;
-  }
-  EXPECT_THAT(note, HasSubstr("120 on the pod; the budget holds on the pod"));
+  EXPECT_THAT(differs_note(), HasSubstr("120 on the pod; the budget holds on the pod"));
   ASSERT_TRUE(world.reconcile_policy("shop/default"));
   EXPECT_EQ(world.policy_objects.at("shop/default")["status"]["deployments"]["compliant"], 1);
 }
 
 // Scaled to 0, the pod kept may be of an older template: not judged.
-TEST(PodDiffersFromTemplate, NotAtZeroReplicas) {
-  World world;
-  world.put_policy(policy());
-  ASSERT_TRUE(world.reconcile_policy("shop/default"));
+TEST_F(PodDiffersFromTemplate, NotAtZeroReplicas) {
   json d = deployment("web");
   d["spec"]["replicas"] = 0;
-  world.put_deployment(d);
-  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
-  json capped = pod_of(world.objects.at("shop/web"));
+  json capped = pod_of(tuned(d));
   capped["spec"]["terminationGracePeriodSeconds"] = 10;
-  ASSERT_TRUE(world.pods.offer("Deployment/shop/web",
-                               {"web-7d9f8b6c5-x2x4z", "7d9f8b6c5", {}, read(capped)}));
+  offer(capped);
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
   EXPECT_THAT(world.events.reasons(), Not(Contains("PodDiffersFromTemplate")));
 }
