@@ -7,6 +7,7 @@
 
 #include "gracekeeper/audit/termination_audit.h"  // pod_wait
 #include "gracekeeper/budget/deployment.h"
+#include "gracekeeper/budget/mesh.h"
 #include "gracekeeper/core/json.h"
 #include "gracekeeper/core/time.h"
 
@@ -66,7 +67,9 @@ std::expected<std::optional<MeasuredDrain>, std::string> measure_drain(const nlo
   std::optional<std::chrono::system_clock::time_point> last;
   double longest = -1;
   for (const budget::Container& c : read->containers) {
-    if (c.sidecar) continue;  // a native sidecar stops after the app containers
+    // A native sidecar stops after the app containers; a mesh proxy's stay
+    // is its mesh's (ProxyExitsEarly), not the app's drain.
+    if (c.sidecar || budget::proxy_mesh(c.name)) continue;
     const auto* terminated = terminated_state(statuses, c.name);
     if (terminated == nullptr) return std::optional<MeasuredDrain>();  // still running
     const auto finished = time_member(*terminated, "finishedAt");

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "gracekeeper/budget/engine.h"  // annotated_containers
+#include "gracekeeper/budget/mesh.h"
 #include "gracekeeper/core/json.h"
 #include "gracekeeper/core/time.h"
 #include "gracekeeper/kube/informer.h"  // object_key
@@ -100,7 +101,7 @@ std::optional<std::int64_t> pod_wait(const budget::Deployment& d) {
   // gracekeeper.dev/containers names (read as the budget engine reads it),
   // else every app container that declares a port, else every app
   // container. Never a native sidecar: it has no wait of its own to keep
-  // the pod routed.
+  // the pod routed. Never a mesh proxy: its stay is its mesh's.
   std::vector<const budget::Container*> targets;
   for (std::size_t i : budget::annotated_containers(d).value_or(std::vector<std::size_t>{})) {
     targets.push_back(&d.containers[i]);
@@ -109,12 +110,12 @@ std::optional<std::int64_t> pod_wait(const budget::Deployment& d) {
   // Deployment is reported and left as it is): the default.
   if (targets.empty()) {
     for (const auto& c : d.containers) {
-      if (!c.sidecar && c.has_ports) targets.push_back(&c);
+      if (!c.sidecar && c.has_ports && !budget::proxy_mesh(c.name)) targets.push_back(&c);
     }
   }
   if (targets.empty()) {
     for (const auto& c : d.containers) {
-      if (!c.sidecar) targets.push_back(&c);
+      if (!c.sidecar && !budget::proxy_mesh(c.name)) targets.push_back(&c);
     }
   }
   std::optional<std::int64_t> wait;

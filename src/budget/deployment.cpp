@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "gracekeeper/budget/mesh.h"
 #include "gracekeeper/budget/shell.h"
 #include "gracekeeper/core/time.h"
 
@@ -246,6 +247,36 @@ PreStopHook read_pre_stop(Reader& reader, const Json& container, const std::stri
   return hook;
 }
 
+// An istio-proxy's variables of its shutdown, as the injector set them (a
+// value from a Secret or field is not read: the mesh's defaults apply).
+void read_proxy_env(Reader& reader, const Json& item, const std::string& path,
+                    Container& container) {
+  const Json* env = reader.array(item, "env", path + ".env");
+  if (env == nullptr) return;
+  for (const Json& variable : *env) {
+    if (!variable.is_object()) continue;
+    auto name = variable.find("name");
+    auto value = variable.find("value");
+    if (name == variable.end() || !name->is_string() || value == variable.end() ||
+        !value->is_string() || !is_proxy_env(name->get_ref<const std::string&>())) {
+      continue;
+    }
+    container.proxy_env[name->get<std::string>()] = value->get<std::string>();
+  }
+}
+
+// The mesh annotations among a pod's (a template's) annotations.
+void read_mesh_annotations(Reader& reader, const Json& metadata, const std::string& path,
+                           Deployment& out) {
+  const Json* annotations = reader.object(metadata, "annotations", path);
+  if (annotations == nullptr) return;
+  for (const char* name : {kIstioProxyConfig, kLinkerdWaitBeforeExit}) {
+    if (auto value = reader.string(*annotations, name, fmt::format("{}[{}]", path, name))) {
+      out.pod_annotations[name] = *value;
+    }
+  }
+}
+
 Container read_container(Reader& reader, const Json& item, const std::string& path) {
   Container container;
   if (!item.is_object()) {
@@ -264,6 +295,7 @@ Container read_container(Reader& reader, const Json& item, const std::string& pa
   container.pre_stop = read_pre_stop(reader, item, path);
   container.readiness = read_probe(reader, item, "readinessProbe", path + ".readinessProbe");
   container.liveness = read_probe(reader, item, "livenessProbe", path + ".livenessProbe");
+  if (proxy_mesh(container.name) == Mesh::Istio) read_proxy_env(reader, item, path, container);
   return container;
 }
 
@@ -583,6 +615,7 @@ void read_pod_template(Reader& reader, const Json& spec, Deployment& out) {
     if (const Json* pod_metadata =
             reader.object(*pod_template, "metadata", "spec.template.metadata")) {
       out.pod_labels = reader.string_map(*pod_metadata, "labels", "spec.template.metadata.labels");
+      read_mesh_annotations(reader, *pod_metadata, "spec.template.metadata.annotations", out);
     }
   }
   if (pod_spec != nullptr) read_pod_spec(reader, *pod_spec, out);
@@ -614,6 +647,9 @@ std::expected<Deployment, FieldErrors> project_deployment(const Json& object) {
     // What runs: the pod's own spec (after every mutating webhook), its
     // labels; no replicas, no rollout.
     out.pod_labels = out.labels;
+    for (const auto& [name, value] : out.annotations) {
+      if (is_mesh_annotation(name)) out.pod_annotations[name] = value;
+    }
     read_pod_spec(reader, *spec, out, "spec");
     if (!errors.empty()) return std::unexpected(std::move(errors));
     return out;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "gracekeeper/budget/mesh.h"
 #include "gracekeeper/budget/shell.h"
 
 namespace gracekeeper::budget {
@@ -62,6 +63,7 @@ std::vector<std::size_t> read_container_list(const Deployment& deployment, const
   std::set<std::size_t> chosen;
   std::set<std::string> unknown;
   std::set<std::string> sidecars;
+  std::set<std::string> proxies;
   bool empty_entry = false;
   std::string_view rest = text;
   while (true) {
@@ -75,6 +77,8 @@ std::vector<std::size_t> read_container_list(const Deployment& deployment, const
       unknown.insert(name);
     } else if (found->sidecar) {
       sidecars.insert(name);
+    } else if (proxy_mesh(found->name)) {
+      proxies.insert(name);
     } else {
       chosen.insert(static_cast<std::size_t>(found - deployment.containers.begin()));
     }
@@ -99,6 +103,12 @@ std::vector<std::size_t> read_container_list(const Deployment& deployment, const
                            "Always): its preStop runs only after the app containers have exited, "
                            "so a wait there keeps nothing serving; name app containers",
                            name)});
+  }
+  for (const auto& name : proxies) {
+    errors.push_back({path, fmt::format("\"{}\" is a mesh proxy: its stay after the pod's deletion "
+                                        "is set with its mesh's own settings, not a preStop wait "
+                                        "(docs/api.md, \"Mesh proxies\"); name app containers",
+                                        name)});
   }
   return {chosen.begin(), chosen.end()};
 }
@@ -130,9 +140,10 @@ Overrides read_overrides(const Deployment& deployment, FieldErrors& errors) {
   // proxy) that stopped at once would fail the requests the others still
   // serve. Never a native sidecar, even a serving one: it is stopped only
   // after the app containers have exited, so their wait keeps it up too.
+  // Never a mesh proxy: its stay is its mesh's to set (check_proxies).
   const auto& containers = deployment.containers;
   for (std::size_t i = 0; i < containers.size(); ++i) {
-    if (!containers[i].sidecar) out.targets.push_back(i);
+    if (!containers[i].sidecar && !proxy_mesh(containers[i].name)) out.targets.push_back(i);
   }
   return out;
 }
@@ -218,6 +229,7 @@ class Planner {
     plan_.budget.sidecar_pre_stop_seconds = sidecar_waits(d_);
     plan_.budget.grace_seconds =
         sum_seconds(plan_.budget.grace_seconds, plan_.budget.sidecar_pre_stop_seconds);
+    read_proxies();
     check_current_state();
     plan_containers();
     plan_grace();
@@ -277,9 +289,69 @@ class Planner {
     return policy_.pre_stop.without_service == WithoutService::Wait;
   }
 
+  // The mesh proxies' stays. A native sidecar proxy drains once the app
+  // containers have exited: that time is the sidecars' in the grace, when
+  // longer than sidecarDrainSeconds.
+  void read_proxies() {
+    std::int64_t native_drain_ms = 0;
+    for (std::size_t i = 0; i < d_.containers.size(); ++i) {
+      const Container& c = d_.containers[i];
+      const auto mesh = proxy_mesh(c.name);
+      if (!mesh) continue;
+      proxies_.push_back({i, *mesh, proxy_stay(c, *mesh, d_.pod_annotations)});
+      if (c.sidecar && proxies_.back().stay) {
+        native_drain_ms = sum_seconds(native_drain_ms, proxies_.back().stay->drain_after_app_ms);
+      }
+    }
+    Budget& b = plan_.budget;
+    const std::int64_t drain = seconds_covering(native_drain_ms);
+    if (drain > b.sidecar_drain_seconds) {
+      b.grace_seconds = sum_seconds(b.grace_seconds, drain - b.sidecar_drain_seconds);
+      b.sidecar_drain_seconds = drain;
+    }
+  }
+
+  // A proxy that is an app container's peer gets SIGTERM with the app: it
+  // must serve until the app's wait and drain are over, or the requests
+  // still routed to the pod, and the app's last responses, go with it.
+  void check_proxies(std::int64_t current_wait) {
+    const Budget& b = plan_.budget;
+    const std::int64_t wait = std::max(current_wait, b.pre_stop_seconds);
+    const std::int64_t stay = sum_seconds(wait, b.drain_seconds);
+    for (const ProxyEntry& p : proxies_) {
+      const Container& c = d_.containers[p.index];
+      if (!p.stay) {
+        add("ProxyConfigUnreadable", Severity::Warning, c.name,
+            fmt::format("{}'s proxy: {}; how long it serves once the pod is deleted is not known, "
+                        "so the budget is not known to hold",
+                        to_string(p.mesh), p.stay.error()));
+        plan_.budget_broken = true;
+        continue;
+      }
+      if (c.sidecar || stay == 0 || !served()) continue;
+      const ProxyStay& s = *p.stay;
+      const bool short_serve =
+          s.serves_ms < milliseconds_of(s.follows_connections_until_ms ? wait : stay);
+      const bool short_stay =
+          s.follows_connections_until_ms && *s.follows_connections_until_ms < milliseconds_of(stay);
+      if (!short_serve && !short_stay) continue;
+      add("ProxyExitsEarly", Severity::Error, c.name,
+          fmt::format("{}'s proxy serves for {} once the pod is deleted, but the app waits {}s "
+                      "and drains {}s: requests routed to the pod after the proxy has gone, and "
+                      "the app's last responses, are lost; set {} on the pod template",
+                      to_string(p.mesh), s.source, wait, b.drain_seconds,
+                      proxy_advice(p.mesh, wait, stay)));
+      plan_.budget_broken = true;
+    }
+  }
+
+  bool is_proxy(const Container& c) const { return proxy_mesh(c.name).has_value(); }
+
   // Findings about the Deployment as it is now.
   void check_current_state() {
-    check_current_grace(check_current_hooks());
+    const std::int64_t current_wait = check_current_hooks();
+    check_current_grace(current_wait);
+    check_proxies(current_wait);
     check_strategy();
     check_containers();
     if (ctx_.behind_service && !*ctx_.behind_service) {
@@ -299,6 +371,8 @@ class Planner {
     std::int64_t current_wait = 0;
     for (std::size_t i = 0; i < d_.containers.size(); ++i) {
       const Container& c = d_.containers[i];
+      // A mesh proxy's own stay is judged by check_proxies.
+      if (is_proxy(c)) continue;
       // Every app container's hook runs within the grace period, target or
       // not (one of unknown length is given the wait only on a target).
       if (!c.sidecar && (is_target(i) || c.pre_stop.length_ms)) {
@@ -587,7 +661,7 @@ class Planner {
     // The hooks of app containers that get no wait run within the grace too.
     for (std::size_t i = 0; i < d_.containers.size(); ++i) {
       const Container& c = d_.containers[i];
-      if (c.sidecar || is_target(i) || !c.pre_stop.length_ms) continue;
+      if (c.sidecar || is_target(i) || is_proxy(c) || !c.pre_stop.length_ms) continue;
       wait = std::max(wait, seconds_covering(*c.pre_stop.length_ms));
     }
     const std::int64_t required =
@@ -733,10 +807,17 @@ class Planner {
     for (auto& cp : plan_.containers) cp.action = ContainerPlan::Action::Keep;
   }
 
+  struct ProxyEntry {
+    std::size_t index;  // into Deployment::containers
+    Mesh mesh;
+    std::expected<ProxyStay, std::string> stay;
+  };
+
   const Deployment& d_;
   const Context& ctx_;
   const PolicySpec& policy_;
   std::vector<std::size_t> targets_;
+  std::vector<ProxyEntry> proxies_;
   Plan plan_;
 };
 

@@ -89,6 +89,9 @@ struct Container {
   PreStopHook pre_stop;
   Probe readiness;
   Probe liveness;
+  // An istio-proxy's environment variables of its shutdown (is_proxy_env):
+  // nothing else of any container's environment is kept.
+  std::map<std::string, std::string> proxy_env;
   bool operator==(const Container&) const = default;
 };
 
@@ -160,6 +163,9 @@ struct Deployment {
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
   std::map<std::string, std::string> pod_labels;
+  // The pod template's (a Pod's own) annotations the meshes read their
+  // proxy's shutdown from (is_mesh_annotation); no other is kept.
+  std::map<std::string, std::string> pod_annotations;
   std::int64_t replicas = kDefaultReplicas;
   Strategy strategy;        // a Deployment's
   StatefulUpdate stateful;  // a StatefulSet's

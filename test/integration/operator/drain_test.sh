@@ -172,7 +172,8 @@ eventually 15 has_differs && ok "a Warning PodDiffersFromTemplate for $P3" || no
 note <<<"$(differs_note)"
 grep -qF "container istio-proxy: added to the pod" <<<"$(differs_note)" &&
   grep -qF "terminationGracePeriodSeconds: 64 in the template, 10 on the pod" <<<"$(differs_note)" &&
-  grep -qF "on the pod the budget does not hold: NoPreStopWait (container istio-proxy)" <<<"$(differs_note)" &&
+  grep -qF "on the pod the budget does not hold: BudgetExceeded" <<<"$(differs_note)" &&
+  grep -qF "ProxyExitsEarly (container istio-proxy): Istio's proxy serves for terminationDrainDuration 5s (Istio's default)" <<<"$(differs_note)" &&
   grep -qF "BudgetExceeded: preStop 6s + drain 48s + sidecars 0s + reserve 10s = 64s > terminationGracePeriodSeconds 10s" <<<"$(differs_note)" \
   && ok "... it names the added proxy, the capped grace and what breaks the budget on the pod" || not_ok "the note"
 holds_reason() { jp sdp "$NS" default '{.status.conditions[?(@.type=="BudgetHolds")].reason}'; }

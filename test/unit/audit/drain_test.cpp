@@ -100,5 +100,20 @@ TEST(MeasureDrain, TheLongestAppContainerNativeSidecarsLeftOut) {
   EXPECT_EQ((*m)->sample.seconds, 9);
 }
 
+TEST(MeasureDrain, AMeshProxyIsNoAppContainer) {
+  // istio-proxy got SIGTERM at the deletion and was killed at the grace: the
+  // app's drain is still 4 s, and no kill of the app's.
+  json p = pod(json::array({terminated("app", "2026-12-07T12:00:09Z", 0),
+                            terminated("istio-proxy", "2026-12-07T12:00:20Z", 137)}));
+  p["spec"]["containers"].push_back({{"name", "istio-proxy"},
+                                     {"image", "proxyv2:1"},
+                                     {"ports", json::array({{{"containerPort", 15090}}})}});
+  const auto m = measure_drain(p);
+  ASSERT_TRUE(m.has_value() && m->has_value()) << (m ? "" : m.error());
+  EXPECT_EQ((*m)->container, "app");
+  EXPECT_EQ((*m)->sample.seconds, 4);
+  EXPECT_FALSE((*m)->sample.cut_short);
+}
+
 }  // namespace
 }  // namespace gracekeeper::controller

@@ -513,6 +513,17 @@ TEST(PodWait, NativeSidecarsNeverSetTheWait) {
   EXPECT_EQ(pod_wait(*p), 7);
 }
 
+TEST(PodWait, AMeshProxyNeverSetsTheWait) {
+  // An injected istio-proxy declares ports and has no hook: the pod's wait
+  // is still the app's.
+  json d = with_pre_stop(deployment("web"), 7);
+  d["spec"]["template"]["spec"]["containers"].push_back(json::parse(
+      R"({"name": "istio-proxy", "image": "proxyv2:1", "ports": [{"containerPort": 15090}]})"));
+  auto projected = CachedDeployment::project(budget::Json(d));
+  ASSERT_TRUE(projected);
+  EXPECT_EQ(pod_wait(*projected), 7);
+}
+
 TEST(PodWait, OnlyTheContainersTheAnnotationNamesGetTheWait) {
   // app: port, sleep 3; api: port, sleep 9; worker: no port, no hook.
   json d = with_pre_stop(deployment("web"), 3);

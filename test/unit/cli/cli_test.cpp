@@ -727,7 +727,13 @@ status:
   EXPECT_THAT(checked.out,
               HasSubstr("error BudgetExceeded: Pod shop-prod/checkout-7d9c5b8f6-x2x9k"));
   EXPECT_THAT(checked.out, HasSubstr("terminationGracePeriodSeconds 20s"));
-  EXPECT_THAT(checked.out, HasSubstr("container istio-proxy: no preStop wait"));
+  // The proxy the injector added is no app container: judged by its own
+  // stay (Istio's default 5 s drain), never given a wait.
+  EXPECT_THAT(checked.out,
+              HasSubstr("error ProxyExitsEarly: Pod shop-prod/checkout-7d9c5b8f6-x2x9k "
+                        "container istio-proxy: Istio's proxy serves for "
+                        "terminationDrainDuration 5s (Istio's default)"));
+  EXPECT_THAT(checked.out, Not(HasSubstr("container istio-proxy: no preStop wait")));
   EXPECT_THAT(checked.out, Not(HasSubstr("CapacityDropOnRollout")));
   EXPECT_THAT(checked.out, Not(HasSubstr("ExistingPreStopKept")));
   EXPECT_THAT(checked.err, HasSubstr(" in 1 Pod(s)\n"));
