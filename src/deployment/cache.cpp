@@ -7,6 +7,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "gracekeeper/budget/mesh.h"
 #include "gracekeeper/core/json.h"
 #include "gracekeeper/kube/fields.h"
 
@@ -153,6 +154,11 @@ const std::vector<std::string> kBudgetFields = {
     "spec.podManagementPolicy",
     // Which Services select the pods (services.h): whether a wait is needed at all.
     "spec.template.metadata.labels",
+    // Mesh proxies (budget/mesh.h): the meshes' annotations and an
+    // istio-proxy's variables of its shutdown only, see budget_fields.
+    "spec.template.metadata.annotations",
+    "spec.template.spec.containers.env",
+    "spec.template.spec.initContainers.env",
     "spec.template.spec.terminationGracePeriodSeconds",
     "spec.template.spec.containers.name",
     "spec.template.spec.containers.ports",
@@ -197,9 +203,61 @@ std::vector<std::string> deployment_fields() {
   return fields;
 }
 
+namespace {
+
+// The member `key` of `object` when it is a mapping that has it; else null.
+template <typename J>
+J* member_of(J* object, const char* key) {
+  if (object == nullptr || !object->is_object()) return nullptr;
+  auto it = object->find(key);
+  return it == object->end() ? nullptr : &*it;
+}
+
+// Of the pod template's annotations, the meshes'; of the containers'
+// environment, an istio-proxy's variables of its shutdown: what
+// budget::project_deployment reads of them (budget/mesh.h).
+void keep_mesh_fields(nlohmann::json& out) {
+  auto* pod_template = member_of(member_of(&out, "spec"), "template");
+  if (auto* annotations = member_of(member_of(pod_template, "metadata"), "annotations");
+      annotations != nullptr && annotations->is_object()) {
+    for (auto it = annotations->begin(); it != annotations->end();) {
+      it = budget::is_mesh_annotation(it.key()) ? std::next(it) : annotations->erase(it);
+    }
+  }
+  auto* pod_spec = member_of(pod_template, "spec");
+  for (const char* list : {"containers", "initContainers"}) {
+    auto* containers = member_of(pod_spec, list);
+    if (containers == nullptr || !containers->is_array()) continue;
+    for (auto& container : *containers) {
+      if (!container.is_object() || !container.contains("env")) continue;
+      auto name = container.find("name");
+      const bool istio =
+          name != container.end() && name->is_string() &&
+          budget::proxy_mesh(name->get_ref<const std::string&>()) == budget::Mesh::Istio;
+      auto& env = container["env"];
+      if (!istio) {
+        container.erase("env");
+      } else if (env.is_array()) {
+        nlohmann::json kept = nlohmann::json::array();
+        for (auto& variable : env) {
+          const auto* n = member_of(&variable, "name");
+          if (n != nullptr && n->is_string() &&
+              budget::is_proxy_env(n->get_ref<const std::string&>())) {
+            kept.push_back(std::move(variable));
+          }
+        }
+        env = std::move(kept);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 nlohmann::json budget_fields(const nlohmann::json& object) {
   static const kube::FieldSet fields(kBudgetFields);
   nlohmann::json out = fields.filter(object);
+  keep_mesh_fields(out);
   // Only gracekeeper's own annotations are read; kubectl's
   // last-applied-configuration alone can be the size of the whole object.
   if (auto metadata = out.find("metadata"); metadata != out.end() && metadata->is_object()) {

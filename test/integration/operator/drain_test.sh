@@ -161,7 +161,8 @@ k create -f - >/dev/null <<JSON
  "spec":{"nodeName":"gk-drain-test-absent-node","terminationGracePeriodSeconds":10,"automountServiceAccountToken":false,
    "containers":[{"name":"app","image":"app:1","ports":[{"containerPort":8080}],
      "lifecycle":{"preStop":{"sleep":{"seconds":6}}}},
-    {"name":"istio-proxy","image":"proxy:1","ports":[{"containerPort":15090}]}]}}
+    {"name":"istio-proxy","image":"proxy:1","ports":[{"containerPort":15090}],
+     "env":[{"name":"PROXY_CONFIG","value":"{\\"terminationDrainDuration\\":\\"30s\\"}"}]}]}}
 JSON
 differs_note() {
   k get events.events.k8s.io -n "$NS" -o json |
@@ -173,7 +174,7 @@ note <<<"$(differs_note)"
 grep -qF "container istio-proxy: added to the pod" <<<"$(differs_note)" &&
   grep -qF "terminationGracePeriodSeconds: 64 in the template, 10 on the pod" <<<"$(differs_note)" &&
   grep -qF "on the pod the budget does not hold: BudgetExceeded" <<<"$(differs_note)" &&
-  grep -qF "ProxyExitsEarly (container istio-proxy): Istio's proxy serves for terminationDrainDuration 5s (Istio's default)" <<<"$(differs_note)" &&
+  grep -qF "ProxyExitsEarly (container istio-proxy): Istio's proxy serves for terminationDrainDuration 30s (istio-proxy's env PROXY_CONFIG) once the pod is deleted, but the app waits 6s and drains 48s" <<<"$(differs_note)" &&
   grep -qF "BudgetExceeded: preStop 6s + drain 48s + sidecars 0s + reserve 10s = 64s > terminationGracePeriodSeconds 10s" <<<"$(differs_note)" \
   && ok "... it names the added proxy, the capped grace and what breaks the budget on the pod" || not_ok "the note"
 holds_reason() { jp sdp "$NS" default '{.status.conditions[?(@.type=="BudgetHolds")].reason}'; }

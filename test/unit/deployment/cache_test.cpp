@@ -92,7 +92,10 @@ nlohmann::json rich_deployment() {
       "selector": {"matchLabels": {"app.kubernetes.io/name": "web"}},
       "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "10%"}},
       "template": {
-        "metadata": {"labels": {"app.kubernetes.io/name": "web"}},
+        "metadata": {"labels": {"app.kubernetes.io/name": "web"},
+                     "annotations": {"proxy.istio.io/config": "terminationDrainDuration: 30s",
+                                     "config.alpha.linkerd.io/proxy-wait-before-exit-seconds": "12",
+                                     "sidecar.istio.io/inject": "true"}},
         "spec": {
           "terminationGracePeriodSeconds": 45, "serviceAccountName": "web",
           "initContainers": [
@@ -114,7 +117,12 @@ nlohmann::json rich_deployment() {
              "readinessProbe": {"exec": {"command": ["cat", "/ready"]}},
              "livenessProbe": {"grpc": {"port": 9090, "service": "health"}}},
             {"name": "worker", "image": "worker:3",
-             "lifecycle": {"preStop": {"httpGet": {"path": "/stop", "port": 8081}}}}]}}},
+             "lifecycle": {"preStop": {"httpGet": {"path": "/stop", "port": 8081}}}},
+            {"name": "istio-proxy", "image": "proxyv2:1", "ports": [{"containerPort": 15090}],
+             "env": [{"name": "PROXY_CONFIG", "value": "{\"terminationDrainDuration\":\"20s\"}"},
+                     {"name": "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", "value": "true"},
+                     {"name": "MINIMUM_DRAIN_DURATION", "value": "9s"},
+                     {"name": "ISTIO_META_CLUSTER_ID", "value": "Kubernetes"}]}]}}},
     "status": {"replicas": 3, "readyReplicas": 3}
   })");
 }
@@ -206,7 +214,14 @@ TEST(Cache, KeepsLittleOfABigDeployment) {
   auto projected = d->project();
   ASSERT_TRUE(projected);
   EXPECT_EQ(projected->labels.at("team"), "payments");
-  EXPECT_EQ(projected->containers.size(), 4u);  // three containers and the native sidecar
+  EXPECT_EQ(projected->containers.size(), 5u);  // four containers and the native sidecar
+  // Of the environment, only istio-proxy's shutdown variables.
+  EXPECT_EQ(projected->containers[3].proxy_env.size(), 3u);
+  EXPECT_EQ(projected->pod_annotations.size(), 2u);  // the meshes' only
+  const std::string kept = d->object().dump();
+  EXPECT_EQ(kept.find("ISTIO_META_CLUSTER_ID"), std::string::npos) << kept;
+  EXPECT_EQ(kept.find("sidecar.istio.io/inject"), std::string::npos) << kept;
+  EXPECT_EQ(kept.find("\"A\""), std::string::npos) << kept;  // the app's env
   ASSERT_TRUE(projected->applied);
   EXPECT_EQ(projected->applied->grace_seconds, 45);
 }
