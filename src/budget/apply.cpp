@@ -59,6 +59,13 @@ Json user_values_json(const UserValues& user) {
     }
     out["preStop"] = std::move(hooks);
   }
+  if (!user.annotations.empty()) {
+    Json annotations = Json::object();
+    for (const auto& [name, value] : user.annotations) {
+      annotations[name] = value ? Json(*value) : Json();
+    }
+    out["annotations"] = std::move(annotations);
+  }
   return out;
 }
 
@@ -87,6 +94,11 @@ std::string applied_annotation(const Plan& plan, const std::string& policy_name,
               {"waits", std::move(waits)},
               {"time", core::format_rfc3339(time)}};
   if (plan.budget.measured_drain) record["drain"] = plan.budget.drain_seconds;
+  if (!plan.pod_annotations.empty()) {
+    Json mesh = Json::object();
+    for (const auto& [name, value] : plan.pod_annotations) mesh[name] = value;
+    record["mesh"] = std::move(mesh);
+  }
   if (plan.set_back) record["setBack"] = core::format_rfc3339(*plan.set_back);
   if (plan.user) record["user"] = user_values_json(*plan.user);
   return record.dump();
@@ -101,6 +113,9 @@ void apply_plan(Json& deployment, const Plan& plan, const std::string& policy_na
     deployment["spec"]["strategy"] = strategy_json(plan.strategy);
   }
   deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = plan.grace_seconds;
+  for (const auto& [name, value] : plan.pod_annotations) {
+    deployment["spec"]["template"]["metadata"]["annotations"][name] = value;
+  }
   for (const auto& cp : plan.containers) {
     if (cp.action == ContainerPlan::Action::Keep) continue;
     Json& containers = deployment["spec"]["template"]["spec"]["containers"];
@@ -130,6 +145,7 @@ Deployment apply_plan(Deployment current, const Plan& plan, const std::string& p
   }
   current.grace_seconds = plan.grace_seconds;
   current.grace_set = true;
+  for (const auto& [name, value] : plan.pod_annotations) current.pod_annotations[name] = value;
   for (const auto& cp : plan.containers) {
     if (cp.action == ContainerPlan::Action::Keep) continue;
     auto container =
@@ -172,7 +188,12 @@ Json apply_configuration(const Deployment& current, const Plan& plan,
   }
   Json pod_spec{{"terminationGracePeriodSeconds", plan.grace_seconds}};
   if (!containers.empty()) pod_spec["containers"] = std::move(containers);
-  Json spec{{"template", Json{{"spec", std::move(pod_spec)}}}};
+  Json pod_template = Json::object();
+  for (const auto& [name, value] : plan.pod_annotations) {
+    pod_template["metadata"]["annotations"][name] = value;
+  }
+  pod_template["spec"] = std::move(pod_spec);
+  Json spec{{"template", std::move(pod_template)}};
   if (plan.manage_strategy) {
     spec["strategy"] = strategy_json(plan.strategy);
   } else if (current.kind == "Deployment" &&

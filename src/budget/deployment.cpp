@@ -325,6 +325,16 @@ UserValues parse_user_values(const Json& value) {
       }
     }
   }
+  if (auto it = value.find("annotations"); it != value.end() && it->is_object()) {
+    for (const auto& [name, text] : it->items()) {
+      if (!is_mesh_annotation(name)) continue;
+      if (text.is_null()) {
+        user.annotations.emplace(name, std::nullopt);
+      } else if (text.is_string()) {
+        user.annotations.emplace(name, text.get<std::string>());
+      }
+    }
+  }
   return user;
 }
 
@@ -374,6 +384,11 @@ std::optional<AppliedRecord> parse_applied(const std::string& text) {
   }
   if (auto it = value.find("setBack"); it != value.end() && it->is_string()) {
     record.set_back = core::parse_rfc3339(it->get<std::string>());
+  }
+  if (auto it = value.find("mesh"); it != value.end() && it->is_object()) {
+    for (const auto& [name, text] : it->items()) {
+      if (is_mesh_annotation(name) && text.is_string()) record.mesh[name] = text.get<std::string>();
+    }
   }
   if (auto it = value.find("user"); it != value.end() && it->is_object()) {
     record.user = parse_user_values(*it);

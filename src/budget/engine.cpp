@@ -234,6 +234,7 @@ class Planner {
     plan_containers();
     plan_grace();
     plan_strategy();
+    plan_proxies();
     apply_churn_control();
     record_user_values();
     if (d_.applied) plan_.set_back = d_.applied->set_back;
@@ -330,11 +331,7 @@ class Planner {
       }
       if (c.sidecar || stay == 0 || !served()) continue;
       const ProxyStay& s = *p.stay;
-      const bool short_serve =
-          s.serves_ms < milliseconds_of(s.follows_connections_until_ms ? wait : stay);
-      const bool short_stay =
-          s.follows_connections_until_ms && *s.follows_connections_until_ms < milliseconds_of(stay);
-      if (!short_serve && !short_stay) continue;
+      if (holds(s, wait, stay)) continue;
       add("ProxyExitsEarly", Severity::Error, c.name,
           fmt::format("{}'s proxy serves for {} once the pod is deleted, but the app waits {}s "
                       "and drains {}s: requests routed to the pod after the proxy has gone, and "
@@ -346,6 +343,85 @@ class Planner {
   }
 
   bool is_proxy(const Container& c) const { return proxy_mesh(c.name).has_value(); }
+
+  // The mesh proxies the template's next pods will run: the template's own,
+  // and those an injector added to the running pod (Context::pod).
+  std::vector<const Container*> planned_proxies() const {
+    std::vector<const Container*> out;
+    for (const Container& c : d_.containers) {
+      if (is_proxy(c)) out.push_back(&c);
+    }
+    if (ctx_.pod == nullptr) return out;
+    for (const Container& c : ctx_.pod->containers) {
+      const auto same = [&](const Container* p) { return p->name == c.name; };
+      if (is_proxy(c) && std::ranges::none_of(out, same)) out.push_back(&c);
+    }
+    return out;
+  }
+
+  // The annotations gracekeeper wrote before, stated again while the
+  // template has them; written back when removed, unless the pod shows the
+  // mesh gone. One the user changed since is the user's.
+  void carry_pod_annotations(const std::vector<const Container*>& proxies) {
+    if (!d_.applied) return;
+    for (const auto& [name, value] : d_.applied->mesh) {
+      auto current = d_.pod_annotations.find(name);
+      if (current != d_.pod_annotations.end() && current->second != value) continue;
+      const auto of_mesh = [&](const Container* p) {
+        return mesh_annotation(*proxy_mesh(p->name)) == name;
+      };
+      const bool mesh_gone = ctx_.pod != nullptr && std::ranges::none_of(proxies, of_mesh);
+      if (current == d_.pod_annotations.end() && mesh_gone) continue;
+      set_pod_annotation(name, value);
+    }
+  }
+
+  // Hands each proxy beside the app its budget through its mesh's
+  // annotation on the pod template (docs/api.md, "Mesh proxies"), where the
+  // next pods' proxy would still leave early. Never lowered.
+  void plan_proxies() {
+    const std::vector<const Container*> proxies = planned_proxies();
+    carry_pod_annotations(proxies);
+    const Budget& b = plan_.budget;
+    if (!served()) return;
+    std::int64_t wait = b.pre_stop_seconds;
+    for (const ContainerPlan& cp : plan_.containers) wait = std::max(wait, cp.pre_stop_seconds);
+    const std::int64_t stay = sum_seconds(wait, b.drain_seconds);
+    if (stay == 0) return;
+    std::map<std::string, std::string> annotations = d_.pod_annotations;
+    for (const auto& [name, value] : plan_.pod_annotations) annotations[name] = value;
+    for (const Container* proxy : proxies) {
+      if (proxy->sidecar) continue;  // stopped after the app: it cannot leave early
+      const Mesh mesh = *proxy_mesh(proxy->name);
+      auto planned = proxy_stay(*proxy, mesh, annotations, Precedence::AsPlanned);
+      if (!planned || holds(*planned, wait, stay)) continue;
+      auto value = handed_budget(*proxy, mesh, annotations, wait, stay);
+      if (!value) continue;  // ProxyConfigUnreadable says why
+      annotations[mesh_annotation(mesh)] = *value;
+      set_pod_annotation(mesh_annotation(mesh), *value);
+      plan_.budget_broken = true;  // the pods' proxy leaves early: a repair
+    }
+  }
+
+  // Whether a proxy serving `s` covers the app's wait and drain (`stay`).
+  static bool holds(const ProxyStay& s, std::int64_t wait, std::int64_t stay) {
+    if (s.follows_connections_until_ms) {
+      return s.serves_ms >= milliseconds_of(wait) &&
+             *s.follows_connections_until_ms >= milliseconds_of(stay);
+    }
+    return s.serves_ms >= milliseconds_of(stay);
+  }
+
+  // States a mesh annotation; a change when the template has another value.
+  void set_pod_annotation(const std::string& name, const std::string& value) {
+    plan_.pod_annotations[name] = value;
+    auto current = d_.pod_annotations.find(name);
+    const std::string field = fmt::format("annotations[{}]", name);
+    std::erase_if(plan_.changes, [&](const Change& c) { return c.field == field; });
+    if (current != d_.pod_annotations.end() && current->second == value) return;
+    plan_.changes.push_back(
+        {field, current == d_.pod_annotations.end() ? "none" : current->second, value});
+  }
 
   // Findings about the Deployment as it is now.
   void check_current_state() {
@@ -778,6 +854,17 @@ class Planner {
         changes("terminationGracePeriodSeconds") && !user.grace_seconds && !grace_ours;
     if (user_raised_grace() || first_change) user.grace_seconds = d_.grace_seconds;
     if (changes("strategy") && !user.strategy) user.strategy = d_.strategy;
+    for (const auto& [name, value] : plan_.pod_annotations) {
+      if (user.annotations.contains(name) || !changes(fmt::format("annotations[{}]", name))) {
+        continue;
+      }
+      auto current = d_.pod_annotations.find(name);
+      const bool ours = d_.applied && d_.applied->mesh.contains(name);
+      if (ours) continue;  // written back after a removal: the user's was recorded then
+      user.annotations.emplace(name, current == d_.pod_annotations.end()
+                                         ? std::nullopt
+                                         : std::optional<std::string>(current->second));
+    }
     for (const ContainerPlan& cp : plan_.containers) {
       if (cp.action == ContainerPlan::Action::Keep || user.pre_stop.contains(cp.name)) continue;
       auto it = std::ranges::find(d_.containers, cp.name, &Container::name);
@@ -805,6 +892,11 @@ class Planner {
     plan_.grace_owned = d_.applied && d_.applied->grace_owned;
     plan_.strategy = d_.strategy;
     for (auto& cp : plan_.containers) cp.action = ContainerPlan::Action::Keep;
+    // Only what the template has stays stated.
+    std::erase_if(plan_.pod_annotations, [&](const auto& a) {
+      auto current = d_.pod_annotations.find(a.first);
+      return current == d_.pod_annotations.end() || current->second != a.second;
+    });
   }
 
   struct ProxyEntry {

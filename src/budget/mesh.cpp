@@ -39,6 +39,10 @@ std::optional<bool> parse_go_bool(std::string_view text) {
   return std::nullopt;
 }
 
+std::int64_t ceil_seconds(std::int64_t ms) {
+  return ms / 1000 + (ms % 1000 > 0 ? 1 : 0);
+}
+
 std::string seconds_text(std::int64_t ms) {
   if (ms % 1000 == 0) return fmt::format("{}s", ms / 1000);
   return fmt::format("{}ms", ms);
@@ -121,32 +125,46 @@ std::expected<Json, std::string> decode_annotation(const std::string& text) {
   return std::move(documents->front().value);
 }
 
-std::expected<IstioShutdown, std::string> istio_shutdown(
-    const Container& proxy, const std::map<std::string, std::string>& pod_annotations) {
-  IstioShutdown out;
+// The proxy's environment: its two variables, then PROXY_CONFIG.
+std::expected<void, std::string> read_proxy_env(const Container& proxy, IstioShutdown& out) {
   const std::string env_from = fmt::format("{}'s env", proxy.name);
   if (auto it = proxy.proxy_env.find(kIstioExitOnZeroEnv); it != proxy.proxy_env.end()) {
-    if (auto read = set_exit_on_zero(out, it->second, env_from); !read)
-      return std::unexpected(read.error());
+    if (auto read = set_exit_on_zero(out, it->second, env_from); !read) return read;
   }
   if (auto it = proxy.proxy_env.find(kIstioMinimumDrainEnv); it != proxy.proxy_env.end()) {
-    if (auto read = set_minimum_drain(out, it->second, env_from); !read)
-      return std::unexpected(read.error());
+    if (auto read = set_minimum_drain(out, it->second, env_from); !read) return read;
   }
-  if (auto it = proxy.proxy_env.find(kIstioProxyConfigEnv); it != proxy.proxy_env.end()) {
-    const Json config = Json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-    if (config.is_discarded()) {
-      return std::unexpected(
-          fmt::format("{} {}: expected ProxyConfig as JSON", env_from, kIstioProxyConfigEnv));
-    }
-    if (auto read = read_proxy_config(config, env_from + " " + kIstioProxyConfigEnv, out); !read)
-      return std::unexpected(read.error());
+  auto it = proxy.proxy_env.find(kIstioProxyConfigEnv);
+  if (it == proxy.proxy_env.end()) return {};
+  const Json config = Json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded()) {
+    return std::unexpected(
+        fmt::format("{} {}: expected ProxyConfig as JSON", env_from, kIstioProxyConfigEnv));
   }
-  if (auto it = pod_annotations.find(kIstioProxyConfig); it != pod_annotations.end()) {
-    auto config = decode_annotation(it->second);
-    if (!config) return std::unexpected(config.error());
-    if (auto read = read_proxy_config(*config, kIstioProxyConfig, out); !read)
-      return std::unexpected(read.error());
+  return read_proxy_config(config, env_from + " " + kIstioProxyConfigEnv, out);
+}
+
+std::expected<void, std::string> read_annotation(
+    const std::map<std::string, std::string>& pod_annotations, IstioShutdown& out) {
+  auto it = pod_annotations.find(kIstioProxyConfig);
+  if (it == pod_annotations.end()) return {};
+  auto config = decode_annotation(it->second);
+  if (!config) return std::unexpected(config.error());
+  return read_proxy_config(*config, kIstioProxyConfig, out);
+}
+
+std::expected<IstioShutdown, std::string> istio_shutdown(
+    const Container& proxy, const std::map<std::string, std::string>& pod_annotations,
+    Precedence precedence) {
+  IstioShutdown out;
+  const bool planned = precedence == Precedence::AsPlanned;
+  if (auto read = planned ? read_annotation(pod_annotations, out) : read_proxy_env(proxy, out);
+      !read) {
+    return std::unexpected(read.error());
+  }
+  if (auto read = planned ? read_proxy_env(proxy, out) : read_annotation(pod_annotations, out);
+      !read) {
+    return std::unexpected(read.error());
   }
   return out;
 }
@@ -162,10 +180,11 @@ std::expected<std::int64_t, std::string> hook_wait_ms(const Container& proxy) {
 }
 
 std::expected<ProxyStay, std::string> istio_stay(
-    const Container& proxy, const std::map<std::string, std::string>& pod_annotations) {
+    const Container& proxy, const std::map<std::string, std::string>& pod_annotations,
+    Precedence precedence) {
   auto hook = hook_wait_ms(proxy);
   if (!hook) return std::unexpected(hook.error());
-  auto shutdown = istio_shutdown(proxy, pod_annotations);
+  auto shutdown = istio_shutdown(proxy, pod_annotations, precedence);
   if (!shutdown) return std::unexpected(shutdown.error());
   const auto figure = [](std::optional<std::int64_t> ms, const std::string& from) {
     return fmt::format("{} ({})", seconds_text(ms.value_or(kIstioDefaultDrainMs)),
@@ -197,10 +216,11 @@ std::expected<ProxyStay, std::string> istio_stay(
 }
 
 // linkerd-proxy stops taking connections at SIGTERM: its stay is its preStop
-// wait, which the injector writes from the annotation (read on a template,
-// whose pods get the hook).
+// wait, which the injector writes from the annotation (as it runs: the
+// hook; as planned, or on a template without one: the annotation).
 std::expected<ProxyStay, std::string> linkerd_stay(
-    const Container& proxy, const std::map<std::string, std::string>& pod_annotations) {
+    const Container& proxy, const std::map<std::string, std::string>& pod_annotations,
+    Precedence precedence) {
   auto hook = hook_wait_ms(proxy);
   if (!hook) return std::unexpected(hook.error());
   ProxyStay stay;
@@ -209,7 +229,8 @@ std::expected<ProxyStay, std::string> linkerd_stay(
   stay.source =
       *hook > 0 ? fmt::format("its preStop wait {}", seconds_text(*hook)) : "no wait before exit";
   auto it = pod_annotations.find(kLinkerdWaitBeforeExit);
-  if (proxy.pre_stop.kind != PreStopHook::Kind::None || it == pod_annotations.end()) return stay;
+  const bool hooked = proxy.pre_stop.kind != PreStopHook::Kind::None;
+  if (it == pod_annotations.end() || (hooked && precedence == Precedence::AsRuns)) return stay;
   std::int64_t seconds = -1;
   const std::string& text = it->second;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
@@ -247,9 +268,48 @@ bool is_proxy_env(std::string_view name) {
 }
 
 std::expected<ProxyStay, std::string> proxy_stay(
-    const Container& proxy, Mesh mesh, const std::map<std::string, std::string>& pod_annotations) {
-  return mesh == Mesh::Istio ? istio_stay(proxy, pod_annotations)
-                             : linkerd_stay(proxy, pod_annotations);
+    const Container& proxy, Mesh mesh, const std::map<std::string, std::string>& pod_annotations,
+    Precedence precedence) {
+  return mesh == Mesh::Istio ? istio_stay(proxy, pod_annotations, precedence)
+                             : linkerd_stay(proxy, pod_annotations, precedence);
+}
+
+const char* mesh_annotation(Mesh mesh) {
+  return mesh == Mesh::Istio ? kIstioProxyConfig : kLinkerdWaitBeforeExit;
+}
+
+std::expected<std::string, std::string> handed_budget(
+    const Container& proxy, Mesh mesh, const std::map<std::string, std::string>& pod_annotations,
+    std::int64_t wait_seconds, std::int64_t stay_seconds) {
+  if (mesh == Mesh::Linkerd) {
+    auto stay = linkerd_stay(proxy, pod_annotations, Precedence::AsPlanned);
+    if (!stay) return std::unexpected(stay.error());
+    return std::to_string(std::max(ceil_seconds(stay->serves_ms), stay_seconds));
+  }
+  auto shutdown = istio_shutdown(proxy, pod_annotations, Precedence::AsPlanned);
+  if (!shutdown) return std::unexpected(shutdown.error());
+  Json config = Json::object();
+  if (auto it = pod_annotations.find(kIstioProxyConfig); it != pod_annotations.end()) {
+    auto decoded = decode_annotation(it->second);
+    if (!decoded) return std::unexpected(decoded.error());
+    if (decoded->is_object()) config = std::move(*decoded);
+  }
+  const std::int64_t drain = shutdown->termination_drain_ms.value_or(kIstioDefaultDrainMs);
+  if (drain < stay_seconds * 1000) {
+    config["terminationDrainDuration"] = fmt::format("{}s", stay_seconds);
+  }
+  // Turned off in the annotation itself: the user's choice, a fixed drain.
+  if (shutdown->exit_on_zero == false && shutdown->exit_on_zero_from == kIstioProxyConfig) {
+    return config.dump();
+  }
+  if (!shutdown->exit_on_zero.value_or(false)) {
+    config["proxyMetadata"][kIstioExitOnZeroEnv] = "true";
+  }
+  const std::int64_t minimum = shutdown->minimum_drain_ms.value_or(kIstioDefaultDrainMs);
+  if (minimum < wait_seconds * 1000) {
+    config["proxyMetadata"][kIstioMinimumDrainEnv] = fmt::format("{}s", wait_seconds);
+  }
+  return config.dump();
 }
 
 std::string proxy_advice(Mesh mesh, std::int64_t wait_seconds, std::int64_t stay_seconds) {

@@ -147,6 +147,8 @@ budget::Context planning_context(const budget::Deployment& d, const CachedPolicy
     ctx.propagation_seconds = std::max(ctx.propagation_seconds, d.applied->propagation_seconds);
   }
   ctx.capabilities = facts.ns->capabilities;
+  // Its pod as it runs: the proxies a mesh injected get their budget.
+  if (facts.pod != nullptr) ctx.pod = &facts.pod->pod;
   ctx.behind_service = std::ranges::any_of(
       facts.ns->services, [&](const auto& service) { return selects(*service, d.pod_labels); });
   ctx.now = facts.now;

@@ -125,7 +125,12 @@ struct UserValues {
   // Per container: its preStop handler as compact JSON; nullopt for none,
   // "{}" for none in an empty `lifecycle: {}`.
   std::map<std::string, std::optional<std::string>> pre_stop;
-  bool empty() const { return !grace_seconds && !strategy && pre_stop.empty(); }
+  // Per mesh annotation of the pod template (budget/mesh.h): its value;
+  // nullopt for none.
+  std::map<std::string, std::optional<std::string>> annotations;
+  bool empty() const {
+    return !grace_seconds && !strategy && pre_stop.empty() && annotations.empty();
+  }
   bool operator==(const UserValues&) const = default;
 };
 
@@ -145,6 +150,9 @@ struct AppliedRecord {
   // (`preStop`) for every container listed.
   std::optional<std::map<std::string, std::int64_t>> waits;
   std::optional<std::chrono::system_clock::time_point> time;
+  // `mesh`: the mesh annotations gracekeeper wrote on the pod template, with
+  // their values (docs/api.md, "Mesh proxies").
+  std::map<std::string, std::string> mesh;
   // `setBack`: when gracekeeper last wrote its fields again after another
   // writer had set them back. A second set-back within minIntervalSeconds
   // of it is a FieldFight; the object says so, not the operator's memory.

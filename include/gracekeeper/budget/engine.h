@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <expected>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,6 +56,10 @@ struct Context {
   // measured drain"): the grace covers it when it is longer than the
   // declared drain (drainSeconds or gracekeeper.dev/drain-seconds).
   std::optional<std::int64_t> measured_drain_seconds;
+  // A pod of the workload as it runs (the operator's PodBook): the mesh
+  // proxies an injector added to it are handed their budget through the
+  // template's annotations (docs/api.md, "Mesh proxies"). Null offline.
+  const Deployment* pod = nullptr;
 };
 
 // The numbers of the formula in docs/api.md, "The budget".
@@ -103,6 +108,9 @@ struct Plan {
   Strategy strategy;
   bool manage_strategy = false;  // whether gracekeeper owns spec.strategy for this Deployment
   std::vector<ContainerPlan> containers;
+  // The mesh annotations of the pod template gracekeeper states: those it
+  // sets now, and those it set before that the template still has.
+  std::map<std::string, std::string> pod_annotations;
   std::vector<Change> changes;
   // The current settings break the budget (grace too short or wait missing/too short):
   // churn control never delays a repair.

@@ -55,10 +55,31 @@ struct ProxyStay {
   std::string source;
 };
 
+// Which comes first when a setting is in several places. AsRuns: a running
+// proxy's environment (what the injector rendered), then the annotation.
+// AsPlanned: the template's annotation, which the injector renders into
+// the next pods' proxies over the mesh's defaults, then the environment.
+enum class Precedence { AsRuns, AsPlanned };
+
 // Reads a proxy's stay from its container (hook, environment) and the pod's
 // annotations; an error names the annotation or variable that does not read.
 std::expected<ProxyStay, std::string> proxy_stay(
-    const Container& proxy, Mesh mesh, const std::map<std::string, std::string>& pod_annotations);
+    const Container& proxy, Mesh mesh, const std::map<std::string, std::string>& pod_annotations,
+    Precedence = Precedence::AsRuns);
+
+// The value of the mesh's annotation (mesh_annotation) that makes `proxy`
+// serve `wait_seconds` and stay `stay_seconds` once the pod is deleted,
+// built on the template's `current` value: every other setting in it kept,
+// none of its figures lowered. Istio: terminationDrainDuration, and
+// EXIT_ON_ZERO_ACTIVE_CONNECTIONS with MINIMUM_DRAIN_DURATION unless the
+// annotation turns it off; Linkerd: the wait before exit. An error when
+// `current` does not read.
+std::expected<std::string, std::string> handed_budget(
+    const Container& proxy, Mesh mesh, const std::map<std::string, std::string>& pod_annotations,
+    std::int64_t wait_seconds, std::int64_t stay_seconds);
+
+// The pod annotation gracekeeper hands a mesh's proxy its budget through.
+const char* mesh_annotation(Mesh);
 
 // What to set on the pod template so that the proxy serves `wait_seconds`
 // (the propagation the app waits for) and stays `stay_seconds` (the wait and

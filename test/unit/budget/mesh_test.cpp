@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gracekeeper/budget/apply.h"
 #include "gracekeeper/budget/deployment.h"
 #include "gracekeeper/budget/engine.h"
 
@@ -212,6 +213,98 @@ TEST(MeshProxy, IsNotAContainerForTheWait) {
   ASSERT_EQ(p.invalid.size(), 1u);
   EXPECT_NE(p.invalid.front().message.find("\"istio-proxy\" is a mesh proxy"), std::string::npos)
       << p.invalid.front().message;
+}
+
+Plan plan_of(const Json& object, const Deployment* pod = nullptr) {
+  auto d = project_deployment(object);
+  EXPECT_TRUE(d.has_value()) << (d ? "" : d.error().front().format());
+  static const PolicySpec policy;
+  Context ctx;
+  ctx.policy = &policy;
+  ctx.propagation_seconds = 4;
+  ctx.pod = pod;
+  return d ? plan(*d, ctx) : Plan{};
+}
+
+Json template_annotation(const Json& object, const char* name) {
+  return object["spec"]["template"]["metadata"]["annotations"].value(name, Json());
+}
+
+TEST(MeshHandOver, AnInjectedProxyGetsItsBudgetOnTheTemplate) {
+  // The template has no proxy; its running pod has one, injected, on
+  // Istio's default 5 s drain: the template gets the annotation.
+  Json object = meshed("Deployment", Json{{"name", "worker"}});
+  object["spec"]["template"]["spec"]["containers"].erase(1);
+  auto pod = project_deployment(meshed("Pod", istio_proxy()));
+  ASSERT_TRUE(pod.has_value());
+  const Plan p = plan_of(object, &*pod);
+  ASSERT_EQ(p.pod_annotations.size(), 1u);
+  const Json config = Json::parse(p.pod_annotations.at(kIstioProxyConfig));
+  EXPECT_EQ(config["terminationDrainDuration"], "16s");
+  EXPECT_EQ(config["proxyMetadata"]["EXIT_ON_ZERO_ACTIVE_CONNECTIONS"], "true");
+  EXPECT_EQ(config["proxyMetadata"]["MINIMUM_DRAIN_DURATION"], "6s");
+  EXPECT_TRUE(p.budget_broken);  // a repair: churn control never holds it back
+  bool listed = false;
+  for (const auto& c : p.changes) listed |= c.field == "annotations[proxy.istio.io/config]";
+  EXPECT_TRUE(listed);
+
+  // Written, the template's next pods hold: planned again, nothing changes,
+  // and the annotation is stated again as gracekeeper's.
+  Json written = object;
+  apply_plan(written, p, "default", std::chrono::system_clock::time_point{});
+  const Plan again = plan_of(written, &*pod);
+  EXPECT_FALSE(again.changed()) << again.changes.front().field;
+  EXPECT_EQ(again.pod_annotations, p.pod_annotations);
+  // Offline (no pod), the record alone keeps it stated.
+  EXPECT_EQ(plan_of(written).pod_annotations, p.pod_annotations);
+}
+
+TEST(MeshHandOver, TheUsersSettingsAreKeptAndNeverLowered) {
+  // The user's annotation: a longer drain than needed, another field, and
+  // exit-on-zero off. Only what falls short changes: nothing here.
+  const char* yaml = "terminationDrainDuration: 90s\nholdApplicationUntilProxyStarts: true\n";
+  Json object = meshed("Deployment", istio_proxy(), Json{{kIstioProxyConfig, yaml}});
+  EXPECT_TRUE(plan_of(object).pod_annotations.empty());
+  // Off in the annotation itself, and short: only the drain is raised.
+  const char* off =
+      "terminationDrainDuration: 3s\nproxyMetadata:\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: "
+      "\"false\"\n";
+  object = meshed("Deployment", istio_proxy(), Json{{kIstioProxyConfig, off}});
+  const Plan p = plan_of(object);
+  ASSERT_EQ(p.pod_annotations.size(), 1u);
+  EXPECT_EQ(Json::parse(p.pod_annotations.at(kIstioProxyConfig)),
+            Json::parse(R"({"terminationDrainDuration":"16s",
+                            "proxyMetadata":{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS":"false"}})"));
+  // The user's value is recorded, for revert.
+  ASSERT_TRUE(p.user.has_value());
+  EXPECT_EQ(p.user->annotations.at(kIstioProxyConfig), std::optional<std::string>(off));
+}
+
+TEST(MeshHandOver, LinkerdGetsItsWaitBeforeExit) {
+  const Json bare = {{"name", "linkerd-proxy"}};
+  Json object = meshed("Deployment", bare, Json{{kLinkerdWaitBeforeExit, "4"}});
+  const Plan p = plan_of(object);
+  EXPECT_EQ(p.pod_annotations.at(kLinkerdWaitBeforeExit), "16");
+  // A longer wait of the user's holds: kept.
+  object = meshed("Deployment", bare, Json{{kLinkerdWaitBeforeExit, "40"}});
+  EXPECT_TRUE(plan_of(object).pod_annotations.empty());
+}
+
+TEST(MeshHandOver, AnAnnotationTheUserChangedIsTheirs) {
+  Json object = meshed("Deployment", Json{{"name", "linkerd-proxy"}});
+  const Plan p = plan_of(object);
+  Json written = object;
+  apply_plan(written, p, "default", std::chrono::system_clock::time_point{});
+  // The user sets 30: longer, it holds; gracekeeper no longer states it.
+  written["spec"]["template"]["metadata"]["annotations"][kLinkerdWaitBeforeExit] = "30";
+  const Plan after = plan_of(written);
+  EXPECT_FALSE(after.changed());
+  EXPECT_TRUE(after.pod_annotations.empty());
+  // Removed while the pod still runs the proxy: written back.
+  written["spec"]["template"]["metadata"]["annotations"].erase(kLinkerdWaitBeforeExit);
+  auto pod = project_deployment(meshed("Pod", Json{{"name", "linkerd-proxy"}}));
+  ASSERT_TRUE(pod.has_value());
+  EXPECT_EQ(plan_of(written, &*pod).pod_annotations.at(kLinkerdWaitBeforeExit), "16");
 }
 
 }  // namespace
