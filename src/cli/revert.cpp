@@ -85,6 +85,7 @@ class Reverter {
       restore_grace(*d_.applied->user);
       restore_strategy(*d_.applied->user);
       restore_hooks(*d_.applied->user);
+      restore_mesh_annotations(*d_.applied->user);
     }
     remove_annotations(annotations);
     if (!released.is_null()) {
@@ -177,6 +178,35 @@ class Reverter {
         continue;
       }
       restore_hook(i, container, field, current, recorded->second);
+    }
+  }
+
+  // A mesh annotation gracekeeper wrote goes back to the user's value (or
+  // away) while the template still has gracekeeper's.
+  void restore_mesh_annotations(const budget::UserValues& user) {
+    const auto& record = *d_.applied;
+    for (const auto& [name, written] : record.mesh) {
+      const std::string field = fmt::format("annotations[{}]", name);
+      auto current = d_.pod_annotations.find(name);
+      auto original = user.annotations.find(name);
+      if (current == d_.pod_annotations.end() || current->second != written) {
+        plan_.notes.push_back(field +
+                              ": not the value gracekeeper wrote (changed since): left "
+                              "as it is");
+        continue;
+      }
+      if (original == user.annotations.end()) {
+        plan_.notes.push_back(field + ": no value of the user's recorded: left as it is");
+        continue;
+      }
+      const std::string path =
+          (nlohmann::json::json_pointer("/spec/template/metadata/annotations") / name).to_string();
+      if (original->second) {
+        op("add", path, *original->second);
+      } else {
+        remove(path);
+      }
+      plan_.changes.push_back({field, written, original->second.value_or("none")});
     }
   }
 

@@ -98,6 +98,33 @@ TEST(Revert, PutsTheUsersValuesBackInOnePatch) {
   EXPECT_FALSE(planned(reverted).tuned);  // nothing left to revert
 }
 
+TEST(Revert, PutsTheUsersMeshAnnotationBack) {
+  // A template injected by hand, its proxy on Istio's 8 s drain: tuned, the
+  // annotation is gracekeeper's; reverted, the user's YAML comes back.
+  budget::PolicySpec policy;
+  Json before = created();
+  before["spec"]["template"]["metadata"]["annotations"]["proxy.istio.io/config"] =
+      "terminationDrainDuration: 8s\n";
+  before["spec"]["template"]["spec"]["containers"].push_back(
+      Json::parse(R"({"name": "istio-proxy", "image": "proxyv2:1"})"));
+  const Json after_tune = tuned(before, policy);
+  ASSERT_NE(after_tune["spec"]["template"]["metadata"]["annotations"]["proxy.istio.io/config"],
+            before["spec"]["template"]["metadata"]["annotations"]["proxy.istio.io/config"]);
+  const RevertPlan p = planned(after_tune);
+  EXPECT_TRUE(p.notes.empty());
+  EXPECT_THAT(lines(p), ::testing::Contains(HasSubstr("annotations[proxy.istio.io/config]: {")));
+  EXPECT_EQ(after_tune.patch(p.patch)["spec"], before["spec"]);
+
+  // Without an annotation of the user's, it goes.
+  Json bare = before;
+  bare["spec"]["template"]["metadata"].erase("annotations");
+  const Json bare_tuned = tuned(bare, policy);
+  ASSERT_TRUE(bare_tuned["spec"]["template"]["metadata"].contains("annotations"));
+  EXPECT_EQ(bare_tuned.patch(planned(bare_tuned).patch)["spec"]["template"]["metadata"].value(
+                "annotations", Json::object()),
+            Json::object());
+}
+
 TEST(Revert, RestoresAReplacedHookAsWrittenAndKeepsTheRestOfTheLifecycle) {
   budget::PolicySpec policy;
   policy.pre_stop.existing = budget::ExistingHook::Replace;
