@@ -8,6 +8,7 @@
 #     wait as its injector reads it;
 #   - carries the figures the finding names (the wait, wait + drain);
 #   - pasted as it is under the pod's annotations, makes the budget hold.
+# And what `plan` writes onto a template injected by hand decodes and holds.
 # No cluster. usage: proxy_advice_test.sh GRACEKEEPER_BINARY
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -83,6 +84,48 @@ case_ istio-exit-on-zero 20 40 "$ISTIO_EXIT_ON_ZERO" proxy.istio.io/config \
   "proxy.istio.io/config: terminationDrainDuration=1m0s EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true MINIMUM_DRAIN_DURATION=20s"
 case_ linkerd 16 30 "$LINKERD" config.alpha.linkerd.io/proxy-wait-before-exit-seconds \
   "config.alpha.linkerd.io/proxy-wait-before-exit-seconds: waitBeforeExitSeconds=46"
+
+# What `plan` writes onto a template injected by hand (the user's YAML
+# annotation merged: its other field kept) decodes too, and holds.
+cat >"$DIR/deploy.yaml" <<'YAML'
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: checkout
+  namespace: shop
+  annotations: {gracekeeper.dev/enabled: "true", gracekeeper.dev/drain-seconds: "10"}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: checkout}}
+  template:
+    metadata:
+      labels: {app: checkout}
+      annotations:
+        proxy.istio.io/config: |
+          holdApplicationUntilProxyStarts: true
+          terminationDrainDuration: 8s
+    spec:
+      containers:
+      - name: checkout
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /ready, port: 8080}}
+      - name: istio-proxy
+        readinessProbe: {httpGet: {path: /healthz/ready, port: 15021}}
+YAML
+"$GK" plan -f "$DIR/deploy.yaml" >"$DIR/planned.yaml" 2>"$DIR/plan.err"
+written=$(python3 -c 'import json, sys, yaml
+d = yaml.safe_load(sys.stdin)
+print(d["spec"]["template"]["metadata"]["annotations"]["proxy.istio.io/config"])' <"$DIR/planned.yaml")
+quoted=$(sed "s/'/''/g" <<<"$written")  # as a single-quoted YAML scalar
+if decoded=$("$CHECKER" <<<"proxy.istio.io/config: '$quoted'" 2>&1); then
+  expect "plan writes what Istio decodes" "$decoded" \
+    "proxy.istio.io/config: terminationDrainDuration=25s EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true MINIMUM_DRAIN_DURATION=15s"
+else
+  not_ok "plan writes what Istio does not decode: $written"; note <<<"$decoded"
+fi
+expect "... the user's other setting kept" "$(jq -r .holdApplicationUntilProxyStarts <<<"$written")" true
+quietly() { "$@" >/dev/null 2>&1; }
+check "... and check passes on what plan wrote" quietly "$GK" check -f "$DIR/planned.yaml"
 
 # The checker is strict: a malformed duration and an unknown field fail.
 for bad in "proxy.istio.io/config: '{\"terminationDrainDuration\":\"25\"}'" \

@@ -182,6 +182,19 @@ holds_is() { [ "$(holds_reason)" = "$1" ]; }
 eventually 10 holds_is NotCompliant && ok "BudgetHolds NotCompliant: $(jp sdp "$NS" default '{.status.conditions[?(@.type=="BudgetHolds")].message}')" \
   || not_ok "BudgetHolds: $(holds_reason)"
 expect "... violations" "$(status '{.status.deployments.violations}')" 1
+# The injected proxy leaves after 30 s, before the app's 6 s wait and 48 s
+# drain are over: its budget goes onto web's template, through Istio's own
+# annotation (docs/api.md, "Mesh proxies"), recorded as gracekeeper's.
+mesh_config() { k get deploy web -n "$NS" -o jsonpath='{.spec.template.metadata.annotations.proxy\.istio\.io/config}'; }
+has_mesh_config() { [ -n "$(mesh_config)" ]; }
+eventually 10 has_mesh_config && ok "the injected proxy's budget on web's template: $(mesh_config)" \
+  || not_ok "no proxy.istio.io/config on web's template"
+expect "... the drain covers wait + drain, exit on zero, the wait as its minimum" \
+  "$(mesh_config | jq -c '[.terminationDrainDuration, .proxyMetadata.EXIT_ON_ZERO_ACTIVE_CONNECTIONS, .proxyMetadata.MINIMUM_DRAIN_DURATION]')" '["54s","true","6s"]'
+expect "... recorded as gracekeeper's" \
+  "$(k get deploy web -n "$NS" -o jsonpath='{.metadata.annotations.gracekeeper\.dev/applied}' | jq -r '.mesh["proxy.istio.io/config"] | fromjson | .terminationDrainDuration')" 54s
+expect "... owned by gracekeeper's field manager" \
+  "$(k get deploy web -n "$NS" --show-managed-fields -o json | jq -r '[.metadata.managedFields[] | select(.manager == "gracekeeper") | .fieldsV1["f:spec"]["f:template"]["f:metadata"]["f:annotations"] // empty | keys[]] | join(" ")')" "f:proxy.istio.io/config"
 
 # ------------------------------------------------------------- a restart forgets the samples, not the drain
 # Gone before the restart, as the kubelet removes a pod once its containers
