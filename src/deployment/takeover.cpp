@@ -29,6 +29,34 @@ nlohmann::json add(std::string path, nlohmann::json value) {
   return {{"op", "add"}, {"path", std::move(path)}, {"value", std::move(value)}};
 }
 
+// The pod template's mesh annotations (docs/api.md, "Mesh proxies"): each
+// added or replaced, the template's metadata and annotations made first
+// where the object has none.
+void add_template_annotations(const nlohmann::json& current, const nlohmann::json& configuration,
+                              nlohmann::json& ops) {
+  const nlohmann::json wanted = configuration.at("spec")
+                                    .at("template")
+                                    .value("metadata", nlohmann::json::object())
+                                    .value("annotations", nlohmann::json::object());
+  if (wanted.empty()) return;
+  const auto& pod_template = current.at("spec").at("template");
+  const auto metadata = pod_template.find("metadata");
+  const bool has_metadata = metadata != pod_template.end() && metadata->is_object();
+  bool has_annotations =
+      has_metadata && metadata->contains("annotations") && (*metadata)["annotations"].is_object();
+  const nlohmann::json::json_pointer at("/spec/template/metadata/annotations");
+  for (const auto& [key, value] : wanted.items()) {
+    if (has_annotations) {
+      ops.push_back(add((at / key).to_string(), value));
+    } else if (has_metadata) {
+      ops.push_back(add(at.to_string(), {{key, value}}));
+    } else {
+      ops.push_back(add("/spec/template/metadata", {{"annotations", {{key, value}}}}));
+    }
+    has_annotations = true;
+  }
+}
+
 }  // namespace
 
 bool changes_handler(const budget::Deployment& d, const budget::Plan& plan) {
@@ -76,6 +104,7 @@ nlohmann::json owned_fields_patch(const nlohmann::json& current,
       }
     }
   }
+  add_template_annotations(current, configuration, ops);
   // Named: items() of a temporary would outlive the temporary it iterates.
   const nlohmann::json annotations =
       configuration.at("metadata").value("annotations", nlohmann::json::object());

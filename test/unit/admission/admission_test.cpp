@@ -134,6 +134,25 @@ TEST_F(AdmissionTest, AnUpdateThatSetsTheFieldsBackIsTunedAgainKeepingTheUsersVa
   EXPECT_EQ(applied["user"]["grace"], 30) << applied.dump();
 }
 
+TEST_F(AdmissionTest, ADeployThatDropsAProxysBudgetGetsItBack) {
+  // A template injected by hand with Istio's proxy: admitted with the
+  // proxy's budget in proxy.istio.io/config (docs/api.md, "Mesh proxies").
+  json original = deployment();
+  original["spec"]["template"]["spec"]["containers"].push_back(
+      json::parse(R"({"name": "istio-proxy", "image": "proxyv2:1"})"));
+  const json admitted = patched(original, admit_review(review(original)));
+  const json::json_pointer at("/spec/template/metadata/annotations/proxy.istio.io~1config");
+  ASSERT_TRUE(admitted.contains(at)) << admitted.dump(1);
+  // A deploy that drops the annotation (a replace of the user's manifest)
+  // is stored with it again, as it was.
+  json dropped = admitted;
+  dropped["spec"]["template"]["metadata"]["annotations"].erase("proxy.istio.io/config");
+  world.clock.advance(std::chrono::hours(1));
+  const json stored = patched(dropped, admit_review(review(dropped, "UPDATE")));
+  EXPECT_EQ(stored[at], admitted[at]);
+  EXPECT_EQ(stored, admitted);  // the record's time too: no new tune
+}
+
 TEST_F(AdmissionTest, AReTuneRidesOnADeployButStartsNoRolloutOfItsOwn) {
   const json tuned = patched(deployment(), admit_review(review(deployment())));
   // The figure rises: a re-tune is due, which the reconciler rolls out within
