@@ -45,15 +45,28 @@ Json istio_proxy(Json env = Json::array()) {
               {"env", std::move(env)}};
 }
 
-std::vector<Finding> findings_on(const Json& object) {
-  auto d = project_deployment(object);
-  EXPECT_TRUE(d.has_value()) << (d ? "" : d.error().front().format());
-  if (!d) return {};
+// The default policy, propagation 4 s: a wait of 6 s.
+Context context(const Deployment* pod = nullptr) {
   static const PolicySpec policy;
   Context ctx;
   ctx.policy = &policy;
   ctx.propagation_seconds = 4;
-  return check(*d, ctx);
+  ctx.pod = pod;
+  return ctx;
+}
+
+Deployment project(const Json& object) {
+  auto d = project_deployment(object);
+  EXPECT_TRUE(d.has_value()) << (d ? "" : d.error().front().format());
+  return d ? *d : Deployment{};
+}
+
+std::vector<Finding> findings_on(const Json& object) {
+  return check(project(object), context());
+}
+
+Plan plan_of(const Json& object, const Deployment* pod = nullptr) {
+  return plan(project(object), context(pod));
 }
 
 const Finding* find(const std::vector<Finding>& findings, std::string_view code) {
@@ -75,13 +88,7 @@ TEST(ParseDuration, ReadsGoDurations) {
 }
 
 TEST(MeshProxy, IsNoAppContainerAndGetsNoWait) {
-  auto d = project_deployment(meshed("Deployment", istio_proxy()));
-  ASSERT_TRUE(d.has_value());
-  static const PolicySpec policy;
-  Context ctx;
-  ctx.policy = &policy;
-  ctx.propagation_seconds = 4;
-  const Plan p = plan(*d, ctx);
+  const Plan p = plan_of(meshed("Deployment", istio_proxy()));
   for (const auto& cp : p.containers) EXPECT_NE(cp.name, "istio-proxy");
   for (const auto& f : p.findings) {
     EXPECT_NE(f.code, "NoPreStopWait") << f.message;
@@ -184,13 +191,7 @@ TEST(MeshProxy, ANativeSidecarProxyDrainsAfterTheApp) {
   pod["spec"]["containers"].erase(1);
   pod["spec"]["initContainers"] = Json::array({proxy});
   pod["spec"]["terminationGracePeriodSeconds"] = 40;
-  auto d = project_deployment(pod);
-  ASSERT_TRUE(d.has_value());
-  static const PolicySpec policy;
-  Context ctx;
-  ctx.policy = &policy;
-  ctx.propagation_seconds = 4;
-  const Plan p = plan(*d, ctx);
+  const Plan p = plan_of(pod);
   EXPECT_EQ(p.budget.sidecar_drain_seconds, 20);
   // wait 6 + drain 10 + the proxy's 20 s after the app + reserve 10 > 40.
   EXPECT_EQ(p.budget.grace_seconds, 6 + 10 + 20 + 10);
@@ -203,31 +204,10 @@ TEST(MeshProxy, ANativeSidecarProxyDrainsAfterTheApp) {
 TEST(MeshProxy, IsNotAContainerForTheWait) {
   Json object = meshed("Deployment", istio_proxy());
   object["metadata"]["annotations"]["gracekeeper.dev/containers"] = "checkout,istio-proxy";
-  auto d = project_deployment(object);
-  ASSERT_TRUE(d.has_value());
-  static const PolicySpec policy;
-  Context ctx;
-  ctx.policy = &policy;
-  ctx.propagation_seconds = 4;
-  const Plan p = plan(*d, ctx);
+  const Plan p = plan_of(object);
   ASSERT_EQ(p.invalid.size(), 1u);
   EXPECT_NE(p.invalid.front().message.find("\"istio-proxy\" is a mesh proxy"), std::string::npos)
       << p.invalid.front().message;
-}
-
-Plan plan_of(const Json& object, const Deployment* pod = nullptr) {
-  auto d = project_deployment(object);
-  EXPECT_TRUE(d.has_value()) << (d ? "" : d.error().front().format());
-  static const PolicySpec policy;
-  Context ctx;
-  ctx.policy = &policy;
-  ctx.propagation_seconds = 4;
-  ctx.pod = pod;
-  return d ? plan(*d, ctx) : Plan{};
-}
-
-Json template_annotation(const Json& object, const char* name) {
-  return object["spec"]["template"]["metadata"]["annotations"].value(name, Json());
 }
 
 TEST(MeshHandOver, AnInjectedProxyGetsItsBudgetOnTheTemplate) {
