@@ -485,6 +485,26 @@ boost::asio::awaitable<std::optional<ReconcileResult>> DeploymentReconciler::wri
       rolling_.erase(key);
       log::warn("the write changed nothing",
                 {{log_key(), key}, {"generation", std::to_string(written)}});
+      // Not again until the object or the plan changes (a BlockedWrite):
+      // the same write would be set back the same way.
+      kube::EventRecord reverted{
+          {},
+          kube::EventType::Warning,
+          "WriteReverted",
+          "Tune",
+          "not changed: the API server kept the object as it was, so a mutating admission "
+          "webhook (a policy engine's rule for this kind, say) set back what gracekeeper "
+          "wrote (" +
+              decision.write->changes +
+              "); gracekeeper cannot hold it and tries again when the object or the plan "
+              "changes"};
+      blocked_.insert_or_assign(
+          key,
+          Blocked{BlockedWrite{
+                      cached->uid, cached->generation, decision.write->plan_hash, reverted, {}},
+                  cached});
+      deps_.policy_changed(decision.policy_key);
+      decision.events.insert(decision.events.begin(), std::move(reverted));
       co_return std::nullopt;
     }
     // A re-tune holds its slot until the store shows what it wrote.

@@ -281,10 +281,12 @@ TEST_F(DeploymentReconcilerTest, AStaleSnapshotOfAWrittenGenerationIsNotWrittenA
 }
 
 // A write the server answers with the generation the object had (a
-// mutating webhook undid the change, or the object already held it) tuned
-// nothing: no Tuned Event, no rollout slot held, and no waiting for a new
-// generation that never comes: the next reconcile writes again.
-TEST_F(DeploymentReconcilerTest, AWriteThatChangedNothingIsNotWaitedFor) {
+// mutating webhook set the change back on the way in: a policy engine's
+// rule for Deployments) tuned nothing: no Tuned Event, no rollout slot held,
+// no waiting for a new generation that never comes. A Warning WriteReverted
+// says so, and the same write is not sent again until the object or the
+// plan changes (it would be set back the same way).
+TEST_F(DeploymentReconcilerTest, AWriteThatChangedNothingIsReportedAndNotRepeated) {
   world.put_deployment(deployment());
   world.writer.answers.push_back(DeploymentWriter::WrittenObject{1});
   auto r = world.reconcile_deployment("shop/web");
@@ -292,12 +294,20 @@ TEST_F(DeploymentReconcilerTest, AWriteThatChangedNothingIsNotWaitedFor) {
   EXPECT_EQ(*r, Result::done());
   ASSERT_EQ(world.writer.calls.size(), 1u);
   EXPECT_THAT(world.events.reasons(), ::testing::Not(::testing::Contains("Tuned")));
+  EXPECT_THAT(world.events.reasons(), ::testing::Contains("WriteReverted"));
   EXPECT_EQ(world.deployment_controller.rollouts_in_flight("shop/default"), 0);
 
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_EQ(world.writer.calls.size(), 1u);  // not again
+
+  // The object changes (a deploy): the write is tried again, and holds.
+  json changed = deployment();
+  changed["metadata"]["generation"] = 2;
+  changed["spec"]["template"]["spec"]["containers"][0]["image"] = "web:2";
+  world.put_deployment(changed);
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
   ASSERT_EQ(world.writer.calls.size(), 2u);
   EXPECT_THAT(world.events.reasons(), ::testing::Contains("Tuned"));
-  EXPECT_EQ(world.objects.at("shop/web")["metadata"]["generation"], 2);
   // The written object, back from the watch: nothing more to write.
   world.put_deployment(world.objects.at("shop/web"));
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
