@@ -14,7 +14,8 @@
 #   - holds the budget where it can: the injected proxy's, through Istio's
 #     proxy.istio.io/config on the template (docs/api.md, "Mesh proxies");
 #   - says what it cannot hold: the grace Kyverno caps on every pod, whatever
-#     the template says (BudgetExceeded on the pod).
+#     the template says (BudgetExceeded on the pod), and, with Kyverno's
+#     autogen rules on, a grace write it sets back (WriteReverted).
 #
 # usage: test/integration/kyverno/kyverno_test.sh GRACEKEEPER_BINARY
 # Root: everything runs in a network namespace of its own with loopback
@@ -194,5 +195,32 @@ POD=$POD2
 eventually 20 has_differs && ok "the new template's pod is judged: $(differs_note | cut -c1-120)..." || not_ok "no PodDiffersFromTemplate for $POD2"
 if grep -qF "ProxyExitsEarly" <<<"$(differs_note)"; then not_ok "... its proxy still leaves early"; else ok "... its proxy holds (no ProxyExitsEarly)"; fi
 grep -qF "BudgetExceeded" <<<"$(differs_note)" && ok "... the capped grace is still reported" || not_ok "... the capped grace is no longer reported"
+# ------------------------------------------------------------- autogen: the template set back
+# Kyverno's default for a pod policy also rewrites the Deployment's template
+# (autogen): gracekeeper's grace comes back capped. A policy that needs a
+# longer grace (drain 30 s: 6 + 30 + 10 = 46) makes gracekeeper write it;
+# the second write finds the object kept as it was: WriteReverted, and no
+# write after it.
+k annotate clusterpolicy cap-grace pod-policies.kyverno.io/autogen-controllers- >/dev/null
+autogen_ready() {
+  k get clusterpolicy cap-grace -o json | jq -e '[.status.autogen.rules[]?.name] | length > 0' >/dev/null 2>&1
+}
+eventually 30 autogen_ready && ok "cap-grace now rewrites Deployments too (autogen)" || not_ok "cap-grace's autogen rules"
+k patch sdp default -n "$NS" --type=merge -p '{"spec":{"drainSeconds":30}}' >/dev/null
+reverted_note() {
+  k get events.events.k8s.io -n "$NS" -o json |
+    jq -r '[.items[] | select(.reason == "WriteReverted" and .regarding.name == "web")] | last | .note // empty'
+}
+has_reverted() { [ -n "$(reverted_note)" ]; }
+eventually 30 has_reverted && ok "a Warning WriteReverted on web: $(reverted_note | cut -c1-160)..." \
+  || not_ok "no WriteReverted (grace $(jp deployment "$NS" web '{.spec.template.spec.terminationGracePeriodSeconds}'))"
+grep -qF "terminationGracePeriodSeconds: 10s -> 46s" <<<"$(reverted_note)" && ok "... it names the grace it could not hold" \
+  || not_ok "... the note: $(reverted_note)"
+expect "... the grace stays Kyverno's" "$(jp deployment "$NS" web '{.spec.template.spec.terminationGracePeriodSeconds}')" 10
+# Quiet for 25 s, longer than the 20 s between the writes the operator
+# sent before WriteReverted existed: nothing is sent.
+since=$(now_rfc3339)
+sleep 25
+expect "... and the same write is not sent again" "$(gk_writes_since "$since" | grep -c ' deployments/ web ' || true)" 0
 stop_operator
 finish
