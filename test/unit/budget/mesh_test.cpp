@@ -165,7 +165,8 @@ TEST(MeshProxy, AnUnreadableConfigIsReportedByName) {
 TEST(MeshProxy, LinkerdWaitsWithItsHookOrTheAnnotation) {
   const Json bare = {{"name", "linkerd-proxy"},
                      {"ports", Json::array({{{"containerPort", 4143}}})}};
-  const Finding* f = find(findings_on(meshed("Pod", bare)), "ProxyExitsEarly");
+  const auto findings = findings_on(meshed("Pod", bare));
+  const Finding* f = find(findings, "ProxyExitsEarly");
   ASSERT_NE(f, nullptr);
   EXPECT_NE(f->message.find(std::string(kLinkerdWaitBeforeExit) + ": \"16\""), std::string::npos)
       << f->message;
