@@ -416,7 +416,7 @@ class Planner {
   void set_pod_annotation(const std::string& name, const std::string& value) {
     plan_.pod_annotations[name] = value;
     auto current = d_.pod_annotations.find(name);
-    const std::string field = fmt::format("annotations[{}]", name);
+    const std::string field = annotation_field(name);
     std::erase_if(plan_.changes, [&](const Change& c) { return c.field == field; });
     if (current != d_.pod_annotations.end() && current->second == value) return;
     plan_.changes.push_back(
@@ -855,7 +855,7 @@ class Planner {
     if (user_raised_grace() || first_change) user.grace_seconds = d_.grace_seconds;
     if (changes("strategy") && !user.strategy) user.strategy = d_.strategy;
     for (const auto& [name, value] : plan_.pod_annotations) {
-      if (user.annotations.contains(name) || !changes(fmt::format("annotations[{}]", name))) {
+      if (user.annotations.contains(name) || !changes(annotation_field(name))) {
         continue;
       }
       auto current = d_.pod_annotations.find(name);

@@ -39,10 +39,6 @@ std::optional<bool> parse_go_bool(std::string_view text) {
   return std::nullopt;
 }
 
-std::int64_t ceil_seconds(std::int64_t ms) {
-  return ms / 1000 + (ms % 1000 > 0 ? 1 : 0);
-}
-
 std::string seconds_text(std::int64_t ms) {
   if (ms % 1000 == 0) return fmt::format("{}s", ms / 1000);
   return fmt::format("{}ms", ms);
@@ -278,13 +274,17 @@ const char* mesh_annotation(Mesh mesh) {
   return mesh == Mesh::Istio ? kIstioProxyConfig : kLinkerdWaitBeforeExit;
 }
 
+std::string annotation_field(std::string_view name) {
+  return fmt::format("annotations[{}]", name);
+}
+
 std::expected<std::string, std::string> handed_budget(
     const Container& proxy, Mesh mesh, const std::map<std::string, std::string>& pod_annotations,
     std::int64_t wait_seconds, std::int64_t stay_seconds) {
   if (mesh == Mesh::Linkerd) {
     auto stay = linkerd_stay(proxy, pod_annotations, Precedence::AsPlanned);
     if (!stay) return std::unexpected(stay.error());
-    return std::to_string(std::max(ceil_seconds(stay->serves_ms), stay_seconds));
+    return std::to_string(std::max(seconds_covering(stay->serves_ms), stay_seconds));
   }
   auto shutdown = istio_shutdown(proxy, pod_annotations, Precedence::AsPlanned);
   if (!shutdown) return std::unexpected(shutdown.error());

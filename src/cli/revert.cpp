@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gracekeeper/budget/deployment.h"
+#include "gracekeeper/budget/mesh.h"
 
 namespace gracekeeper::cli {
 namespace {
@@ -186,7 +187,7 @@ class Reverter {
   void restore_mesh_annotations(const budget::UserValues& user) {
     const auto& record = *d_.applied;
     for (const auto& [name, written] : record.mesh) {
-      const std::string field = fmt::format("annotations[{}]", name);
+      const std::string field = budget::annotation_field(name);
       auto current = d_.pod_annotations.find(name);
       auto original = user.annotations.find(name);
       if (current == d_.pod_annotations.end() || current->second != written) {

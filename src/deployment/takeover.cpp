@@ -29,29 +29,22 @@ nlohmann::json add(std::string path, nlohmann::json value) {
   return {{"op", "add"}, {"path", std::move(path)}, {"value", std::move(value)}};
 }
 
-// The pod template's mesh annotations (docs/api.md, "Mesh proxies"): each
-// added or replaced, the template's metadata and annotations made first
-// where the object has none.
-void add_template_annotations(const nlohmann::json& current, const nlohmann::json& configuration,
-                              nlohmann::json& ops) {
-  const nlohmann::json wanted = configuration.at("spec")
-                                    .at("template")
-                                    .value("metadata", nlohmann::json::object())
-                                    .value("annotations", nlohmann::json::object());
-  if (wanted.empty()) return;
-  const auto& pod_template = current.at("spec").at("template");
-  const auto metadata = pod_template.find("metadata");
-  const bool has_metadata = metadata != pod_template.end() && metadata->is_object();
+// Adds each of `wanted` to the annotations of the metadata at `at` in
+// `object` (`add` replaces an existing member), making the metadata and the
+// annotations first where the object has none.
+void add_annotations(const nlohmann::json& object, const nlohmann::json::json_pointer& at,
+                     const nlohmann::json& wanted, nlohmann::json& ops) {
+  const nlohmann::json* metadata = object.contains(at) ? &object[at] : nullptr;
+  const bool has_metadata = metadata != nullptr && metadata->is_object();
   bool has_annotations =
       has_metadata && metadata->contains("annotations") && (*metadata)["annotations"].is_object();
-  const nlohmann::json::json_pointer at("/spec/template/metadata/annotations");
   for (const auto& [key, value] : wanted.items()) {
     if (has_annotations) {
-      ops.push_back(add((at / key).to_string(), value));
+      ops.push_back(add((at / "annotations" / key).to_string(), value));
     } else if (has_metadata) {
-      ops.push_back(add(at.to_string(), {{key, value}}));
+      ops.push_back(add((at / "annotations").to_string(), {{key, value}}));
     } else {
-      ops.push_back(add("/spec/template/metadata", {{"annotations", {{key, value}}}}));
+      ops.push_back(add(at.to_string(), {{"annotations", {{key, value}}}}));
     }
     has_annotations = true;
   }
@@ -83,7 +76,6 @@ nlohmann::json replacement_patch(const nlohmann::json& current,
 nlohmann::json owned_fields_patch(const nlohmann::json& current,
                                   const nlohmann::json& configuration) {
   nlohmann::json ops = nlohmann::json::array();
-  const auto& metadata = current.at("metadata");
   const auto& spec = configuration.at("spec");
   if (spec.contains("strategy")) ops.push_back(add("/spec/strategy", spec["strategy"]));
   const auto& pod = spec.at("template").at("spec");
@@ -104,18 +96,15 @@ nlohmann::json owned_fields_patch(const nlohmann::json& current,
       }
     }
   }
-  add_template_annotations(current, configuration, ops);
-  // Named: items() of a temporary would outlive the temporary it iterates.
-  const nlohmann::json annotations =
-      configuration.at("metadata").value("annotations", nlohmann::json::object());
-  for (const auto& [key, value] : annotations.items()) {
-    if (metadata.contains("annotations") && metadata["annotations"].is_object()) {
-      ops.push_back(
-          add((nlohmann::json::json_pointer("/metadata/annotations") / key).to_string(), value));
-    } else {
-      ops.push_back(add("/metadata/annotations", {{key, value}}));
-    }
-  }
+  // The pod template's mesh annotations (docs/api.md, "Mesh proxies"), and
+  // gracekeeper's own on the object.
+  add_annotations(current, nlohmann::json::json_pointer("/spec/template/metadata"),
+                  spec.at("template")
+                      .value("metadata", nlohmann::json::object())
+                      .value("annotations", nlohmann::json::object()),
+                  ops);
+  add_annotations(current, nlohmann::json::json_pointer("/metadata"),
+                  configuration.at("metadata").value("annotations", nlohmann::json::object()), ops);
   return ops;
 }
 

@@ -81,6 +81,10 @@ std::expected<std::string, std::string> handed_budget(
 // The pod annotation gracekeeper hands a mesh's proxy its budget through.
 const char* mesh_annotation(Mesh);
 
+// How `plan`, events and `revert` name a change of a pod template's
+// annotation: "annotations[proxy.istio.io/config]".
+std::string annotation_field(std::string_view name);
+
 // What to set on the pod template so that the proxy serves `wait_seconds`
 // (the propagation the app waits for) and stays `stay_seconds` (the wait and
 // the app's drain): "proxy.istio.io/config: {...}".

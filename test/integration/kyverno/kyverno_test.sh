@@ -134,15 +134,18 @@ eventually 20 settings_are "$NS" web "6 30 0 1" \
   && ok "web tuned: preStop 6, grace 30 (the user's), maxUnavailable 0: $(settings "$NS" web)" \
   || not_ok "web tuned: $(settings "$NS" web)"
 
-# A pod of web's template, as its ReplicaSet would create it: Kyverno
-# mutates it on the way in.
+# template_pod NAME HASH: a pod of web's template, as its ReplicaSet would
+# create it (NAME is web-HASH-xxxxx): Kyverno mutates it on the way in.
+template_pod() {
+  k get deployment web -n "$NS" -o json |
+    jq --arg name "$1" --arg hash "$2" '{apiVersion: "v1", kind: "Pod",
+      metadata: {name: $name, namespace: .metadata.namespace, annotations: .spec.template.metadata.annotations,
+                 labels: (.spec.template.metadata.labels + {"pod-template-hash": $hash})},
+      spec: (.spec.template.spec + {nodeName: "gk-kyverno-test-absent-node", automountServiceAccountToken: false})}' |
+    k create -f - >/dev/null || not_ok "creating $1"
+}
 POD=web-$HASH-k7q2m
-k get deployment web -n "$NS" -o json |
-  jq --arg name "$POD" --arg hash "$HASH" '{apiVersion: "v1", kind: "Pod",
-    metadata: {name: $name, namespace: .metadata.namespace,
-               labels: (.spec.template.metadata.labels + {"pod-template-hash": $hash})},
-    spec: (.spec.template.spec + {nodeName: "gk-kyverno-test-absent-node", automountServiceAccountToken: false})}' |
-  k create -f - >/dev/null || not_ok "creating $POD"
+template_pod "$POD" "$HASH"
 expect "Kyverno capped the pod's grace" "$(jp pod "$NS" "$POD" '{.spec.terminationGracePeriodSeconds}')" 10
 expect "... and injected its sidecar" "$(jp pod "$NS" "$POD" '{.spec.containers[*].name}' | tr ' ' '\n' | sort | tr '\n' ' ')" "app istio-proxy "
 
@@ -185,12 +188,7 @@ generation=$(jp deployment "$NS" web '{.metadata.generation}')
 k patch deployment web -n "$NS" --subresource=status --type=merge -p "{\"status\":{\"observedGeneration\":$generation,
   \"replicas\":3,\"updatedReplicas\":3,\"readyReplicas\":3,\"availableReplicas\":3}}" >/dev/null
 POD2=web-6f7d8c9b4-p9x4w
-k get deployment web -n "$NS" -o json |
-  jq --arg name "$POD2" '{apiVersion: "v1", kind: "Pod",
-    metadata: {name: $name, namespace: .metadata.namespace, annotations: .spec.template.metadata.annotations,
-               labels: (.spec.template.metadata.labels + {"pod-template-hash": "6f7d8c9b4"})},
-    spec: (.spec.template.spec + {nodeName: "gk-kyverno-test-absent-node", automountServiceAccountToken: false})}' |
-  k create -f - >/dev/null || not_ok "creating $POD2"
+template_pod "$POD2" 6f7d8c9b4
 POD=$POD2
 eventually 20 has_differs && ok "the new template's pod is judged: $(differs_note | cut -c1-120)..." || not_ok "no PodDiffersFromTemplate for $POD2"
 if grep -qF "ProxyExitsEarly" <<<"$(differs_note)"; then not_ok "... its proxy still leaves early"; else ok "... its proxy holds (no ProxyExitsEarly)"; fi
