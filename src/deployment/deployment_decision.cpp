@@ -390,6 +390,7 @@ void judge_pod(const budget::Deployment& d, const budget::Context& ctx,
                          ? fmt::format("{}: {}", f.code, f.message)
                          : fmt::format("{} (container {}): {}", f.code, f.container, f.message));
   }
+  out.state.pod_differs = true;
   std::string note = fmt::format("pod {} differs from the template: {}", facts.pod->name,
                                  fmt::join(differences, "; "));
   if (broken.empty()) {

@@ -73,6 +73,7 @@ DeploymentCounts combined(const DeploymentCounts& deployments,
   c.violations += statefulsets->violations;
   c.rolling += statefulsets->rolling;
   c.only_rolling += statefulsets->only_rolling;
+  c.pods_differ += statefulsets->pods_differ;
   if (statefulsets->longest_drain > c.longest_drain) {
     c.longest_drain = statefulsets->longest_drain;
     c.longest_drain_of = "statefulset/" + statefulsets->longest_drain_of;
@@ -111,11 +112,8 @@ std::string budget_message(const DeploymentCounts& c, bool statefulsets) {
 }
 
 nlohmann::json counts_json(const DeploymentCounts& c) {
-  return {{"managed", c.managed},
-          {"compliant", c.compliant},
-          {"pending", c.pending},
-          {"rolling", c.rolling},
-          {"violations", c.violations}};
+  return {{"managed", c.managed}, {"compliant", c.compliant},    {"pending", c.pending},
+          {"rolling", c.rolling}, {"podsDiffer", c.pods_differ}, {"violations", c.violations}};
 }
 
 // Ready=False, Conflict: which other policies select the same Deployments.

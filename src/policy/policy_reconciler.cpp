@@ -35,6 +35,7 @@ DeploymentCounts PolicyReconciler::count(const DeploymentReconciler& controller,
         c.pending += d.state.pending;
         c.violations += d.state.violating;
         c.rolling += d.state.rolling;
+        c.pods_differ += d.state.pod_differs;
         if (d.state.drain_seconds > c.longest_drain) {
           c.longest_drain = d.state.drain_seconds;
           c.longest_drain_of = split_key(key).second;

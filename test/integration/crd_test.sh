@@ -232,15 +232,17 @@ want_cols = [("MODE", ".spec.mode", "string"), ("SOURCE", ".status.propagation.s
              ("COMPLIANT", ".status.deployments.compliant", "integer"),
              ("STATEFULSETS", ".status.statefulSets.managed", "integer"),
              ("ROLLING", ".status.deployments.rolling", "integer"),
+             ("PODSDIFFER", ".status.deployments.podsDiffer", "integer"),
              ("LATE", ".status.terminations.late", "integer"),
              ("DRAIN", ".status.drain.seconds", "integer"),
              ("READY", '.status.conditions[?(@.type=="Ready")].status', "string"),
              ("AGE", ".metadata.creationTimestamp", "date")]
 got_cols = [(c["name"].upper(), c["jsonPath"], c["type"]) for c in v.get("additionalPrinterColumns", [])]
-check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION CONSUMER PRESTOP GRACE MANAGED COMPLIANT STATEFULSETS ROLLING LATE DRAIN READY AGE",
+check(got_cols == want_cols, "printer columns MODE SOURCE PROPAGATION CONSUMER PRESTOP GRACE MANAGED COMPLIANT STATEFULSETS ROLLING PODSDIFFER LATE DRAIN READY AGE",
       f"got {got_cols}")
 wide = [c["name"].upper() for c in v.get("additionalPrinterColumns", []) if c.get("priority", 0) > 0]
-check(wide == ["STATEFULSETS", "ROLLING", "LATE", "DRAIN"], "only STATEFULSETS, ROLLING, LATE and DRAIN wait for -o wide (priority 1)", f"got {wide}")
+check(wide == ["STATEFULSETS", "ROLLING", "PODSDIFFER", "LATE", "DRAIN"],
+      "only STATEFULSETS, ROLLING, PODSDIFFER, LATE and DRAIN wait for -o wide (priority 1)", f"got {wide}")
 
 st = node("status")
 check(sorted(st["properties"]) == ["conditions", "deployments", "drain", "observedGeneration", "propagation",

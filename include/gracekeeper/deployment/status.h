@@ -30,6 +30,9 @@ struct DeploymentState {
   // The settings do not hold the budget: an error, or a warning that breaks
   // it (PreStopUnknownLength: the wait is not known to cover propagation).
   bool broken = false;
+  // Its running pod differs from its template in what the budget reads
+  // (PodDiffersFromTemplate), whether or not the budget holds on the pod.
+  bool pod_differs = false;
   // The drain its budget covers: the declared one, or the measured one when
   // longer (drain.source Observed).
   std::int64_t drain_seconds = 0;
@@ -52,6 +55,8 @@ struct DeploymentCounts {
   std::int64_t rolling = 0;
   // Of not_compliant, those whose settings hold and only their pods roll.
   std::int64_t only_rolling = 0;
+  // Those whose running pod differs from the template (DeploymentState::pod_differs).
+  std::int64_t pods_differ = 0;
   // The longest drain a governed workload's budget covers, and its name
   // (the first of equals in key order): status.drain.
   std::int64_t longest_drain = 0;

@@ -168,8 +168,15 @@ eventually 10 holds_is NotCompliant && ok "BudgetHolds NotCompliant: $(jp sdp "$
   || not_ok "BudgetHolds: $(holds_reason)"
 wide=$(k get sdp default -n "$NS" -o wide)
 note <<<"$wide"
-expect "kubectl get sdp -o wide: MANAGED and COMPLIANT" \
-  "$(k get sdp default -n "$NS" -o jsonpath='{.status.deployments.managed} {.status.deployments.compliant}')" "1 0"
+# MANAGED, COMPLIANT and PODSDIFFER, each read where its header starts (a
+# cell may be empty: CONSUMER under Static).
+wide_columns() {
+  awk 'function cell(name) { return at[name] ? substr(row, at[name]) : "none " }
+       NR == 1 { for (n = split("MANAGED COMPLIANT PODSDIFFER", names, " "); n > 0; n--) at[names[n]] = index($0, names[n]); next }
+       { row = $0; split(cell("MANAGED"), m, " "); split(cell("COMPLIANT"), c, " "); split(cell("PODSDIFFER"), d, " ")
+         print m[1], c[1], d[1] }' <<<"$wide"
+}
+expect "kubectl get sdp -o wide: MANAGED, COMPLIANT and PODSDIFFER" "$(wide_columns)" "1 0 1"
 
 # Where it can: the injected proxy gets its budget on the template.
 mesh_config() { k get deploy web -n "$NS" -o jsonpath='{.spec.template.metadata.annotations.proxy\.istio\.io/config}'; }

@@ -131,6 +131,7 @@ TEST_F(PodDiffersFromTemplate, ABudgetThatDoesNotHoldOnThePodIsReportedAndCounte
   json status = world.policy_objects.at("shop/default")["status"];
   EXPECT_EQ(status["deployments"]["compliant"], 0);
   EXPECT_EQ(status["deployments"]["violations"], 1);
+  EXPECT_EQ(status["deployments"]["podsDiffer"], 1);
   EXPECT_EQ(condition(status, "BudgetHolds", "reason"), "NotCompliant");
   EXPECT_EQ(world.writer.calls.size(), 1u) << "the pod is reported, the template left as it is";
 
@@ -139,6 +140,7 @@ TEST_F(PodDiffersFromTemplate, ABudgetThatDoesNotHoldOnThePodIsReportedAndCounte
   ASSERT_TRUE(world.reconcile_policy("shop/default"));
   status = world.policy_objects.at("shop/default")["status"];
   EXPECT_EQ(status["deployments"]["compliant"], 1);
+  EXPECT_EQ(status["deployments"]["podsDiffer"], 0);
   EXPECT_EQ(condition(status, "BudgetHolds", "reason"), "AllCompliant");
 }
 
@@ -149,7 +151,9 @@ TEST_F(PodDiffersFromTemplate, ADifferenceThatKeepsTheBudgetIsReportedOnly) {
   ASSERT_TRUE(world.reconcile_deployment("shop/web"));
   EXPECT_THAT(differs_note(), HasSubstr("120 on the pod; the budget holds on the pod"));
   ASSERT_TRUE(world.reconcile_policy("shop/default"));
-  EXPECT_EQ(world.policy_objects.at("shop/default")["status"]["deployments"]["compliant"], 1);
+  const json& counts = world.policy_objects.at("shop/default")["status"]["deployments"];
+  EXPECT_EQ(counts["compliant"], 1);
+  EXPECT_EQ(counts["podsDiffer"], 1) << "counted, though the budget holds on the pod";
 }
 
 // Scaled to 0, the pod kept may be of an older template: not judged.
