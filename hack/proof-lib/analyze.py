@@ -129,6 +129,11 @@ def self_test():
     ok = h["summary"] is False
     print(f"a missing hey summary is marked missing: {'ok' if ok else 'WRONG'}")
     bad += not ok
+    h = parse_hey("Summary:\n  Total:\t3.1 secs\n  Slow requests:\t10 sent, 4 failed\n\nStatus code distribution:\n"
+                  "  [201]\t96 responses\n\nError distribution:\n  [4]\tPost: EOF\n")
+    ok = (h["slow"], h["slow_failed"], h["requests"], h["failed"]) == (10, 4, 100, 4)
+    print(f"slow requests read beside the rest: {'ok' if ok else 'WRONG'}")
+    bad += not ok
     bad += self_test_attribution()
     return 1 if bad else 0
 
@@ -269,7 +274,7 @@ def read(path, default=None):
 def parse_hey(text):
     r = {"requests": 0, "ok": 0, "non_2xx": 0, "refused": 0, "reset": 0, "eof": 0, "unreachable": 0, "timeout": 0,
          "other_errors": 0, "p50": None, "p99": None, "max": None, "status": {}, "errors": [], "failed": 0,
-         "summary": False}
+         "summary": False, "slow": None, "slow_failed": None}
     # hey prints "Summary:" and "Total:" at the end of a run; without them the
     # rollout has no figures (hey crashed, was killed, or never ran).
     if not text or "Summary:" not in text or not re.search(r"^\s*Total:\s+[\d.]+ secs", text, re.M):
@@ -308,6 +313,10 @@ def parse_hey(text):
     m = re.search(r"Slowest:\s+([\d.]+) secs", text)
     if m:
         r["max"] = float(m.group(1))
+    # openload.py --slow-every: the slow POSTs among them, and how many failed.
+    m = re.search(r"Slow requests:\s+(\d+) sent, (\d+) failed", text)
+    if m:
+        r["slow"], r["slow_failed"] = int(m.group(1)), int(m.group(2))
     return r
 
 
@@ -676,6 +685,9 @@ def summarise(rollouts):
     s = {k: sum(r["hey"][k] for r in rollouts) for k in
          ("requests", "ok", "failed", "non_2xx", "refused", "reset", "eof", "unreachable", "timeout", "other_errors")}
     s["rollouts"] = len(rollouts)
+    slow = [r["hey"] for r in rollouts if r["hey"]["slow"] is not None]
+    s["slow"] = {"sent": sum(h["slow"] for h in slow), "failed": sum(h["slow_failed"] for h in slow),
+                 "rollouts_with_failures": sum(1 for h in slow if h["slow_failed"] > 0)} if slow else None
     s["rollouts_with_failures"] = sum(1 for r in rollouts if r["hey"]["failed"] > 0)
     # 95 % Clopper-Pearson intervals: failed requests per 10,000, and the
     # share of rollouts that lost at least one request.
@@ -729,6 +741,7 @@ def budget(out, scenario):
     if p:
         st = json.loads(p).get("status") or {}
         b["propagation"] = st.get("propagation") or st
+        b["terminations"] = st.get("terminations")
     return b
 
 
@@ -760,10 +773,38 @@ def sources(out, scenario, modes):
     # the old pod after the rules changed, until the app closes it.
     fresh = [p for r in (modes.get("no-keepalive") or {}).get("rollouts", []) for p in r["pods"]]
     return {"source": prop.get("source"), "figure": prop.get("seconds"),
-            "message": prop.get("message"), "terminations": st.get("terminations"),
+            "message": prop.get("message"), "terminations": st.get("terminations"), "drain": st.get("drain"),
             "kube_proxy_p99": proxy,
             "deletion_to_rules": spread(p["propagation"] for p in pods),
             "deletion_to_last_request": spread(p["served_after_deletion"] for p in fresh)}
+
+
+def slow_md(results):
+    """The slow POSTs (openload.py --slow-every) per scenario and client: how
+    many were lost, beside the grace and what gracekeeper measured of the
+    drain. Nothing when no scenario sent any."""
+    rows = []
+    for scenario, sres in results["scenarios"].items():
+        b = sres.get("budget") or {}
+        src = sres.get("sources") or {}
+        drain = src.get("drain") or {}
+        # Kills at the grace during the measured rollouts: the policy's count
+        # after them less its count before (warm-up rollouts excluded).
+        after = (src.get("terminations") or {}).get("cutShort")
+        before = (b.get("terminations") or {}).get("cutShort", 0)
+        killed = "-" if after is None else after - before
+        for mode, m in sres["modes"].items():
+            sl = m["summary"].get("slow")
+            if not sl:
+                continue
+            rows.append(f"| {scenario} | {mode} | {b.get('grace', '-')} s | {sl['sent']} | {sl['failed']} | "
+                        f"{sl['rollouts_with_failures']}/{m['summary']['rollouts']} | "
+                        f"{drain.get('source', '-')} {drain.get('seconds', '-')} s | {killed} |")
+    if not rows:
+        return []
+    return ["Slow POSTs: sent, lost, and the drain the grace covered (run 1; the policy's status after the measured rollouts).",
+            "", "| scenario | client | grace | slow POSTs | lost | rollouts losing one | status.drain | pods killed at the grace, both clients |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
 
 
 def findings(out, scenario):
@@ -1043,6 +1084,7 @@ def main():
                       f"{r['kube_proxy_p99'] if r['kube_proxy_p99'] is not None else '-'} | {sp(r['deletion_to_rules'])} | "
                       f"{sp(r['deletion_to_last_request'])} | {t.get('observed', '-')} ({t.get('late', '-')}) |")
         md.append("")
+    md += slow_md(results)
     for scenario, sres in results["scenarios"].items():
         b = sres["budget"] or {}
         props = [m["summary"]["propagation_observed"] for m in sres["modes"].values() if m["summary"]["propagation_observed"]]

@@ -2,7 +2,7 @@
 """An open-loop load generator: POSTs at a fixed rate, whatever the answers.
 
     openload.py --url http://IP[:PORT]/PATH --rate R --duration S [--timeout T] [--keepalive]
-                [--host NAME]
+                [--host NAME] [--slow-every K --slow-ms MS]
 
 Request i starts at start + i/R, for i < R*S, each in its own task: a request
 that hangs (a pod that is gone: no route, or a timeout) does not hold back the
@@ -17,6 +17,11 @@ Go's http.Transport does), and a connection the server closes leaves the pool.
 
 --host sets the Host header (default: the URL's host), for an ingress that
 routes by host name.
+
+--slow-every K --slow-ms MS makes every K-th request a slow one: PATH?ms=MS,
+which the lab's app works MS ms on (its drain waits for it). The summary
+counts them ("Slow requests: N sent, F failed"), and a failure record
+says whether its request was slow.
 
 --failures FILE writes one JSON line per failed request: when it started
 (wall clock, seconds since the epoch, as tcpdump -tt and conntrack's
@@ -67,7 +72,7 @@ class Pool:
         self.idle = []
 
 
-async def one(addr, host, path, timeout, keepalive, pool, results, failures, host_header=None):
+async def one(addr, host, path, timeout, keepalive, pool, results, failures, host_header=None, slow=False):
     t0 = time.monotonic()
     wall = time.time()
     conn = None
@@ -75,9 +80,9 @@ async def one(addr, host, path, timeout, keepalive, pool, results, failures, hos
     seen = {"port": None}
 
     def failed(msg):
-        results.append((None, msg, None))
+        results.append((None, msg, None, slow))
         if failures is not None:
-            failures.append({"t": round(wall, 6), "port": seen["port"], "reused": reused, "error": msg})
+            failures.append({"t": round(wall, 6), "port": seen["port"], "reused": reused, "error": msg, "slow": slow})
 
     try:
         async def run():
@@ -111,7 +116,7 @@ async def one(addr, host, path, timeout, keepalive, pool, results, failures, hos
             conn[1].close()
         else:
             pool.idle.append(conn)
-        results.append((status, None, time.monotonic() - t0))
+        results.append((status, None, time.monotonic() - t0, slow))
     except asyncio.TimeoutError:
         failed("Client.Timeout exceeded while awaiting headers")
         close_quietly(conn)
@@ -160,13 +165,17 @@ async def main_async(args, failures):
     loop = asyncio.get_running_loop()
     start = loop.time()
     t_wall = time.monotonic()
+    if u.query:
+        path += "?" + u.query
+    slow_path = f"{path}{'&' if u.query else '?'}ms={args.slow_ms}"
     for i in range(n):
         due = start + i / args.rate
         delay = due - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(addr, host, path, args.timeout, args.keepalive, pool, results,
-                                             failures, args.host)))
+        slow = args.slow_every > 0 and i % args.slow_every == args.slow_every - 1
+        tasks.append(asyncio.create_task(one(addr, host, slow_path if slow else path, args.timeout, args.keepalive,
+                                             pool, results, failures, args.host, slow)))
     issuing = loop.time() - start
     await asyncio.gather(*tasks)
     total = time.monotonic() - t_wall
@@ -175,10 +184,10 @@ async def main_async(args, failures):
     return results, total, issuing
 
 
-def report(results, total, issuing):
+def report(results, total, issuing, slow_every):
     lat = sorted(r[2] for r in results if r[0] is not None)
     statuses, errors = {}, {}
-    for status, err, _ in results:
+    for status, err, _, _ in results:
         if status is not None:
             statuses[status] = statuses.get(status, 0) + 1
         else:
@@ -191,6 +200,10 @@ def report(results, total, issuing):
         print(f"  Average:\t{sum(lat) / len(lat):.4f} secs")
     print(f"  Requests/sec:\t{len(results) / total:.4f}")
     print(f"  Requests issued:\t{len(results)} in {issuing:.4f} secs (open loop)")
+    if slow_every:
+        slow = [r for r in results if r[3]]
+        lost = sum(1 for r in slow if r[0] is None or not 200 <= r[0] < 300)
+        print(f"  Slow requests:\t{len(slow)} sent, {lost} failed")
     if lat:
         print("\nLatency distribution:")
         for p in (10, 25, 50, 75, 90, 95, 99):
@@ -213,9 +226,15 @@ def main():
     ap.add_argument("--keepalive", action="store_true")
     ap.add_argument("--host", help="the Host header (default: the URL's host)")
     ap.add_argument("--failures", help="one JSON line per failed request: its start, local port, error")
+    ap.add_argument("--slow-every", type=int, default=0, help="every K-th request is a slow one (0: none)")
+    ap.add_argument("--slow-ms", type=int, default=0, help="how long the app works on a slow request, in ms")
     args = ap.parse_args()
     if not (0 < args.rate <= 5000 and 0 < args.duration <= 600 and 0 < args.timeout <= 60):
         ap.error("--rate 0-5000, --duration 0-600, --timeout 0-60")
+    if not (0 <= args.slow_every <= 1000000 and 0 <= args.slow_ms <= 600000):
+        ap.error("--slow-every 0-1000000, --slow-ms 0-600000")
+    if (args.slow_every > 0) != (args.slow_ms > 0):
+        ap.error("--slow-every and --slow-ms go together")
     if args.host is not None and not re.fullmatch(r"[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?", args.host):
         ap.error("--host: a host name, optionally with :PORT")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -223,7 +242,7 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     failures = [] if args.failures else None
     results, total, issuing = asyncio.run(main_async(args, failures))
-    report(results, total, issuing)
+    report(results, total, issuing, args.slow_every)
     if args.failures:
         with open(args.failures, "w") as f:
             for rec in sorted(failures, key=lambda r: r["t"]):
