@@ -370,12 +370,13 @@ void find_fight(const budget::Deployment& d, const DeploymentFacts& facts,
 
 // The pod the kubelet runs, against the template: what a mutating webhook
 // changed, and whether the budget holds on the pod (docs/api.md, "Pods that
-// differ from their template"). Only once the rollout is over: until then
-// the newest pod may be of an older template. Not at 0 replicas: the pod
-// kept may be of a template that has none now.
+// differ from their template"). Only once the controller has observed this
+// generation and the rollout is over: until then the newest pod may be of an
+// older template. Not at 0 replicas: the pod kept may be of a template that
+// has none now.
 void judge_pod(const budget::Deployment& d, const budget::Context& ctx,
                const DeploymentFacts& facts, DeploymentDecision& out) {
-  if (!facts.pod || facts.rolling || d.replicas == 0) return;
+  if (!facts.pod || !facts.observed || facts.rolling || d.replicas == 0) return;
   const std::vector<std::string> differences = pod_differences(d, facts.pod->pod);
   if (differences.empty()) return;
   // The workload's annotations (gracekeeper.dev/containers, drain-seconds)

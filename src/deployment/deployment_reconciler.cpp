@@ -157,6 +157,7 @@ DeploymentDecision DeploymentReconciler::decide(const std::string& key,
   facts.now = deps_.clock.now();
   facts.blocked = blocked(key);
   facts.rolling = cached.rollout.rolling(cached.generation);
+  facts.observed = cached.rollout.observed_generation == cached.generation;
   const std::string book_key = budget::workload_key(deps_.kind, key);
   if (deps_.drains) facts.drains = deps_.drains->samples(book_key);
   const auto pod = deps_.pods ? deps_.pods->find(book_key) : nullptr;

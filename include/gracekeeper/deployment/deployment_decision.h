@@ -97,6 +97,11 @@ struct DeploymentFacts {
   const BlockedWrite* blocked = nullptr;  // this Deployment's, if any
   // Pods of an older template still run or terminate (RolloutStatus::rolling).
   bool rolling = false;
+  // The workload's controller has observed this generation (its status says
+  // so): only then is a pod seen known to be of this template. Before, the
+  // controller may have made pods of the generation before without writing
+  // a status yet, which RolloutStatus::rolling does not count as rolling.
+  bool observed = false;
   // The workload's measured drains, oldest first (budget::DrainBook).
   std::span<const budget::DrainSample> drains{};
   // A pod of its newest template, as the kubelet runs it (PodBook); null

@@ -156,6 +156,25 @@ TEST_F(PodDiffersFromTemplate, ADifferenceThatKeepsTheBudgetIsReportedOnly) {
   EXPECT_EQ(counts["podsDiffer"], 1) << "counted, though the budget holds on the pod";
 }
 
+// Tuned at once after its creation: the Deployment controller made the
+// first template's pods but had not written a status yet (hack/proof saw
+// it). Its pod is of the template before the tune, not judged against it.
+TEST_F(PodDiffersFromTemplate, NotBeforeTheControllerObservedTheGeneration) {
+  const json created = deployment("web");
+  world.put_deployment(created);
+  offer(pod_of(created));  // no preStop wait: the template before the tune
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  ASSERT_EQ(world.writer.calls.size(), 1u) << "tuned";
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_THAT(world.events.reasons(), Not(Contains("PodDiffersFromTemplate")));
+
+  // Observed and rolled out, with the pod still of the old template: now
+  // it is judged.
+  rollout_done(world, "shop/web");
+  ASSERT_TRUE(world.reconcile_deployment("shop/web"));
+  EXPECT_THAT(differs_note(), HasSubstr("none on the pod"));
+}
+
 // Scaled to 0, the pod kept may be of an older template: not judged.
 TEST_F(PodDiffersFromTemplate, NotAtZeroReplicas) {
   json d = deployment("web");
