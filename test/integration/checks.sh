@@ -41,13 +41,16 @@ sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
 within() { awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v >= lo && v <= hi) }'; }
 # epoch TIMESTAMP: RFC 3339 -> seconds since the epoch, with fractions.
 epoch() { date -d "$1" +%s.%N; }
-# eventually SECONDS CMD...: retries CMD (its output discarded) every 0.1 s
-# until it succeeds; non-zero when SECONDS (whole seconds) pass first.
+# eventually SECONDS [INTERVAL] CMD...: retries CMD (its output discarded)
+# every INTERVAL seconds (a number, decimals allowed; default 0.1) until it
+# succeeds; non-zero when SECONDS (whole seconds) pass first. A try started
+# before the deadline runs to its end: bound CMD itself (k bounds requests).
 eventually() {
-  local deadline=$(($(date +%s%N) + $1 * 1000000000))
+  local deadline=$(($(date +%s%N) + $1 * 1000000000)) interval=0.1
   shift
+  if [[ "$1" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then interval=$1; shift; fi
   until "$@" >/dev/null 2>&1; do
     [ "$(date +%s%N)" -lt "$deadline" ] || return 1
-    sleep 0.1
+    sleep "$interval"
   done
 }

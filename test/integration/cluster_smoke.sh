@@ -15,27 +15,17 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 C="$REPO/test/cluster"
 . "$C/lib.sh"
 
-. "$REPO/test/integration/checks.sh"   # ok, not_ok, check, eventually, summary
+. "$REPO/test/integration/harness.sh"   # ok, not_ok, check, eventually, k, on_exit
 
+# This suite tests up and down themselves: it runs them, not start_cluster.
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-cluster-smoke.XXXXXX")"
 A="$TMP/plain"
 B="$TMP/controllers"
 OWNER_SLEEP=""
-teardown() {  # on exit: clean up, then the count line
-  local d
-  for d in "$A" "$B"; do
-    [ -f "$d/pids" ] && "$C/down" "$d" >/dev/null 2>&1
-  done
-  [ -z "$OWNER_SLEEP" ] || kill "$OWNER_SLEEP" 2>/dev/null
-  if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then
-    rm -rf "$TMP"
-  else
-    echo "kept $TMP for inspection (logs in */logs, audit in */audit.log)"
-  fi
-  summary
-}
-trap 'teardown; exit $?' EXIT
-trap 'exit 130' INT TERM
+on_exit 'if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else
+  echo "kept $TMP for inspection (logs in */logs, audit in */audit.log)"; fi'
+on_exit '[ -z "$OWNER_SLEEP" ] || kill "$OWNER_SLEEP" 2>/dev/null'
+on_exit 'for d in "$A" "$B"; do [ ! -f "$d/pids" ] || "$C/down" "$d" >/dev/null 2>&1; done'
 
 # Processes of the control-plane binaries whose command line mentions DIR.
 cluster_processes() {
@@ -72,7 +62,6 @@ fi
 t1=$(date +%s.%N)
 ok "up (to /readyz) took $(awk "BEGIN{printf \"%.1f\", $t1-$t0}")s"
 set -a; . "$A/env"; set +a
-k() { kubectl --kubeconfig "$KUBECONFIG" "$@"; }
 
 check "env names the kubeconfig, apiserver and etcd" \
   test -f "$KUBECONFIG" -a -n "$APISERVER_URL" -a -n "$ETCD_ENDPOINT" -a -n "$APISERVER_PID"

@@ -25,7 +25,7 @@ CRD="$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml"
 SAMPLES="$ROOT/config/samples"
 NS=shop-prod
 
-. "$ROOT/test/integration/checks.sh"   # ok, not_ok, note, finish
+. "$ROOT/test/integration/harness.sh"   # ok, not_ok, note, finish, k, start_cluster
 
 # ------------------------------------------------------------------ static checks
 # Python reads the CRD and the samples and prints ok/not ok lines itself.
@@ -355,35 +355,20 @@ if [ "${1:-}" = "--static" ]; then finish; fi
 command -v kubectl >/dev/null || { not_ok "kubectl in PATH"; finish; }
 command -v jq >/dev/null || { not_ok "jq in PATH"; finish; }
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/gk-crd-test.XXXXXX")"
+work_dir "${TMPDIR:-/tmp}/gk-crd-test.XXXXXX"
 CLUSTER_DIR="${1:-}"
-OWN_CLUSTER=""
-cleanup() {
-  if [ -n "${KUBECONFIG:-}" ] && [ -f "$KUBECONFIG" ]; then
-    k delete shutdownpolicies -n "$NS" default crd-test-empty crd-test-partial crd-test-lb \
-      --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  fi
-  if [ -n "$OWN_CLUSTER" ]; then "$ROOT/test/cluster/down" "$CLUSTER_DIR" >/dev/null 2>&1 || true; fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
 if [ -z "$CLUSTER_DIR" ]; then
-  CLUSTER_DIR="$WORK/cluster"
-  mkdir -p "$CLUSTER_DIR"
-  OWN_CLUSTER=1
-  echo "# starting a control plane in $CLUSTER_DIR"
-  if ! "$ROOT/test/cluster/up" "$CLUSTER_DIR" >"$WORK/up.log" 2>&1; then
-    not_ok "test/cluster/up starts a control plane"
-    tail -n 30 "$WORK/up.log" | note
-    finish
-  fi
+  echo "# starting a control plane in $WORK/cluster"
+  start_cluster "$WORK/cluster"
+  CLUSTER_DIR=$CLUSTER
 fi
 [ -f "$CLUSTER_DIR/kubeconfig" ] || { not_ok "cluster dir $CLUSTER_DIR has a kubeconfig"; finish; }
 export KUBECONFIG="$CLUSTER_DIR/kubeconfig"
+on_exit 'k delete shutdownpolicies -n "$NS" default crd-test-empty crd-test-partial crd-test-lb --ignore-not-found --wait=false >/dev/null 2>&1'
 # A fresh discovery cache: a cluster started earlier on the same port must not
-# leave kubectl a resource list without our CRD.
-k() { kubectl --cache-dir "$WORK/kube-cache" --request-timeout=30s "$@"; }
+# leave kubectl a resource list without our CRD; and 30 s per request.
+K_CACHE_DIR="$WORK/kube-cache"
+K_REQUEST_TIMEOUT=30s
 ws() { tr -s ' \t\n' ' '; }   # kubectl explain wraps text: compare on single spaces
 
 echo "# cluster: $(k version -o json 2>/dev/null | jq -r '.serverVersion.gitVersion // "?"'), kubectl $(k version --client -o json | jq -r .clientVersion.gitVersion)"
@@ -410,10 +395,8 @@ fi
 
 # --- kubectl explain (the OpenAPI document is published a moment after Established)
 explain=""
-for _ in $(seq 1 60); do
-  explain=$(k explain shutdownpolicy.spec.preStop 2>&1) && grep -q minSeconds <<<"$explain" && break
-  sleep 1
-done
+explained() { explain=$(k explain shutdownpolicy.spec.preStop 2>&1) && grep -q minSeconds <<<"$explain"; }
+eventually 60 1 explained
 flat=$(ws <<<"$explain")
 if [[ "$flat" == *"keeps serving before it gets SIGTERM"* && "$flat" == *"minSeconds <integer>"* \
    && "$flat" == *"Lower bound of the preStop wait in seconds (0 to 3600)"* && "$flat" == *"maxSeconds <integer>"* \

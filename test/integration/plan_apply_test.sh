@@ -15,25 +15,10 @@ CLUSTER="${2:-}"
 SAMPLES="$ROOT/config/samples"
 export SOURCE_DATE_EPOCH=1790000000
 
-. "$ROOT/test/integration/checks.sh"
+. "$ROOT/test/integration/harness.sh"
 
-WORK="$(mktemp -d)"
-cleanup() {
-  [ -n "${OWN_CLUSTER:-}" ] && "$ROOT/test/cluster/down" "$CLUSTER" >/dev/null 2>&1
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-if [ -z "$CLUSTER" ]; then
-  CLUSTER="$WORK/cluster"
-  OWN_CLUSTER=1
-  "$ROOT/test/cluster/up" "$CLUSTER" --owner-pid $$ >"$WORK/up.log" 2>&1 || {
-    cat "$WORK/up.log"
-    echo "0 passed, 1 failed"
-    exit 1
-  }
-fi
-export KUBECONFIG="$CLUSTER/kubeconfig"
-k() { kubectl --request-timeout=20s "$@"; }
+work_dir
+if [ -n "$CLUSTER" ]; then export KUBECONFIG="$CLUSTER/kubeconfig"; else start_cluster "$WORK/cluster"; fi
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null &&
   k wait --for=condition=Established crd/shutdownpolicies.gracekeeper.dev --timeout=30s >/dev/null ||
@@ -144,4 +129,4 @@ else
   not_ok "server-side apply with a zero wait: $(cat "$WORK/zero.out")"
 fi
 
-summary
+finish

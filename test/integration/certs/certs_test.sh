@@ -24,17 +24,9 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 GK="${1:?usage: certs_test.sh GRACEKEEPER_BINARY [CLUSTER_DIR]}"
 CLUSTER="${2:-}"
-WORK="$(mktemp -d)"
-if [ -z "$CLUSTER" ]; then
-  CLUSTER="$WORK/cluster"
-  OWN_CLUSTER=1
-  "$ROOT/test/cluster/up" "$CLUSTER" --owner-pid $$ >"$WORK/up.log" 2>&1 || {
-    cat "$WORK/up.log"
-    echo "0 passed, 1 failed"
-    exit 1
-  }
-fi
 . "$ROOT/test/integration/operator/lib.sh"
+work_dir
+[ -n "$CLUSTER" ] || start_cluster "$WORK/cluster"
 NS=gk-certs
 SECRET=gk-webhook-certs
 MWC=gk-certs-test
@@ -46,13 +38,9 @@ cleanup() {
   k delete mutatingwebhookconfiguration "$MWC" --ignore-not-found >/dev/null 2>&1
   [ -f "$WORK/chart.yaml" ] && k delete -f "$WORK/chart.yaml" --ignore-not-found >/dev/null 2>&1
   k delete namespace "$NS" gk-certs-sa --wait=false >/dev/null 2>&1
-  if [ "$FAILED" -gt 0 ]; then
-    for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
-  fi
-  [ -n "${OWN_CLUSTER:-}" ] && "$ROOT/test/cluster/down" "$CLUSTER" >/dev/null 2>&1
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
+show_logs_on_failure 20
+on_exit cleanup
 
 k create namespace "$NS" >/dev/null
 # The operator's namespace is its kubeconfig context's (in a pod: the pod's).

@@ -34,10 +34,11 @@ shift
 SECTIONS="${*:-throttle hold hang blackhole}"
 APISERVER_STOP=${FAULTS_APISERVER_STOP:-90}
 ETCD_STOP=${FAULTS_ETCD_STOP:-30}
-WORK="$(mktemp -d)"
-CLUSTER="$WORK/cluster"
 USER_NAME=gracekeeper-faults
 . "$ROOT/test/integration/operator/lib.sh"
+[ -z "${FAULTS_KEEP:-}" ] || KEEP=1
+work_dir
+show_logs_on_failure 15
 
 OPS=()         # operator pids
 STOPPED=()     # process groups under SIGSTOP
@@ -48,24 +49,18 @@ cleanup() {
   for pid in ${OPS[@]+"${OPS[@]}"}; do kill -KILL "$pid" 2>/dev/null; done
   [ -n "$PROXY_PID" ] && kill -TERM "$PROXY_PID" 2>/dev/null
   for pid in ${OPS[@]+"${OPS[@]}"} $PROXY_PID; do wait "$pid" 2>/dev/null; done
-  "$ROOT/test/cluster/down" "$CLUSTER" >/dev/null 2>&1
-  if [ "$FAILED" -gt 0 ]; then
-    for f in "$WORK"/*.log; do echo "# --- $f (last 15 lines)"; tail -15 "$f" | note; done
-  fi
-  if [ -n "${FAULTS_KEEP:-}" ]; then echo "# kept $WORK"; else rm -rf "$WORK"; fi
 }
-trap cleanup EXIT
 section() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # --------------------------------------------------------------- the lab
 # Fewer seats in all (150 instead of 600), so that a priority level of one
 # share gets exactly one: ceil(150 * 1 / 246) = 1. kubectl is admin
 # (system:masters: the exempt level) and never throttled.
-"$ROOT/test/cluster/up" "$CLUSTER" --owner-pid $$ >"$WORK/up.log" 2>&1 \
-  || { cat "$WORK/up.log"; echo "Bail out! test/cluster/up failed"; exit 1; }
+start_cluster "$WORK/cluster"
+on_exit cleanup  # before down: it wakes what a section stopped
 printf -- '--max-requests-inflight=100\n--max-mutating-requests-inflight=50\n' >>"$CLUSTER/apiserver.args"
-"$ROOT/test/cluster/restart-apiserver" "$CLUSTER" >"$WORK/restart.log" 2>&1 \
-  || { cat "$WORK/restart.log"; echo "Bail out! restart-apiserver failed"; exit 1; }
+"$ROOT/test/cluster/restart-apiserver" "$CLUSTER" >"$WORK/restart.log" 2>&1 ||
+  die "restart-apiserver failed" "$WORK/restart.log"
 # shellcheck disable=SC1091
 set -a; . "$CLUSTER/env"; set +a
 export KUBECONFIG="$CLUSTER/kubeconfig"
@@ -565,7 +560,7 @@ if section blackhole; then
   sleep 0.3
   hole_at=$(now)
   kill -USR1 "$PROXY_PID"
-  for _ in $(seq 1 150); do op_alive "$OLD_PID" || break; sleep 0.1; done
+  eventually 15 gone "$OLD_PID"
   gone_at=$(now)
   if op_alive "$OLD_PID"; then
     not_ok "the old leader still runs 15 s into the blackhole"
@@ -602,4 +597,4 @@ if section blackhole; then
   OPS=()
 fi
 
-summary
+finish

@@ -19,12 +19,8 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 GK="${1:?usage: helm_test.sh GRACEKEEPER_BINARY}"
-HELM=$("$ROOT/test/tools/build-helm") || {
-  echo "test/tools/build-helm failed"
-  echo "0 passed, 1 failed"
-  exit 1
-}
-WORK="$(mktemp -d)"
+. "$ROOT/test/integration/harness.sh"
+HELM=$("$ROOT/test/tools/build-helm") || die "test/tools/build-helm failed"
 . "$ROOT/test/integration/gitops/lib.sh"
 CHART="$ROOT/test/integration/gitops/chart"
 h() { "$HELM" "$@"; }

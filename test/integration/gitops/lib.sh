@@ -1,16 +1,13 @@
 # Shared by the GitOps tests (helm_test.sh, self_heal_test.sh): a control
 # plane with controllers, the operator's lib, a throw-away webhook CA, the
 # webhook configuration and what the tests read of a Deployment.
-# Sourced; expects ROOT, GK and WORK; sets CLUSTER, NS, CERTS, HOOK.
+# Sourced; expects ROOT and GK; sets WORK, CLUSTER, NS, CERTS, HOOK.
 # KEEP=1 keeps WORK (logs, audit log) after the test.
 
-CLUSTER="$WORK/cluster"
-"$ROOT/test/cluster/up" "$CLUSTER" --with-controllers --owner-pid $$ >"$WORK/up.log" 2>&1 || {
-  cat "$WORK/up.log"
-  echo "0 passed, 1 failed"
-  exit 1
-}
 . "$ROOT/test/integration/operator/lib.sh"
+work_dir
+show_logs_on_failure 20
+start_cluster "$WORK/cluster" --with-controllers
 NS=shop
 HOOK=gracekeeper-gitops-test
 
@@ -18,14 +15,8 @@ cleanup() {
   [ -n "${HEAL_PID:-}" ] && kill "$HEAL_PID" 2>/dev/null && wait "$HEAL_PID" 2>/dev/null
   [ -n "${OP_PID:-}" ] && kill -KILL "$OP_PID" 2>/dev/null
   [ -n "${HUNG_PID:-}" ] && kill "$HUNG_PID" 2>/dev/null
-  if [ "$FAILED" -gt 0 ]; then
-    for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
-  fi
-  "$ROOT/test/cluster/down" "$CLUSTER" >/dev/null 2>&1
-  if [ "${KEEP:-0}" = 1 ]; then echo "# kept $WORK"; else rm -rf "$WORK"; fi
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+on_exit cleanup
 
 # A throw-away CA and a serving certificate for 127.0.0.1 (openssl).
 CERTS="$WORK/certs"

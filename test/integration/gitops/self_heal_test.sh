@@ -46,7 +46,6 @@ if [ "$MIN_INTERVAL" -le "$DURATION" ] || [ "$DURATION" -lt $((3 * PERIOD)) ]; t
     "(got $DURATION, $PERIOD, $MIN_INTERVAL)"
   exit 2
 fi
-WORK="$(mktemp -d)"
 . "$ROOT/test/integration/gitops/lib.sh"
 echo "# self-heal every ${PERIOD}s for ${DURATION}s; changes.minIntervalSeconds ${MIN_INTERVAL}; webhook $HOOK_MODE"
 

@@ -35,7 +35,7 @@ for tool in containerd ctr runc jq; do
   command -v "$tool" >/dev/null || { echo "image_test: '$tool' not found (Debian packages containerd, runc, jq)"; exit 1; }
 done
 
-. "$ROOT/test/integration/checks.sh"   # ok, not_ok, expect, finish
+. "$ROOT/test/integration/harness.sh"   # ok, not_ok, expect, finish, on_exit
 
 TMP=$(mktemp -d /tmp/gk-image-test.XXXXXX)
 readonly TMP
@@ -55,11 +55,7 @@ cleanup() {
       ctr --address "$TMP/containerd.sock" -n k8s.io containers rm "$id" >/dev/null 2>&1
     done
     kill -TERM "$CONTAINERD_PID" 2>/dev/null
-    local i
-    for ((i = 0; i < 100; i++)); do
-      kill -0 "$CONTAINERD_PID" 2>/dev/null || break
-      sleep 0.1
-    done
+    eventually 10 gone "$CONTAINERD_PID"
     kill -KILL "$CONTAINERD_PID" 2>/dev/null || true
     wait "$CONTAINERD_PID" 2>/dev/null || true
   fi
@@ -74,8 +70,7 @@ cleanup() {
     rmdir /run/containerd/s /run/containerd/fifo /run/containerd 2>/dev/null || true
   fi
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+on_exit cleanup
 
 VERSION=$(sed -n 's/^project(gracekeeper VERSION \([0-9][0-9.]*\).*/\1/p' "$ROOT/CMakeLists.txt" | head -n1)
 IMAGE=gracekeeper.test/gracekeeper:$VERSION

@@ -61,8 +61,7 @@ if [ "${GK_INGRESS_IN_NETNS:-}" != 1 ]; then
   exec unshare --net -- bash "${BASH_SOURCE[0]}" "$@"
 fi
 
-. "$ROOT/test/integration/checks.sh"   # ok, not_ok, note, expect, eventually, summary
-bail() { echo "Bail out! $*"; not_ok "$*"; summary || true; exit 1; }
+. "$ROOT/test/integration/harness.sh"   # ok, not_ok, note, expect, eventually, die, k
 # calc EXPR: awk arithmetic, one decimal.
 calc() { awk "BEGIN { printf \"%.1f\", $1 }"; }
 
@@ -72,18 +71,14 @@ CRDS="$GK_GATEWAY_CRDS"
 BACKEND_IP=198.18.0.10
 HOST=articles.lab.test
 NS=ingress-lab
-WORK="$(mktemp -d /tmp/gk-traefik-gateway.XXXXXX)"
-CLUSTER="$WORK/cluster"
+work_dir /tmp/gk-traefik-gateway.XXXXXX
 TRAEFIK_PID=""
 BACKEND_PIDS=()
 
 stop_pid() {  # stop_pid PID: SIGTERM, SIGKILL after 5 s
-  local pid=$1 i
+  local pid=$1
   kill -TERM "$pid" 2>/dev/null || return 0
-  for i in $(seq 1 50); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
+  eventually 5 gone "$pid" || true
   kill -KILL "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
@@ -91,10 +86,7 @@ cleanup() {
   local pid
   [ -z "$TRAEFIK_PID" ] || stop_pid "$TRAEFIK_PID"
   for pid in ${BACKEND_PIDS[@]+"${BACKEND_PIDS[@]}"}; do stop_pid "$pid"; done
-  [ ! -d "$CLUSTER" ] || "$ROOT/test/cluster/down" "$CLUSTER" >/dev/null 2>&1 || echo "# test/cluster/down failed"
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
 
 # The namespace: loopback only, with the backends' address on it.
 ip link set lo up
@@ -104,13 +96,12 @@ routes=$(ip -4 route show table main | wc -l)
 if [ "$links" = "lo " ] && [ "$routes" = 0 ]; then
   ok "own network namespace: only lo ($(ip -o -4 addr show dev lo | awk '{print $4}' | tr '\n' ' ')), no route out"
 else
-  bail "the network namespace has links '$links' and $routes routes"
+  die "the network namespace has links '$links' and $routes routes"
 fi
 
-"$ROOT/test/cluster/up" "$CLUSTER" --owner-pid $$ >"$WORK/up.log" 2>&1 ||
-  { note <"$WORK/up.log"; bail "test/cluster/up failed"; }
+start_cluster "$WORK/cluster"
+on_exit cleanup  # Traefik and the backends stop before the cluster
 set -a; . "$CLUSTER/env"; set +a
-k() { kubectl --request-timeout=20s "$@"; }
 
 # The Gateway API CRDs (standard channel), established.
 if k apply --server-side --field-manager=ingress-test -f "$CRDS" >"$WORK/crds.out" 2>&1 &&
@@ -119,14 +110,14 @@ if k apply --server-side --field-manager=ingress-test -f "$CRDS" >"$WORK/crds.ou
      crd/referencegrants.gateway.networking.k8s.io >/dev/null 2>&1; then
   ok "Gateway API CRDs from $(basename "$(dirname "$CRDS")") installed: $(k get crd -o name | grep -c gateway.networking.k8s.io) established"
 else
-  note <"$WORK/crds.out"; bail "installing the Gateway API CRDs"
+  note <"$WORK/crds.out"; die "installing the Gateway API CRDs"
 fi
 
 # Traefik's identity: a ServiceAccount with what its Gateway API provider
 # watches (cluster-wide) and the status it writes, and a token for it.
-k apply -f "$ROOT/test/integration/ingress/traefik-rbac.yaml" >"$WORK/rbac.out" 2>&1 || { note <"$WORK/rbac.out"; bail "Traefik's RBAC"; }
+k apply -f "$ROOT/test/integration/ingress/traefik-rbac.yaml" >"$WORK/rbac.out" 2>&1 || { note <"$WORK/rbac.out"; die "Traefik's RBAC"; }
 ( umask 077; "$ROOT/test/cluster/token" "$CLUSTER" traefik traefik --duration=2h >"$WORK/traefik.token" ) &&
-  [ -s "$WORK/traefik.token" ] || bail "test/cluster/token traefik traefik"
+  [ -s "$WORK/traefik.token" ] || die "test/cluster/token traefik traefik"
 ok "ServiceAccount traefik/traefik with ClusterRole traefik-gateway, token minted"
 
 # The backends: 198.18.0.10 in this namespace, a and b answer 200 with their
@@ -156,7 +147,7 @@ for b in a b; do
   port_var="PORT_${b^^}"
   python3 "$WORK/backend.py" "$b" "$BACKEND_IP" "${!port_var}" >"$WORK/backend-$b.log" 2>&1 &
   BACKEND_PIDS+=($!)
-  eventually 10 curl -sf "http://$BACKEND_IP:${!port_var}/" || bail "backend $b on $BACKEND_IP:${!port_var} did not start"
+  eventually 10 curl -sf "http://$BACKEND_IP:${!port_var}/" || die "backend $b on $BACKEND_IP:${!port_var} did not start"
 done
 ok "backends a and b on $BACKEND_IP:$PORT_A and :$PORT_B (python3), nothing on :$CLOSED"
 
@@ -177,14 +168,14 @@ start_traefik() {
   if eventually 30 curl -sf "http://127.0.0.1:$PING/ping"; then
     ok "Traefik ($name) up: web on 127.0.0.1:$WEB, ping on 127.0.0.1:$PING${*:+ ($*)}"
   else
-    note <"$WORK/$name.out"; tail -n 20 "$TRAEFIK_LOG" 2>/dev/null | note; bail "Traefik ($name) did not start"
+    note <"$WORK/$name.out"; tail -n 20 "$TRAEFIK_LOG" 2>/dev/null | note; die "Traefik ($name) did not start"
   fi
 }
 stop_traefik() { stop_pid "$TRAEFIK_PID"; TRAEFIK_PID=""; }
 
 start_traefik traefik-2s
 
-k apply -f - >"$WORK/objects.out" 2>&1 <<YAML || { note <"$WORK/objects.out"; bail "creating the Gateway API objects"; }
+k apply -f - >"$WORK/objects.out" 2>&1 <<YAML || { note <"$WORK/objects.out"; die "creating the Gateway API objects"; }
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata: {name: traefik-lab}
@@ -298,7 +289,7 @@ stays() {
 }
 reset_to_a() {  # back to backend a, then quiet for longer than the throttle
   set_port "$PORT_A"
-  eventually 30 serves a || bail "backend a not served again after the reset"
+  eventually 30 serves a || die "backend a not served again after the reset"
   sleep "$(calc "$1 + 1")"
 }
 # measure THROTTLE_SECONDS: the two figures for the running Traefik.
@@ -382,4 +373,4 @@ eventually 30 serves a || true
 expect "GET through the second Traefik" "$(req /articles/7)" "200 backend a GET /articles/7 0"
 measure 8
 
-summary
+finish

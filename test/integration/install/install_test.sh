@@ -36,21 +36,19 @@ SMOKE=0
 [ "${2:-}" = --smoke ] && SMOKE=1
 [ "$(id -u)" = 0 ] || { echo "the node needs root"; echo "0 passed, 1 failed"; exit 1; }
 
-. "$REPO/test/integration/checks.sh"
+. "$REPO/test/integration/harness.sh"
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-install-test.XXXXXX")"
 LAB="$TMP/lab"
-teardown() {  # on exit: clean up, then the count line
+teardown() {  # on exit: clean up (then the harness prints the count line)
   # The Events, kept with the rest when a check failed (what was reported, and by whom).
   [ -f "$LAB/pids" ] && { "$LAB/exec" kubectl get events.events.k8s.io -A -o json >"$TMP/events.json" 2>/dev/null || true; }
   if [ -f "$LAB/pids" ]; then
     "$C/down" "$LAB" >"$TMP/down.log" 2>&1 || { not_ok "down"; cat "$TMP/down.log"; }
   fi
   if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
-  summary
 }
-trap 'teardown; exit $?' EXIT
-trap 'exit 130' INT TERM
+on_exit teardown
 
 HELM=$("$REPO/test/tools/build-helm") || { not_ok "test/tools/build-helm"; exit 1; }
 t0=$(now)
@@ -65,7 +63,7 @@ if ! GK_LAB_APP="$APP_BIN" "$C/up" "$LAB" --with-node --image "$ARCHIVE" --owner
 fi
 . "$LAB/env"
 E="$LAB/exec"
-k() { "$E" kubectl "$@"; }
+K_EXEC=$E K_REQUEST_TIMEOUT=  # k: kubectl inside the lab, requests unbounded
 h() { "$E" "$HELM" "$@"; }
 NS=gracekeeper-system
 SA="system:serviceaccount:$NS:gracekeeper"

@@ -29,7 +29,7 @@ C="$REPO/test/cluster"
 . "$C/lib.sh"
 APP_BIN="${1:?usage: upgrade_test.sh LAB_APP_BINARY}"
 [ "$(id -u)" = 0 ] || { echo "the node needs root"; echo "0 passed, 1 failed"; exit 1; }
-. "$REPO/test/integration/checks.sh"
+. "$REPO/test/integration/harness.sh"
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-upgrade-test.XXXXXX")"
 LAB="$TMP/lab"
@@ -41,10 +41,8 @@ teardown() {
     "$C/down" "$LAB" >"$TMP/down.log" 2>&1 || { not_ok "down"; cat "$TMP/down.log"; }
   fi
   if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
-  summary
 }
-trap 'teardown; exit $?' EXIT
-trap 'exit 130' INT TERM
+on_exit teardown
 
 HELM=$("$REPO/test/tools/build-helm") || { not_ok "test/tools/build-helm"; exit 1; }
 ARCHIVE=$("$REPO/hack/image" 2>"$TMP/image.log" | tail -n 1) || { not_ok "hack/image"; tail -n 20 "$TMP/image.log"; exit 1; }
@@ -53,7 +51,7 @@ if ! GK_LAB_APP="$APP_BIN" "$C/up" "$LAB" --with-node --image "$ARCHIVE" --owner
 fi
 . "$LAB/env"
 E="$LAB/exec"
-k() { "$E" kubectl "$@"; }
+K_EXEC=$E K_REQUEST_TIMEOUT=  # k: kubectl inside the lab, requests unbounded
 h() { "$E" "$HELM" "$@"; }
 NS=gracekeeper-system
 HELM_SET=(--set image.repository=gracekeeper.test/gracekeeper)

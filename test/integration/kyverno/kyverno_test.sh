@@ -31,9 +31,9 @@ if [ -z "${GK_KYVERNO:-}" ]; then
   exec unshare --net -- bash -c 'ip link set lo up && exec bash "$0" "$@"' "$0" "$@"
 fi
 KYVERNO="$GK_KYVERNO"
-WORK="$(mktemp -d /tmp/gk-kyverno.XXXXXX)"
-CLUSTER="$WORK/cluster"
 . "$ROOT/test/integration/operator/lib.sh"
+work_dir /tmp/gk-kyverno.XXXXXX
+show_logs_on_failure 30
 CRDS="$(dirname "$(dirname "$KYVERNO")")/src/config/crds"
 NS=shop
 HASH=5c4b8d9f7
@@ -42,16 +42,9 @@ KY_PID=""
 cleanup() {
   [ -n "${OP_PID:-}" ] && { kill -KILL "$OP_PID" 2>/dev/null; wait "$OP_PID" 2>/dev/null; }
   [ -n "$KY_PID" ] && { kill -TERM -- "-$KY_PID" 2>/dev/null; sleep 1; kill -KILL -- "-$KY_PID" 2>/dev/null; }
-  "$ROOT/test/cluster/down" "$CLUSTER" >/dev/null 2>&1
-  if [ "$FAILED" -gt 0 ]; then
-    for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "# --- $f (last 30 lines)"; tail -30 "$f" | note; }; done
-  fi
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-"$ROOT/test/cluster/up" "$CLUSTER" --owner-pid $$ >"$WORK/up.log" 2>&1 || { echo "Bail out! test/cluster/up failed"; tail -20 "$WORK/up.log"; exit 1; }
+start_cluster "$WORK/cluster"
+on_exit cleanup
 
 # ------------------------------------------------------------- Kyverno
 k create namespace kyverno >/dev/null

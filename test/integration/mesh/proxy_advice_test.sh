@@ -13,11 +13,10 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 # shellcheck source=../checks.sh
-. "$ROOT/test/integration/checks.sh"
 GK="${1:?usage: proxy_advice_test.sh GRACEKEEPER_BINARY}"
-CHECKER=$("$ROOT/test/tools/build-proxyconfig-check") || { echo "Bail out! test/tools/build-proxyconfig-check failed"; exit 1; }
-DIR=$(mktemp -d /tmp/gk-proxy-advice.XXXXXX)
-trap 'rm -rf "$DIR"' EXIT
+. "$ROOT/test/integration/harness.sh"
+CHECKER=$("$ROOT/test/tools/build-proxyconfig-check") || die "test/tools/build-proxyconfig-check failed"
+work_dir /tmp/gk-proxy-advice.XXXXXX
 
 # pod NAME WAIT DRAIN PROXY_YAML [ANNOTATION_LINE]: a Pod whose app waits
 # WAIT s (its own sleep hook, at least the 15 s the default policy needs)
@@ -58,8 +57,8 @@ LINKERD='  - name: linkerd-proxy
 # case NAME WAIT DRAIN PROXY KEY EXPECTED_DECODED
 case_() {
   local name="$1" wait="$2" drain="$3" proxy="$4" key="$5" want="$6" out advice decoded
-  pod "$name" "$wait" "$drain" "$proxy" >"$DIR/$name.yaml"
-  out=$("$GK" check -f "$DIR/$name.yaml" 2>&1)
+  pod "$name" "$wait" "$drain" "$proxy" >"$WORK/$name.yaml"
+  out=$("$GK" check -f "$WORK/$name.yaml" 2>&1)
   advice=$(grep -o "set $key: .* on the pod template" <<<"$out" | sed -e 's/^set //' -e 's/ on the pod template$//')
   if [ -z "$advice" ]; then not_ok "$name: no ProxyExitsEarly advice for $key"; note <<<"$out"; return; fi
   ok "$name: ProxyExitsEarly gives $advice"
@@ -68,8 +67,8 @@ case_() {
   else
     not_ok "$name: the mesh does not decode it"; note <<<"$decoded"
   fi
-  pod "$name" "$wait" "$drain" "$proxy" "$advice" >"$DIR/$name.fixed.yaml"
-  out=$("$GK" check -f "$DIR/$name.fixed.yaml" 2>&1)
+  pod "$name" "$wait" "$drain" "$proxy" "$advice" >"$WORK/$name.fixed.yaml"
+  out=$("$GK" check -f "$WORK/$name.fixed.yaml" 2>&1)
   if grep -q 'ProxyExitsEarly\|ProxyConfigUnreadable' <<<"$out"; then
     not_ok "$name: pasted under the pod's annotations, the proxy still leaves early"; note <<<"$out"
   else
@@ -87,7 +86,7 @@ case_ linkerd 16 30 "$LINKERD" config.alpha.linkerd.io/proxy-wait-before-exit-se
 
 # What `plan` writes onto a template injected by hand (the user's YAML
 # annotation merged: its other field kept) decodes too, and holds.
-cat >"$DIR/deploy.yaml" <<'YAML'
+cat >"$WORK/deploy.yaml" <<'YAML'
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -112,10 +111,10 @@ spec:
       - name: istio-proxy
         readinessProbe: {httpGet: {path: /healthz/ready, port: 15021}}
 YAML
-"$GK" plan -f "$DIR/deploy.yaml" >"$DIR/planned.yaml" 2>"$DIR/plan.err"
+"$GK" plan -f "$WORK/deploy.yaml" >"$WORK/planned.yaml" 2>"$WORK/plan.err"
 written=$(python3 -c 'import json, sys, yaml
 d = yaml.safe_load(sys.stdin)
-print(d["spec"]["template"]["metadata"]["annotations"]["proxy.istio.io/config"])' <"$DIR/planned.yaml")
+print(d["spec"]["template"]["metadata"]["annotations"]["proxy.istio.io/config"])' <"$WORK/planned.yaml")
 quoted=$(sed "s/'/''/g" <<<"$written")  # as a single-quoted YAML scalar
 if decoded=$("$CHECKER" <<<"proxy.istio.io/config: '$quoted'" 2>&1); then
   expect "plan writes what Istio decodes" "$decoded" \
@@ -125,7 +124,7 @@ else
 fi
 expect "... the user's other setting kept" "$(jq -r .holdApplicationUntilProxyStarts <<<"$written")" true
 quietly() { "$@" >/dev/null 2>&1; }
-check "... and check passes on what plan wrote" quietly "$GK" check -f "$DIR/planned.yaml"
+check "... and check passes on what plan wrote" quietly "$GK" check -f "$WORK/planned.yaml"
 
 # The checker is strict: a malformed duration and an unknown field fail.
 for bad in "proxy.istio.io/config: '{\"terminationDrainDuration\":\"25\"}'" \

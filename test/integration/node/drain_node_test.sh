@@ -20,7 +20,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 C="$REPO/test/cluster"
 . "$C/lib.sh"
 . "$C/node.sh"
-. "$REPO/test/integration/checks.sh"
+. "$REPO/test/integration/harness.sh"
 
 GK="${1:?usage: drain_node_test.sh GRACEKEEPER_BINARY LAB_APP_BINARY}"
 APP_BIN="${2:?usage: drain_node_test.sh GRACEKEEPER_BINARY LAB_APP_BINARY}"
@@ -30,7 +30,7 @@ TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-drain-node.XXXXXX")"
 LAB="$TMP/lab"
 OP_PID=""
 POST_PID=""
-teardown() {  # on exit: clean up, then the count line
+teardown() {  # on exit: clean up (then the harness prints the count line)
   [ -n "$POST_PID" ] && kill "$POST_PID" 2>/dev/null
   if [ -n "$OP_PID" ]; then kill -TERM "$OP_PID" 2>/dev/null; wait "$OP_PID" 2>/dev/null; fi
   if [ -f "$LAB/pids" ]; then
@@ -38,10 +38,8 @@ teardown() {  # on exit: clean up, then the count line
   fi
   if [ "$FAILED" -gt 0 ] && [ -f "$TMP/op.log" ]; then echo "# operator log (last 30 lines)"; tail -30 "$TMP/op.log"; fi
   if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
-  summary
 }
-trap 'teardown; exit $?' EXIT
-trap 'exit 130' INT TERM
+on_exit teardown
 
 t0=$(now)
 if ! GK_LAB_APP="$APP_BIN" "$C/up" "$LAB" --with-node --owner-pid $$ >"$TMP/up.log" 2>&1; then
@@ -50,7 +48,7 @@ fi
 ok "up --with-node in $(sub "$(now)" "$t0")s"
 . "$LAB/env"
 E="$LAB/exec"
-k() { "$E" kubectl "$@"; }
+K_EXEC=$E K_REQUEST_TIMEOUT=  # k: kubectl inside the lab, requests unbounded
 
 k apply --server-side -f "$REPO/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null

@@ -30,15 +30,15 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 C="$REPO/test/cluster"
 . "$C/lib.sh"
 . "$C/node.sh"
-. "$REPO/test/integration/checks.sh"
+. "$REPO/test/integration/harness.sh"
 
 GK="${1:?usage: ingress_node_test.sh GRACEKEEPER_BINARY LAB_APP_BINARY}"
 APP_BIN="${2:?usage: ingress_node_test.sh GRACEKEEPER_BINARY LAB_APP_BINARY}"
 [ "$(id -u)" = 0 ] || { echo "the node needs root"; echo "0 passed, 1 failed"; exit 1; }
 
 # Everything that downloads runs before the lab (whose namespace has no route out).
-TRAEFIK=$("$REPO/test/tools/build-traefik") || { echo "test/tools/build-traefik failed"; echo "0 passed, 1 failed"; exit 1; }
-CRDS=$("$REPO/test/tools/gateway-api-crds") || { echo "test/tools/gateway-api-crds failed"; echo "0 passed, 1 failed"; exit 1; }
+TRAEFIK=$("$REPO/test/tools/build-traefik") || die "test/tools/build-traefik failed"
+CRDS=$("$REPO/test/tools/gateway-api-crds") || die "test/tools/gateway-api-crds failed"
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-ingress-node.XXXXXX")"
 LAB="$TMP/lab"
@@ -50,11 +50,11 @@ API=18001
 stop() {  # stop PID: SIGTERM, SIGKILL after 5 s
   [ -n "$1" ] || return 0
   kill -TERM "$1" 2>/dev/null || return 0
-  for _ in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  eventually 5 gone "$1"
   kill -KILL "$1" 2>/dev/null
   wait "$1" 2>/dev/null
 }
-teardown() {  # on exit: clean up, then the count line
+teardown() {  # on exit: clean up (then the harness prints the count line)
   stop "$OP_PID"
   stop "$TRAEFIK_PID"
   if [ -f "$LAB/pids" ]; then
@@ -65,10 +65,8 @@ teardown() {  # on exit: clean up, then the count line
     [ -f "$TMP/traefik.log" ] && { echo "# Traefik log (last 20 lines)"; tail -20 "$TMP/traefik.log"; }
   fi
   if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
-  summary
 }
-trap 'teardown; exit $?' EXIT
-trap 'exit 130' INT TERM
+on_exit teardown
 
 t0=$(now)
 if ! GK_LAB_APP="$APP_BIN" "$C/up" "$LAB" --with-node --owner-pid $$ >"$TMP/up.log" 2>&1; then
@@ -77,7 +75,7 @@ fi
 ok "up --with-node in $(sub "$(now)" "$t0")s"
 . "$LAB/env"
 E="$LAB/exec"
-k() { "$E" kubectl "$@"; }
+K_EXEC=$E K_REQUEST_TIMEOUT=  # k: kubectl inside the lab, requests unbounded
 
 k apply --server-side -f "$REPO/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k apply --server-side --field-manager=ingress-test -f "$CRDS" >/dev/null

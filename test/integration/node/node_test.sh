@@ -35,23 +35,21 @@ SMOKE=0
 [ -x "$APP_BIN" ] || { echo "no test app at $APP_BIN"; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "the node needs root"; echo "0 passed, 1 failed"; exit 1; }
 
-. "$REPO/test/integration/checks.sh"
+. "$REPO/test/integration/harness.sh"
 in_range() { [[ $1 == "$2"* ]]; }
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-node-test.XXXXXX")"
 LAB="$TMP/lab"
 BG=()   # pids of background helpers (kubectl logs -f, curl), killed on exit
-teardown() {  # on exit: clean up, then the count line
+teardown() {  # on exit: clean up (then the harness prints the count line)
   local p
   for p in ${BG[@]+"${BG[@]}"}; do kill "$p" 2>/dev/null; done
   if [ -f "$LAB/pids" ]; then
     "$C/down" "$LAB" >"$TMP/down-at-exit.log" 2>&1 || cat "$TMP/down-at-exit.log"
   fi
   if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
-  summary
 }
-trap 'teardown; exit $?' EXIT
-trap 'exit 130' INT TERM
+on_exit teardown
 
 # ------------------------------------------------------------------ bad input
 out=$("$C/up" "$TMP/bad" --with-node --proxy-min-sync -1 2>&1); rc=$?
@@ -86,7 +84,7 @@ ok "up --with-node in ${T_UP}s"
 figure "up-with-node-seconds $T_UP"
 . "$LAB/env"
 E="$LAB/exec"
-k() { "$E" kubectl "$@"; }
+K_EXEC=$E K_REQUEST_TIMEOUT=  # k: kubectl inside the lab, requests unbounded
 
 if [ "$SMOKE" = 0 ]; then
   out=$(GK_LAB_APP="$APP_BIN" "$C/up" "$TMP/second" --with-node 2>&1); rc=$?

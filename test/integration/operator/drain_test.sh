@@ -26,8 +26,8 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 GK="${1:?usage: drain_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
 CLUSTER="${2:?usage: drain_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
-WORK="$(mktemp -d)"
 . "$ROOT/test/integration/operator/lib.sh"
+work_dir
 SUFFIX=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 NS="op-drain-$SUFFIX"
 FINALIZER=gracekeeper.dev/drain-test
@@ -45,13 +45,9 @@ cleanup() {
   k delete pods --all -n "$NS" --grace-period=0 --force --wait=false >/dev/null 2>&1
   k delete deployments,shutdownpolicies --all -n "$NS" --wait=false >/dev/null 2>&1
   k delete namespace "$NS" --wait=false >/dev/null 2>&1
-  if [ "$FAILED" -gt 0 ]; then
-    for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "# --- $f (last 30 lines)"; tail -30 "$f" | note; }; done
-  fi
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+show_logs_on_failure 30
+on_exit cleanup
 
 # pod NAME: a pod of web as its ReplicaSet would make it, bound to a node
 # that does not exist, kept by the test's finalizer.

@@ -1,13 +1,12 @@
-# Shared by the operator's integration tests: the checks (../checks.sh),
+# Shared by the operator's integration tests: the harness (../harness.sh),
 # starting and stopping `gracekeeper run` against a cluster, and reading the
-# audit log. Sourced; expects ROOT, GK (the binary), CLUSTER (test/cluster
-# dir), WORK.
+# audit log. Sourced; expects ROOT, GK (the binary), and by the time they are
+# used CLUSTER (a test/cluster dir: given, or start_cluster's) and WORK.
 
-# shellcheck source=SCRIPTDIR/../checks.sh
-. "$(dirname "${BASH_SOURCE[0]}")/../checks.sh"
+# shellcheck source=SCRIPTDIR/../harness.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../harness.sh"
 
-export KUBECONFIG="$CLUSTER/kubeconfig"
-k() { kubectl --request-timeout=20s "$@"; }
+[ -z "${CLUSTER:-}" ] || export KUBECONFIG="$CLUSTER/kubeconfig"
 
 # start_operator NAME [FLAGS...]: runs `gracekeeper run` in the background,
 # logs to $WORK/NAME.log (JSON lines); sets OP_PID and OP_PORT (metrics and
@@ -22,13 +21,14 @@ start_operator() {
   OP_PID=$!
   OP_LOG="$WORK/$name.log"
   OP_PORT=""
-  local i
-  for i in $(seq 1 100); do
-    OP_PORT=$(jq -r 'select(.msg == "serving HTTP") | .port' "$OP_LOG" 2>/dev/null | head -1)
-    [ -n "$OP_PORT" ] && break
-    sleep 0.1
-  done
+  eventually 10 op_port_known
   eventually 20 curl -sf "http://127.0.0.1:$OP_PORT/readyz"
+}
+
+# op_port_known: sets OP_PORT from OP_LOG's "serving HTTP" line; false until then.
+op_port_known() {
+  OP_PORT=$(jq -r 'select(.msg == "serving HTTP") | .port' "$OP_LOG" 2>/dev/null | head -1)
+  [ -n "$OP_PORT" ]
 }
 
 stop_operator() {  # SIGTERM; sets OP_EXIT and STOP_MS (how long it took to exit)

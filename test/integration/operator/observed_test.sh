@@ -31,8 +31,8 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 GK="${1:?usage: observed_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
 CLUSTER="${2:?usage: observed_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
-WORK="$(mktemp -d)"
 . "$ROOT/test/integration/operator/lib.sh"
+work_dir
 SUFFIX=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 NS="op-obs-$SUFFIX"
 
@@ -43,13 +43,9 @@ cleanup() {
     k delete deployments,shutdownpolicies,endpointslices --all -n "$ns" --wait=false >/dev/null 2>&1
     k delete namespace "$ns" --wait=false >/dev/null 2>&1
   done
-  if [ "$FAILED" -gt 0 ]; then
-    for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "# --- $f (last 30 lines)"; tail -30 "$f" | note; }; done
-  fi
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+show_logs_on_failure 30
+on_exit cleanup
 
 policy() {  # policy CONSUMER-SYNC-SECONDS [STATIC-SECONDS [CONSUMER]]
   k apply -f - >/dev/null <<YAML

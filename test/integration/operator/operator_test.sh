@@ -11,20 +11,17 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 GK="${1:?usage: operator_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
 CLUSTER="${2:?usage: operator_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
-WORK="$(mktemp -d)"
 . "$ROOT/test/integration/operator/lib.sh"
+work_dir
 
 cleanup() {
   for pid in ${OP_PID:-} ${RACER_PID:-}; do kill -KILL "$pid" 2>/dev/null; done
   k delete namespace op-basic op-dry op-amb op-conflict op-replace op-defer op-steady op-restart op-cold op-svc op-roll op-release op-events op-exec op-fight op-fightend op-paused op-manage op-raise op-stall op-steal --wait=false >/dev/null 2>&1
   k delete clusterrolebinding gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
   k delete clusterrole gk-test-no-events gk-test-events-writer --ignore-not-found >/dev/null 2>&1
-  if [ "$FAILED" -gt 0 ]; then
-    for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
-  fi
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
+show_logs_on_failure 20
+on_exit cleanup
 
 # policy NS NAME [SPEC-YAML-LINES]: a Static policy (4 s) unless the lines say otherwise.
 policy() {
@@ -640,9 +637,9 @@ steal() {
     jq --arg now "$(now_rfc3339)" '.spec.holderIdentity = "thief" | .spec.renewTime = $now | .spec.leaseDurationSeconds = 60' |
     k replace -f - >/dev/null 2>&1
 }
-for i in 1 2 3 4 5; do steal && break; sleep 0.2; done
+eventually 1 0.2 steal
 start=$(date +%s%N)
-for i in $(seq 1 100); do kill -0 "$OP_PID" 2>/dev/null || break; sleep 0.1; done
+eventually 10 gone "$OP_PID"
 wait "$OP_PID" 2>/dev/null
 OP_EXIT=$?
 ms=$((($(date +%s%N) - start) / 1000000))

@@ -28,8 +28,8 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 GK="${1:?usage: prometheus_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
 CLUSTER="${2:?usage: prometheus_test.sh GRACEKEEPER_BINARY CLUSTER_DIR}"
-WORK="$(mktemp -d)"
 . "$ROOT/test/integration/operator/lib.sh"
+work_dir
 FIXTURES="$ROOT/test/integration/prometheus"
 PROM_DIR="$WORK/prometheus"
 REFRESH=2
@@ -50,15 +50,9 @@ cleanup() {
     k delete deployments,shutdownpolicies --all -n "$ns" --wait=false >/dev/null 2>&1
   done
   k delete namespace $NAMESPACES --wait=false >/dev/null 2>&1
-  if [ "$FAILED" -gt 0 ]; then
-    for f in "$WORK"/*.log "$PROM_DIR/prometheus.log"; do
-      [ -f "$f" ] && { echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; }
-    done
-  fi
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+show_logs_on_failure 20 "$PROM_DIR/prometheus.log"
+on_exit cleanup
 
 # policy NS [SPEC-YAML-LINES]: the Prometheus policy "default", staticSeconds 4.
 policy() {

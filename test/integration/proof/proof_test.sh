@@ -11,13 +11,9 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 . "$REPO/test/cluster/lib.sh"
 . "$REPO/test/cluster/node.sh"
 
-. "$REPO/test/integration/checks.sh"
+. "$REPO/test/integration/harness.sh"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/gk-proof-test.XXXXXX")"
-teardown() {  # on exit: clean up, then the count line
-  if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
-  summary
-}
-trap 'teardown; exit $?' EXIT
+on_exit 'if [ "$FAILED" -eq 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi'
 
 # ------------------------------------------------------------------ the analysis, without a lab
 check "analyze.py --self-test: Clopper-Pearson against known values" \
@@ -124,14 +120,15 @@ check "the lab is gone after the run" test ! -e "/run/netns/$(gk_node_netns "$TM
 setsid python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
   "$REPO/hack/proof" --rollouts 3 --scenarios baseline --out "$TMP/int" >"$TMP/int.log" 2>&1 &
 PROOF=$!
-for _ in $(seq 1 240); do grep -q 'no-keepalive rollout 1' "$TMP/int.log" 2>/dev/null && break; sleep 0.5; done
+eventually 120 0.5 grep -q 'no-keepalive rollout 1' "$TMP/int.log"
 kill -INT -- "-$PROOF" 2>/dev/null
-for _ in $(seq 1 120); do kill -0 "$PROOF" 2>/dev/null || break; sleep 0.5; done
+eventually 60 0.5 gone "$PROOF"
 wait "$PROOF"; rc=$?
 check "Ctrl-C stops hack/proof in the middle of its run (exit $rc, want 130)" test "$rc" = 130
 check "... and tears its lab down: no node process" test -z "$(gk_node_processes "$TMP/int/lab")"
 check "... no namespace" test ! -e "/run/netns/$(gk_node_netns "$TMP/int/lab")"
 check "... no kubepods cgroup" test -z "$(gk_node_cgroup_dirs)"
 left=""
-for _ in $(seq 1 20); do left=$(pgrep -af -- "$TMP/int/" || true); [ -z "$left" ] && break; sleep 0.5; done
+none_left() { left=$(pgrep -af -- "$TMP/int/" || true); [ -z "$left" ]; }
+eventually 10 0.5 none_left
 check "... and no process of the run left (recorder, captures, load): ${left:-none}" test -z "$left"

@@ -17,29 +17,17 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 GK="${1:?usage: revert_test.sh GRACEKEEPER_BINARY [CLUSTER_DIR]}"
 CLUSTER="${2:-}"
-WORK="$(mktemp -d)"
-if [ -z "$CLUSTER" ]; then
-  CLUSTER="$WORK/cluster"
-  OWN_CLUSTER=1
-  "$ROOT/test/cluster/up" "$CLUSTER" --owner-pid $$ >"$WORK/up.log" 2>&1 || {
-    cat "$WORK/up.log"
-    echo "0 passed, 1 failed"
-    exit 1
-  }
-fi
 . "$ROOT/test/integration/operator/lib.sh"
+work_dir
+[ -n "$CLUSTER" ] || start_cluster "$WORK/cluster"
 NS=rv-user
 
 cleanup() {
   [ -n "${OP_PID:-}" ] && kill -KILL "$OP_PID" 2>/dev/null
   k delete namespace "$NS" --wait=false >/dev/null 2>&1
-  if [ "$FAILED" -gt 0 ]; then
-    for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
-  fi
-  [ -n "${OWN_CLUSTER:-}" ] && "$ROOT/test/cluster/down" "$CLUSTER" >/dev/null 2>&1
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
+show_logs_on_failure 20
+on_exit cleanup
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null

@@ -12,18 +12,16 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 CLUSTER="${1:?usage: alerts_server_test.sh CLUSTER_DIR}"
 . "$ROOT/test/integration/ship/lib.sh"
 helm_binary
-CRDS=$("$ROOT/test/tools/prometheus-operator-crds") || { echo "Bail out! test/tools/prometheus-operator-crds failed"; exit 1; }
+CRDS=$("$ROOT/test/tools/prometheus-operator-crds") || die "test/tools/prometheus-operator-crds failed"
 export KUBECONFIG="$CLUSTER/kubeconfig"
-k() { kubectl --request-timeout=20s "$@"; }
-WORK="$(mktemp -d)"
+work_dir
 NS=gracekeeper-system
 CREATED=()
 cleanup() {
   local crd
   for crd in "${CREATED[@]}"; do k delete crd "$crd" --ignore-not-found --wait=false >/dev/null 2>&1; done
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
+on_exit cleanup
 
 # Namespaces stay (without kube-controller-manager a deleted one never goes).
 for ns in "$NS" monitoring; do

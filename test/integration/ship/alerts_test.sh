@@ -14,9 +14,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 helm_binary
 HERE="$ROOT/test/integration/ship/alerts"
 METRICS_CPP="$ROOT/src/metrics/metrics.cpp"
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
-command -v promtool >/dev/null || { echo "Bail out! promtool not found (Debian's prometheus package: hack/install-deps)"; exit 1; }
+work_dir
+command -v promtool >/dev/null || die "promtool not found (Debian's prometheus package: hack/install-deps)"
 
 # tap COMMAND...: the command's "ok - " / "not ok - " lines counted as ours.
 tap() {
@@ -32,7 +31,7 @@ tap() {
 
 # ------------------------------------------------------------- off by default
 d0=$(render)
-[ "$(jq length <<<"$d0")" -gt 5 ] || { echo "Bail out! the chart does not render with its defaults"; exit 1; }
+[ "$(jq length <<<"$d0")" -gt 5 ] || die "the chart does not render with its defaults"
 expect "defaults: no PrometheusRule, no dashboard (the same objects as both off)" "$(kinds "$d0")" \
   "$(kinds "$(render --set prometheusRule.enabled=false --set dashboard.enabled=false)")"
 expect "defaults: no monitoring.coreos.com object besides the ServiceMonitor switch, no ConfigMap" \

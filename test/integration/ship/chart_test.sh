@@ -9,8 +9,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 . "$ROOT/test/integration/ship/lib.sh"
 helm_binary
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
+work_dir
 
 # ------------------------------------------------------------- lint
 for mode in "" --strict; do

@@ -1,13 +1,13 @@
 # shellcheck shell=bash
-# Shared by the ship tests (sourced): the checks (../checks.sh) and reading
+# Shared by the ship tests (sourced): the harness (../harness.sh) and reading
 # YAML. Expects ROOT (the repository).
 
-# shellcheck source=SCRIPTDIR/../checks.sh
-. "$(dirname "${BASH_SOURCE[0]}")/../checks.sh"
+# shellcheck source=SCRIPTDIR/../harness.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../harness.sh"
 
 # The pinned Helm, built once and cached (test/tools/build-helm).
 helm_binary() {
-  HELM=$("$ROOT/test/tools/build-helm") || { echo "Bail out! test/tools/build-helm failed"; exit 1; }
+  HELM=$("$ROOT/test/tools/build-helm") || die "test/tools/build-helm failed"
 }
 
 # yaml2json: multi-document YAML on stdin -> a JSON array of the documents

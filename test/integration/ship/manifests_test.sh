@@ -12,8 +12,7 @@ CLUSTER="${1:?usage: manifests_test.sh CLUSTER_DIR}"
 . "$ROOT/test/integration/ship/lib.sh"
 helm_binary
 export KUBECONFIG="$CLUSTER/kubeconfig"
-k() { kubectl --request-timeout=20s "$@"; }
-WORK="$(mktemp -d)"
+work_dir
 NS=gracekeeper-system
 SA="system:serviceaccount:$NS:gracekeeper"
 
@@ -22,9 +21,8 @@ cleanup() {
   # a deleted namespace never finishes terminating, and a re-run needs them).
   k delete clusterrole,clusterrolebinding -l app.kubernetes.io/instance=gracekeeper --ignore-not-found >/dev/null 2>&1
   k delete serviceaccount,role,rolebinding -n "$NS" -l app.kubernetes.io/instance=gracekeeper --ignore-not-found >/dev/null 2>&1
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
+on_exit cleanup
 
 k apply --server-side -f "$ROOT/crds/shutdownpolicies.gracekeeper.dev.yaml" >/dev/null
 k wait --for condition=established crd/shutdownpolicies.gracekeeper.dev >/dev/null

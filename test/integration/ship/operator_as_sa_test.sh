@@ -20,21 +20,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 GK="${1:?usage: operator_as_sa_test.sh GRACEKEEPER_BINARY}"
 . "$ROOT/test/integration/ship/lib.sh"
 helm_binary
-WORK="$(mktemp -d)"
-CLUSTER="$WORK/cluster"
+work_dir
 NS=gracekeeper-system
 SA="system:serviceaccount:$NS:gracekeeper"
 
-cleanup() {
-  "$ROOT/test/cluster/down" "$CLUSTER" >/dev/null 2>&1
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-"$ROOT/test/cluster/up" "$CLUSTER" --owner-pid $$ >"$WORK/up.log" 2>&1 \
-  || { cat "$WORK/up.log"; echo "Bail out! test/cluster/up failed"; exit 1; }
-export KUBECONFIG="$CLUSTER/kubeconfig"
-k() { kubectl --request-timeout=20s "$@"; }
+start_cluster "$WORK/cluster"
 
 k create namespace "$NS" >/dev/null
 HT=("$HELM" template gracekeeper "$ROOT/charts/gracekeeper" --namespace "$NS")

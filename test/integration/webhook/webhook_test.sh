@@ -26,27 +26,18 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 GK="${1:?usage: webhook_test.sh GRACEKEEPER_BINARY}"
-WORK="$(mktemp -d)"
-CLUSTER="$WORK/cluster"
-"$ROOT/test/cluster/up" "$CLUSTER" --with-controllers --owner-pid $$ >"$WORK/up.log" 2>&1 || {
-  cat "$WORK/up.log"
-  echo "0 passed, 1 failed"
-  exit 1
-}
 . "$ROOT/test/integration/operator/lib.sh"
+work_dir
+show_logs_on_failure 20
+start_cluster "$WORK/cluster" --with-controllers
 NS=wh-shop
 HOOK=gracekeeper-webhook-test
 
 cleanup() {
   [ -n "${OP_PID:-}" ] && kill -CONT "$OP_PID" 2>/dev/null && kill -KILL "$OP_PID" 2>/dev/null
   [ -n "${LORIS_PID:-}" ] && kill "$LORIS_PID" 2>/dev/null
-  if [ "$FAILED" -gt 0 ]; then
-    for f in "$WORK"/*.log; do echo "# --- $f (last 20 lines)"; tail -20 "$f" | note; done
-  fi
-  "$ROOT/test/cluster/down" "$CLUSTER" >/dev/null 2>&1
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
+on_exit cleanup
 
 # ---------------------------------------------------------------- certificates
 CERTS="$WORK/certs"
