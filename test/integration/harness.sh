@@ -20,6 +20,11 @@
 #                      suite exited non-zero. SIGINT and SIGTERM exit through
 #                      it too.
 #   gone PID           true when PID no longer runs (for eventually).
+#   rollout_over NS NAME
+#                      Deployment NAME's status as its controller writes it
+#                      once the rollout of its current generation is over (a
+#                      control plane without a kube-controller-manager):
+#                      observedGeneration, and every replica updated.
 #   finish             exits; the trap prints the count line after the steps.
 #   work_dir [TEMPLATE]
 #                      WORK: a new temporary directory (mktemp -d [TEMPLATE]),
@@ -79,6 +84,14 @@ trap 'exit 143' TERM
 finish() { exit 0; }
 
 gone() { ! kill -0 "$1" 2>/dev/null; }
+
+rollout_over() {
+  local gen n
+  gen=$(k get deployment "$2" -n "$1" -o jsonpath='{.metadata.generation}')
+  n=$(k get deployment "$2" -n "$1" -o jsonpath='{.spec.replicas}')
+  k patch deployment "$2" -n "$1" --subresource=status --type=merge -p "{\"status\":{\"observedGeneration\":$gen,
+    \"replicas\":${n:-1},\"updatedReplicas\":${n:-1},\"readyReplicas\":${n:-1},\"availableReplicas\":${n:-1}}}" >/dev/null
+}
 
 work_dir() {
   WORK="$(mktemp -d ${1:+"$1"})"

@@ -160,6 +160,13 @@ k create -f - >/dev/null <<JSON
     {"name":"istio-proxy","image":"proxy:1","ports":[{"containerPort":15090}],
      "env":[{"name":"PROXY_CONFIG","value":"{\\"terminationDrainDuration\\":\\"30s\\"}"}]}]}}
 JSON
+# gracekeeper hands the added proxy its budget on the template (a new
+# generation). A pod is judged only against a generation its controller
+# has observed: the rollout over, as the Deployment controller (absent
+# here) would say.
+mesh_written() { [ -n "$(jp deployment "$NS" web '{.spec.template.metadata.annotations.proxy\.istio\.io/config}')" ]; }
+eventually 15 mesh_written || not_ok "no proxy.istio.io/config on web's template"
+rollout_over "$NS" web
 differs_note() {
   k get events.events.k8s.io -n "$NS" -o json |
     jq -r --arg pod "$P3" '.items[] | select(.reason == "PodDiffersFromTemplate" and (.note | contains($pod))) | .note'
