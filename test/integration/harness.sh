@@ -20,6 +20,10 @@
 #                      suite exited non-zero. SIGINT and SIGTERM exit through
 #                      it too.
 #   gone PID           true when PID no longer runs (for eventually).
+#   mesh_config NS NAME
+#                      Deployment NAME's template annotation
+#                      proxy.istio.io/config (gracekeeper's hand-over to an
+#                      Istio proxy); has_mesh_config NS NAME: it is set.
 #   rollout_over NS NAME
 #                      Deployment NAME's status as its controller writes it
 #                      once the rollout of its current generation is over (a
@@ -84,6 +88,9 @@ trap 'exit 143' TERM
 finish() { exit 0; }
 
 gone() { ! kill -0 "$1" 2>/dev/null; }
+
+mesh_config() { k get deploy "$2" -n "$1" -o jsonpath='{.spec.template.metadata.annotations.proxy\.istio\.io/config}'; }
+has_mesh_config() { [ -n "$(mesh_config "$@")" ]; }
 
 rollout_over() {
   local gen n

@@ -152,12 +152,10 @@ differs_note() {
 has_differs() { [ -n "$(differs_note)" ]; }
 
 # Where it can: the injected proxy gets its budget on the template.
-mesh_config() { k get deploy web -n "$NS" -o jsonpath='{.spec.template.metadata.annotations.proxy\.istio\.io/config}'; }
-has_mesh_config() { [ -n "$(mesh_config)" ]; }
-eventually 20 has_mesh_config && ok "the injected proxy's budget on web's template: $(mesh_config)" \
+eventually 20 has_mesh_config "$NS" web && ok "the injected proxy's budget on web's template: $(mesh_config "$NS" web)" \
   || not_ok "no proxy.istio.io/config on web's template"
 expect "... the proxy serves through the wait and the drain" \
-  "$(mesh_config | jq -c '[.terminationDrainDuration, .proxyMetadata.MINIMUM_DRAIN_DURATION]')" '["11s","6s"]'
+  "$(mesh_config "$NS" web | jq -c '[.terminationDrainDuration, .proxyMetadata.MINIMUM_DRAIN_DURATION]')" '["11s","6s"]'
 
 # That write is a new generation; once its rollout is over, the pod
 # (Kyverno's, whatever the template says) is judged and counted. (The

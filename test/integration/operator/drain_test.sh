@@ -164,8 +164,8 @@ JSON
 # generation). A pod is judged only against a generation its controller
 # has observed: the rollout over, as the Deployment controller (absent
 # here) would say.
-mesh_written() { [ -n "$(jp deployment "$NS" web '{.spec.template.metadata.annotations.proxy\.istio\.io/config}')" ]; }
-eventually 15 mesh_written || not_ok "no proxy.istio.io/config on web's template"
+eventually 15 has_mesh_config "$NS" web && ok "the injected proxy's budget on web's template: $(mesh_config "$NS" web)" \
+  || not_ok "no proxy.istio.io/config on web's template"
 rollout_over "$NS" web
 differs_note() {
   k get events.events.k8s.io -n "$NS" -o json |
@@ -188,12 +188,8 @@ expect "... violations" "$(status '{.status.deployments.violations}')" 1
 # The injected proxy leaves after 30 s, before the app's 6 s wait and 48 s
 # drain are over: its budget goes onto web's template, through Istio's own
 # annotation (docs/api.md, "Mesh proxies"), recorded as gracekeeper's.
-mesh_config() { k get deploy web -n "$NS" -o jsonpath='{.spec.template.metadata.annotations.proxy\.istio\.io/config}'; }
-has_mesh_config() { [ -n "$(mesh_config)" ]; }
-eventually 10 has_mesh_config && ok "the injected proxy's budget on web's template: $(mesh_config)" \
-  || not_ok "no proxy.istio.io/config on web's template"
-expect "... the drain covers wait + drain, exit on zero, the wait as its minimum" \
-  "$(mesh_config | jq -c '[.terminationDrainDuration, .proxyMetadata.EXIT_ON_ZERO_ACTIVE_CONNECTIONS, .proxyMetadata.MINIMUM_DRAIN_DURATION]')" '["54s","true","6s"]'
+expect "its budget: the drain covers wait + drain, exit on zero, the wait as its minimum" \
+  "$(mesh_config "$NS" web | jq -c '[.terminationDrainDuration, .proxyMetadata.EXIT_ON_ZERO_ACTIVE_CONNECTIONS, .proxyMetadata.MINIMUM_DRAIN_DURATION]')" '["54s","true","6s"]'
 expect "... recorded as gracekeeper's" \
   "$(k get deploy web -n "$NS" -o jsonpath='{.metadata.annotations.gracekeeper\.dev/applied}' | jq -r '.mesh["proxy.istio.io/config"] | fromjson | .terminationDrainDuration')" 54s
 expect "... owned by gracekeeper's field manager" \
