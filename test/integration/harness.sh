@@ -20,6 +20,10 @@
 #                      suite exited non-zero. SIGINT and SIGTERM exit through
 #                      it too.
 #   gone PID           true when PID no longer runs (for eventually).
+#   table_column NAME  reads a `kubectl get -o wide` table on stdin: the
+#                      first row's cell under header NAME, read where the
+#                      header starts (an empty cell is blank: CONSUMER under
+#                      Static); "" when there is no such header.
 #   mesh_config NS NAME
 #                      Deployment NAME's template annotation
 #                      proxy.istio.io/config (gracekeeper's hand-over to an
@@ -88,6 +92,10 @@ trap 'exit 143' TERM
 finish() { exit 0; }
 
 gone() { ! kill -0 "$1" 2>/dev/null; }
+
+table_column() {
+  awk -v name="$1" 'NR == 1 { c = index($0, name) } NR == 2 && c { split(substr($0, c), a, " "); print a[1] }'
+}
 
 mesh_config() { k get deploy "$2" -n "$1" -o jsonpath='{.spec.template.metadata.annotations.proxy\.istio\.io/config}'; }
 has_mesh_config() { [ -n "$(mesh_config "$@")" ]; }

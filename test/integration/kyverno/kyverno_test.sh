@@ -176,15 +176,8 @@ eventually 10 holds_is NotCompliant && ok "BudgetHolds NotCompliant: $(jp sdp "$
   || not_ok "BudgetHolds: $(holds_reason)"
 wide=$(k get sdp default -n "$NS" -o wide)
 note <<<"$wide"
-# MANAGED, COMPLIANT and PODSDIFFER, each read where its header starts (a
-# cell may be empty: CONSUMER under Static).
-wide_columns() {
-  awk 'function cell(name) { return at[name] ? substr(row, at[name]) : "none " }
-       NR == 1 { for (n = split("MANAGED COMPLIANT PODSDIFFER", names, " "); n > 0; n--) at[names[n]] = index($0, names[n]); next }
-       { row = $0; split(cell("MANAGED"), m, " "); split(cell("COMPLIANT"), c, " "); split(cell("PODSDIFFER"), d, " ")
-         print m[1], c[1], d[1] }' <<<"$wide"
-}
-expect "kubectl get sdp -o wide: MANAGED, COMPLIANT and PODSDIFFER" "$(wide_columns)" "1 0 1"
+expect "kubectl get sdp -o wide: MANAGED, COMPLIANT and PODSDIFFER" \
+  "$(for c in MANAGED COMPLIANT PODSDIFFER; do table_column "$c" <<<"$wide"; done | xargs)" "1 0 1"
 
 # The next pod of the new template: Kyverno still caps its grace; its
 # proxy now holds (only the grace is reported). The rollout over, as the

@@ -142,7 +142,7 @@ expect "... cutShort" "$(status '{.status.terminations.cutShort}')" 1
   || not_ok "lastCutShortAt missing"
 expect "status.drain" "$(status '{.status.drain.source} {.status.drain.seconds} {.status.drain.workload}')" "Observed 48 web"
 out=$(k get sdp -n "$NS" -o wide 2>&1)
-drain_column=$(awk 'NR == 1 { c = index($0, "DRAIN") } NR == 2 && c { split(substr($0, c), a, " "); print a[1] }' <<<"$out")
+drain_column=$(table_column DRAIN <<<"$out")
 expect "kubectl get sdp -o wide: DRAIN" "$drain_column" 48
 expect "gracekeeper_drain_cut_short_total" "$(metric 'gracekeeper_drain_cut_short_total{namespace="'"$NS"'",policy="default"}')" 1
 expect "gracekeeper_drain_seconds_count" "$(metric 'gracekeeper_drain_seconds_count{namespace="'"$NS"'",policy="default"}')" 2
